@@ -1,0 +1,66 @@
+# Every target runs over every module of the repository (each directory with
+# a go.mod). Tests run with GOWORK=off, as a user who imports one module
+# alone would build it; the committed go.work is for development only.
+
+GO          ?= go
+MODULES     := $(shell find . -name go.mod -not -path './.tools/*' -exec dirname {} \; | sort)
+TOOLS       := $(CURDIR)/.tools
+STATICCHECK := $(TOOLS)/staticcheck
+STATICCHECK_VERSION := v0.8.2
+FRAMEWORK   ?= nethttp
+IDEM_REDIS_ADDR ?= 127.0.0.1:6379
+export IDEM_REDIS_ADDR
+
+.PHONY: all demo test test-integration bench lint fmt tools clean
+
+all: lint test
+
+## demo: run examples/$(FRAMEWORK) on the memory store and drive it with the demo client.
+demo:
+	@mkdir -p bin
+	cd examples && GOWORK=off $(GO) build -o ../bin/server-$(FRAMEWORK) ./$(FRAMEWORK)
+	cd examples && GOWORK=off $(GO) build -o ../bin/demo ./demo
+	./bin/demo -exec ./bin/server-$(FRAMEWORK)
+
+## test: unit tests of every module, with the race detector.
+test:
+	@set -e; for m in $(MODULES); do \
+		echo "==> test $$m"; \
+		(cd $$m && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) test -race -count=1 ./...); \
+	done
+
+## test-integration: unit and integration tests against real services
+## (Redis at $(IDEM_REDIS_ADDR); redis-server processes the tests start themselves).
+test-integration:
+	@set -e; for m in $(MODULES); do \
+		echo "==> test-integration $$m"; \
+		(cd $$m && GOWORK=off $(GO) test -race -count=1 -tags integration ./...); \
+	done
+
+## bench: Go benchmarks of every module, with allocations.
+bench:
+	@set -e; for m in $(MODULES); do \
+		echo "==> bench $$m"; \
+		(cd $$m && GOWORK=off $(GO) test -run '^$$' -bench . -benchmem ./...); \
+	done
+
+## lint: gofmt, go vet and staticcheck over every module.
+lint: $(STATICCHECK)
+	@unformatted=$$(gofmt -l $(MODULES)); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	@set -e; for m in $(MODULES); do \
+		echo "==> lint $$m"; \
+		(cd $$m && GOWORK=off $(GO) vet ./... && GOWORK=off $(STATICCHECK) ./...); \
+		(cd $$m && GOWORK=off $(GO) vet -tags integration ./... && GOWORK=off $(STATICCHECK) -tags integration ./...); \
+	done
+
+fmt:
+	gofmt -w $(MODULES)
+
+$(STATICCHECK):
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+tools: $(STATICCHECK)
+
+clean:
+	rm -rf bin $(TOOLS)

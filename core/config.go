@@ -1,0 +1,183 @@
+package core
+
+import (
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultKeyHeader          = "Idempotency-Key"
+	DefaultLegacyKeyHeader    = "X-Idempotency-Key"
+	DefaultMaxKeyLength       = 255
+	DefaultMaxBodyBytes       = 1 << 20 // 1 MiB
+	DefaultMaxStoredBodyBytes = 1 << 20 // 1 MiB
+	DefaultResponseTTL        = 24 * time.Hour
+	DefaultLockTTL            = 5 * time.Minute
+	DefaultRetryAfter         = time.Second
+)
+
+// Headers the Engine adds to a replayed response.
+const (
+	// HeaderReplay marks a replayed response: "true".
+	HeaderReplay = "X-Idempotency-Replay"
+	// HeaderOriginalTimestamp carries, when Config.ReplayTimestamp is set, the
+	// RFC 3339 time at which the first request arrived.
+	HeaderOriginalTimestamp = "X-Original-Timestamp"
+	// HeaderBodyOmitted is set on the replay of a response whose body was too
+	// large to store: "sha256=<hex>; size=<bytes>" of the original body, which
+	// the replay does not carry.
+	HeaderBodyOmitted = "X-Idempotency-Body-Omitted"
+)
+
+// DefaultMethods are the methods the Engine covers by default.
+var DefaultMethods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// DefaultDeniedHeaders are the response headers never stored: hop-by-hop
+// headers, Set-Cookie (a session must not be handed to whoever replays the
+// key), and Content-Length and Date, which the server writes anew.
+var DefaultDeniedHeaders = []string{
+	"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+	"Set-Cookie", "Content-Length", "Date",
+}
+
+// DefaultStorable is the default store policy: every status below 500
+// except 408 Request Timeout, 425 Too Early and 429 Too Many Requests,
+// which tell the client to retry.
+func DefaultStorable(status int) bool {
+	return status < 500 && status != http.StatusRequestTimeout &&
+		status != http.StatusTooEarly && status != http.StatusTooManyRequests
+}
+
+// Config configures an Engine. The zero value is usable: every zero field
+// takes the default named in its comment.
+type Config struct {
+	// Store keeps records and locks. Default: a MemoryStore with its default
+	// size, which protects a single instance only.
+	Store Store
+
+	// Methods the Engine covers; other requests pass untouched.
+	// Default: DefaultMethods.
+	Methods []string
+	// Required makes a covered request without a key fail with 400.
+	// Default: false (a request without a key runs unprotected).
+	Required bool
+	// KeyHeader is the header carrying the key. Default: DefaultKeyHeader.
+	KeyHeader string
+	// LegacyKeyHeader is also accepted; if both headers are sent they must
+	// agree. Default: DefaultLegacyKeyHeader; "-" accepts no second header.
+	LegacyKeyHeader string
+	// MaxKeyLength is the longest key accepted, in bytes.
+	// Default: DefaultMaxKeyLength.
+	MaxKeyLength int
+	// ValidateKey adds a rule to the default ones (printable ASCII,
+	// 1 to MaxKeyLength bytes): ValidateUUID, ValidateUUIDv4, ValidateToken,
+	// ValidateStructuredKey or your own. Default: none.
+	ValidateKey KeyValidator
+
+	// Scope returns the scope of a request, such as the tenant or the
+	// authenticated user. Keys of different scopes never meet. Default: none,
+	// one scope for all requests.
+	Scope func(*Request) string
+	// ScopeRoute makes the route template part of the scope, so one key may
+	// be used once per endpoint. Default: false.
+	ScopeRoute bool
+	// CriticalHeaders are request headers that join the fingerprint, so a
+	// retry that changes one of them is a different request (422).
+	// Default: none.
+	CriticalHeaders []string
+
+	// MaxBodyBytes is the largest request body read for the fingerprint;
+	// a larger body with a key gets 413. Default: DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// MaxStoredBodyBytes is the largest response body stored; a larger one
+	// is stored as its size and SHA-256, and its replay has no body but the
+	// HeaderBodyOmitted header. Default: DefaultMaxStoredBodyBytes.
+	MaxStoredBodyBytes int
+	// Storable decides from the status code whether a response is stored.
+	// Default: DefaultStorable.
+	Storable func(status int) bool
+	// DeniedHeaders are response headers never stored.
+	// Default: DefaultDeniedHeaders.
+	DeniedHeaders []string
+
+	// ResponseTTL is how long a stored response is kept.
+	// Default: DefaultResponseTTL.
+	ResponseTTL time.Duration
+	// TTL overrides ResponseTTL per request, such as 72 hours for payments;
+	// a result of zero or less means ResponseTTL. Default: none.
+	TTL func(*Request) time.Duration
+	// LockTTL bounds how long a lock outlives a crashed instance. The lock is
+	// refreshed every LockTTL/3 while the handler runs. Default: DefaultLockTTL.
+	LockTTL time.Duration
+
+	// Wait makes a request whose key is in flight wait up to this long for the
+	// first request to finish and then get its replay, instead of an
+	// immediate 409. Default: 0, no waiting.
+	Wait time.Duration
+	// RetryAfter is the Retry-After of a 409. Default: DefaultRetryAfter.
+	RetryAfter time.Duration
+	// ReplayTimestamp adds HeaderOriginalTimestamp to replays. Default: false.
+	ReplayTimestamp bool
+
+	// FailClosed answers 503 when the store fails. Default: false: the
+	// request runs unprotected and an OutcomeStoreError is reported
+	// (fail-open), as a store outage should not take the API down.
+	FailClosed bool
+	// Observer receives every outcome, for logs and metrics (SlogObserver).
+	// Default: none.
+	Observer func(Event)
+}
+
+func (c *Config) setDefaults() error {
+	if c.Store == nil {
+		c.Store = NewMemoryStore(0)
+	}
+	if c.Methods == nil {
+		c.Methods = DefaultMethods
+	}
+	if c.KeyHeader == "" {
+		c.KeyHeader = DefaultKeyHeader
+	}
+	switch c.LegacyKeyHeader {
+	case "":
+		c.LegacyKeyHeader = DefaultLegacyKeyHeader
+	case "-":
+		c.LegacyKeyHeader = ""
+	}
+	if c.MaxKeyLength == 0 {
+		c.MaxKeyLength = DefaultMaxKeyLength
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxStoredBodyBytes == 0 {
+		c.MaxStoredBodyBytes = DefaultMaxStoredBodyBytes
+	}
+	if c.Storable == nil {
+		c.Storable = DefaultStorable
+	}
+	if c.DeniedHeaders == nil {
+		c.DeniedHeaders = DefaultDeniedHeaders
+	}
+	if c.ResponseTTL == 0 {
+		c.ResponseTTL = DefaultResponseTTL
+	}
+	if c.LockTTL == 0 {
+		c.LockTTL = DefaultLockTTL
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	switch {
+	case c.MaxKeyLength < 0, c.MaxBodyBytes < 0, c.MaxStoredBodyBytes < 0:
+		return errors.New("idem: negative size limit in Config")
+	case c.ResponseTTL < 0, c.LockTTL < 0, c.Wait < 0, c.RetryAfter < 0:
+		return errors.New("idem: negative duration in Config")
+	case c.LockTTL < 3*time.Millisecond:
+		return errors.New("idem: LockTTL must be at least 3ms")
+	}
+	return nil
+}

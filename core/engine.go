@@ -1,0 +1,479 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// HeaderGetter reads a request header; http.Header implements it.
+type HeaderGetter interface {
+	Get(name string) string
+}
+
+// Request is the Engine's framework-neutral view of an HTTP request. An
+// adapter fills it from its framework's request.
+type Request struct {
+	// Context carries the request's deadline and values (for Scope).
+	Context context.Context
+	Method  string
+	// Route is the route template (/orders/{id}), so that path parameters do
+	// not change a request's fingerprint. Empty means Path.
+	Route  string
+	Path   string
+	Header HeaderGetter
+	// Body is read only when the request carries a key; the adapter then
+	// gives the handler Flight.Body instead. Nil means no body.
+	Body io.Reader
+	// ContentLength is the declared body size, or -1 if unknown. A body
+	// declared larger than Config.MaxBodyBytes is refused without reading.
+	ContentLength int64
+}
+
+// Engine decides, for each request, whether to run the handler, replay a
+// stored response or refuse. It is safe for concurrent use; build one with
+// New and share it between all the routes that need it.
+type Engine struct {
+	cfg      Config
+	denied   map[string]bool
+	retry    string
+	waitStep time.Duration
+}
+
+// New returns an Engine for cfg; zero fields of cfg take their defaults.
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg:      cfg,
+		denied:   make(map[string]bool, len(cfg.DeniedHeaders)),
+		retry:    strconv.Itoa(int((cfg.RetryAfter + time.Second - 1) / time.Second)),
+		waitStep: 10 * time.Millisecond,
+	}
+	for _, h := range cfg.DeniedHeaders {
+		e.denied[http.CanonicalHeaderKey(h)] = true
+	}
+	return e, nil
+}
+
+// Config returns the Engine's configuration with its defaults filled in,
+// for adapters and the OpenAPI emitter (which documents MaxKeyLength,
+// Required and Methods).
+func (e *Engine) Config() Config { return e.cfg }
+
+// Covers reports whether requests with this method are covered.
+func (e *Engine) Covers(method string) bool {
+	for _, m := range e.cfg.Methods {
+		if m == method {
+			return true
+		}
+	}
+	return false
+}
+
+// Begin decides what to do with req. It returns:
+//
+//   - nil, nil: the request is not covered (its method, or no key while keys
+//     are optional): run the handler as usual; the body was not read;
+//   - nil, a Response: write it (a replay or an error); do not run the handler;
+//   - a Flight, nil: run the handler with Flight.Body as the request body,
+//     feed the response body to Flight.Write, then call Flight.Complete, or
+//     Flight.Abort if the response must not be stored (a panic, a streamed
+//     or hijacked response).
+//
+// Begin may block up to Config.Wait when the key is in flight.
+func (e *Engine) Begin(req *Request) (*Flight, *Response) {
+	if !e.Covers(req.Method) {
+		return nil, nil
+	}
+	start := time.Now()
+	route := req.Route
+	if route == "" {
+		route = req.Path
+	}
+	ev := Event{Method: req.Method, Route: route}
+	fail := func(o Outcome, p *Problem, err error) (*Flight, *Response) {
+		ev.Outcome, ev.Status, ev.Err = o, p.Status, err
+		e.observe(ev, start)
+		return nil, problemResponse(p, nil)
+	}
+
+	key, present, err := e.key(req.Header)
+	ev.Key = key
+	switch {
+	case err != nil:
+		return fail(OutcomeInvalidKey, &Problem{Type: ProblemInvalidKey, Title: "Invalid idempotency key",
+			Status: http.StatusBadRequest, Detail: err.Error()}, err)
+	case !present && e.cfg.Required:
+		return fail(OutcomeInvalidKey, &Problem{Type: ProblemMissingKey, Title: "Missing idempotency key",
+			Status: http.StatusBadRequest, Detail: "this request requires an " + e.cfg.KeyHeader + " header"}, nil)
+	case !present:
+		return nil, nil
+	}
+
+	body, err := e.readBody(req)
+	if err != nil {
+		if errors.Is(err, errBodyTooLarge) {
+			return fail(OutcomeTooLarge, &Problem{Type: ProblemBodyTooLarge, Title: "Request body too large",
+				Status: http.StatusRequestEntityTooLarge,
+				Detail: fmt.Sprintf("a request with an idempotency key may have at most %d bytes of body", e.cfg.MaxBodyBytes)}, err)
+		}
+		// The client went away or sent a broken body: nothing to protect.
+		return fail(OutcomeInvalidKey, &Problem{Type: ProblemInvalidKey, Title: "Unreadable request body",
+			Status: http.StatusBadRequest, Detail: err.Error()}, err)
+	}
+
+	if e.cfg.Scope != nil {
+		ev.Scope = e.cfg.Scope(req)
+	}
+	ctx := req.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	f := &Flight{
+		e:           e,
+		ev:          ev,
+		start:       start,
+		body:        body,
+		id:          e.id(ev.Scope, key, route),
+		fingerprint: fingerprint(req.Method, route, req.Header.Get("Content-Type"), body, e.cfg.CriticalHeaders, req.Header),
+		ttl:         e.cfg.ResponseTTL,
+	}
+	if e.cfg.TTL != nil {
+		if ttl := e.cfg.TTL(req); ttl > 0 {
+			f.ttl = ttl
+		}
+	}
+	return e.acquire(ctx, f)
+}
+
+// acquire takes the lock of f, replays, or refuses, waiting for an in-flight
+// key when Config.Wait allows.
+func (e *Engine) acquire(ctx context.Context, f *Flight) (*Flight, *Response) {
+	var deadline time.Time
+	if e.cfg.Wait > 0 {
+		deadline = f.start.Add(e.cfg.Wait)
+	}
+	step := e.waitStep
+	for {
+		raw, token, err := e.cfg.Store.Acquire(ctx, f.id, e.cfg.LockTTL)
+		switch {
+		case err == nil && token != "":
+			f.token = token
+			f.startRefresh()
+			return f, nil
+		case err == nil:
+			return e.replay(f, raw)
+		case !errors.Is(err, ErrInFlight):
+			return e.storeFailed(f, err)
+		case ctx.Err() == nil && time.Now().Before(deadline):
+			if err := e.wait(ctx, f.id, deadline, step); err == nil {
+				step = min(2*step, 250*time.Millisecond)
+				continue
+			}
+		}
+		f.ev.Outcome, f.ev.Status = OutcomeConflict, http.StatusConflict
+		e.observe(f.ev, f.start)
+		h := make(http.Header, 2)
+		h.Set("Retry-After", e.retry)
+		return nil, problemResponse(&Problem{Type: ProblemKeyInFlight, Title: "Request in flight",
+			Status: http.StatusConflict,
+			Detail: "a request with this idempotency key is being processed; retry later"}, h)
+	}
+}
+
+// wait blocks until the lock of id may have been released: through the
+// store's Waiter if it has one, else by sleeping step (the caller backs off).
+func (e *Engine) wait(ctx context.Context, id string, deadline time.Time, step time.Duration) error {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if w, ok := e.cfg.Store.(Waiter); ok {
+		return w.Wait(ctx, id)
+	}
+	t := time.NewTimer(step)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (e *Engine) replay(f *Flight, raw []byte) (*Flight, *Response) {
+	var rec Record
+	if err := rec.UnmarshalBinary(raw); err != nil {
+		return e.storeFailed(f, err)
+	}
+	if rec.Fingerprint != f.fingerprint {
+		f.ev.Outcome, f.ev.Status = OutcomeMismatch, http.StatusUnprocessableEntity
+		e.observe(f.ev, f.start)
+		return nil, problemResponse(&Problem{Type: ProblemKeyReused, Title: "Idempotency key reused",
+			Status: http.StatusUnprocessableEntity,
+			Detail: "this idempotency key was already used with a different request"}, nil)
+	}
+	h := rec.Header
+	if h == nil {
+		h = make(http.Header, 2)
+	}
+	h[HeaderReplay] = []string{"true"}
+	if e.cfg.ReplayTimestamp {
+		h[HeaderOriginalTimestamp] = []string{rec.RequestedAt.UTC().Format(time.RFC3339)}
+	}
+	if rec.BodyOmitted {
+		h[HeaderBodyOmitted] = []string{"sha256=" + hex.EncodeToString(rec.BodySHA256[:]) + "; size=" + strconv.FormatInt(rec.BodySize, 10)}
+	}
+	f.ev.Outcome, f.ev.Status = OutcomeReplay, rec.StatusCode
+	e.observe(f.ev, f.start)
+	return nil, &Response{StatusCode: rec.StatusCode, Header: h, Body: rec.Body}
+}
+
+// storeFailed applies the fail-open or fail-closed policy.
+func (e *Engine) storeFailed(f *Flight, err error) (*Flight, *Response) {
+	f.ev.Outcome, f.ev.Err = OutcomeStoreError, err
+	if e.cfg.FailClosed {
+		f.ev.Status = http.StatusServiceUnavailable
+		e.observe(f.ev, f.start)
+		h := make(http.Header, 2)
+		h.Set("Retry-After", e.retry)
+		return nil, problemResponse(&Problem{Type: ProblemStoreUnavailable, Title: "Idempotency store unavailable",
+			Status: http.StatusServiceUnavailable,
+			Detail: "the request was not run because its idempotency cannot be guaranteed; retry later"}, h)
+	}
+	e.observe(f.ev, f.start)
+	f.done = true // unprotected: Complete and Abort do nothing
+	return f, nil
+}
+
+func (e *Engine) observe(ev Event, start time.Time) {
+	if e.cfg.Observer != nil {
+		ev.Duration = time.Since(start)
+		e.cfg.Observer(ev)
+	}
+}
+
+var errBodyTooLarge = errors.New("idem: request body too large")
+
+func (e *Engine) readBody(req *Request) ([]byte, error) {
+	if req.Body == nil {
+		return nil, nil
+	}
+	limit := e.cfg.MaxBodyBytes
+	if req.ContentLength > limit {
+		return nil, errBodyTooLarge
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, max(min(req.ContentLength, limit)+1, 512)))
+	if _, err := buf.ReadFrom(io.LimitReader(req.Body, limit+1)); err != nil {
+		return nil, err
+	}
+	if int64(buf.Len()) > limit {
+		return nil, errBodyTooLarge
+	}
+	return buf.Bytes(), nil
+}
+
+// key returns the request's key: from KeyHeader or LegacyKeyHeader (which
+// must agree when both are sent), unquoted and validated.
+func (e *Engine) key(h HeaderGetter) (key string, present bool, err error) {
+	raw := h.Get(e.cfg.KeyHeader)
+	if e.cfg.LegacyKeyHeader != "" {
+		if legacy := h.Get(e.cfg.LegacyKeyHeader); legacy != "" {
+			if raw != "" && raw != legacy {
+				return raw, true, fmt.Errorf("%w: %s and %s differ", ErrInvalidKey, e.cfg.KeyHeader, e.cfg.LegacyKeyHeader)
+			}
+			raw = legacy
+		}
+	}
+	if raw == "" {
+		// An empty header counts as sent when present; HeaderGetter cannot
+		// tell, so an empty value is treated as absent.
+		return "", false, nil
+	}
+	key, err = parseKey(raw, e.cfg.MaxKeyLength)
+	if err == nil && e.cfg.ValidateKey != nil {
+		err = e.cfg.ValidateKey(key)
+	}
+	if err != nil {
+		return raw, true, fmt.Errorf("%w: %v", ErrInvalidKey, err)
+	}
+	return key, true, nil
+}
+
+// id is the store key of (scope, key[, route]): the hex SHA-256 of the
+// length-prefixed parts, so no key, whatever it holds, can reach another
+// scope's record or break a store's key layout.
+func (e *Engine) id(scope, key, route string) string {
+	h := sha256.New()
+	writeField(h, scope)
+	writeField(h, key)
+	if e.cfg.ScopeRoute {
+		writeField(h, route)
+	}
+	var sum [32]byte
+	return hex.EncodeToString(h.Sum(sum[:0]))
+}
+
+// Flight is a request that holds its key's lock while the handler runs.
+// The adapter feeds it the response (Write, then Complete) or drops it
+// (Abort). Complete and Abort may be called more than once and in any
+// order: only the first call counts, so `defer f.Abort()` covers a panic.
+type Flight struct {
+	e           *Engine
+	ev          Event
+	start       time.Time
+	body        []byte
+	id          string
+	token       string
+	fingerprint [32]byte
+	ttl         time.Duration
+
+	// the captured response body, or its hash once it outgrew the limit
+	resp   []byte
+	size   int64
+	hasher hash.Hash
+
+	mu    sync.Mutex // guards done and timer against the refresher
+	done  bool
+	timer *time.Timer
+}
+
+// Body returns the request body that Begin read, for the handler.
+func (f *Flight) Body() []byte { return f.body }
+
+// Write records p as part of the response body. It never fails.
+func (f *Flight) Write(p []byte) (int, error) {
+	f.size += int64(len(p))
+	switch {
+	case f.hasher != nil:
+		f.hasher.Write(p)
+	case len(f.resp)+len(p) > f.e.cfg.MaxStoredBodyBytes:
+		f.hasher = sha256.New()
+		f.hasher.Write(f.resp)
+		f.hasher.Write(p)
+		f.resp = nil
+	default:
+		f.resp = append(f.resp, p...)
+	}
+	return len(p), nil
+}
+
+// Complete ends the flight with the handler's status and response headers
+// (the body went through Write): the response is stored and the lock
+// released, or, if the store policy refuses the status, the lock is
+// released without storing.
+func (f *Flight) Complete(status int, header http.Header) {
+	if !f.finish() {
+		return
+	}
+	f.ev.Status = status
+	if !f.e.cfg.Storable(status) {
+		f.release(nil)
+		return
+	}
+	now := time.Now()
+	rec := Record{
+		Key:         f.ev.Key,
+		Scope:       f.ev.Scope,
+		Fingerprint: f.fingerprint,
+		StatusCode:  status,
+		Header:      make(http.Header, len(header)),
+		Body:        f.resp,
+		RequestedAt: f.start,
+		CompletedAt: now,
+		ExpiresAt:   now.Add(f.ttl),
+	}
+	for k, v := range header {
+		if !f.e.denied[k] {
+			rec.Header[k] = v
+		}
+	}
+	if f.hasher != nil {
+		rec.BodyOmitted, rec.BodySize = true, f.size
+		f.hasher.Sum(rec.BodySHA256[:0])
+	}
+	data, _ := rec.AppendBinary(make([]byte, 0, 128+len(f.resp)))
+	err := f.e.cfg.Store.Complete(context.Background(), f.id, f.token, data, f.ttl)
+	switch {
+	case err == nil:
+		f.ev.Outcome = OutcomeStored
+	case errors.Is(err, ErrLockLost):
+		f.ev.Outcome, f.ev.Err = OutcomeLockLost, err
+	default:
+		f.ev.Outcome, f.ev.Err = OutcomeStoreError, err
+	}
+	f.e.observe(f.ev, f.start)
+}
+
+// Abort ends the flight without storing: the lock is released so a retry
+// runs the handler again. Use it after a panic or for a streamed or
+// hijacked response.
+func (f *Flight) Abort() {
+	if f.finish() {
+		f.release(errors.New("idem: response not storable (panic, streamed or hijacked)"))
+	}
+}
+
+func (f *Flight) release(reason error) {
+	err := f.e.cfg.Store.Release(context.Background(), f.id, f.token)
+	f.ev.Outcome, f.ev.Err = OutcomeNotStored, reason
+	switch {
+	case errors.Is(err, ErrLockLost):
+		f.ev.Outcome, f.ev.Err = OutcomeLockLost, err
+	case err != nil:
+		f.ev.Outcome, f.ev.Err = OutcomeStoreError, err
+	}
+	f.e.observe(f.ev, f.start)
+}
+
+// finish marks the flight done and stops the refresher; it reports whether
+// this call was the first.
+func (f *Flight) finish() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done {
+		return false
+	}
+	f.done = true
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	return true
+}
+
+// startRefresh arms a timer that extends the lock every LockTTL/3 while the
+// handler runs, so that a slow handler keeps its lock and is never run twice.
+func (f *Flight) startRefresh() {
+	f.mu.Lock()
+	f.timer = time.AfterFunc(f.e.cfg.LockTTL/3, f.refresh)
+	f.mu.Unlock()
+}
+
+func (f *Flight) refresh() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.e.cfg.LockTTL/3)
+	err := f.e.cfg.Store.Refresh(ctx, f.id, f.token, f.e.cfg.LockTTL)
+	cancel()
+	if errors.Is(err, ErrLockLost) {
+		ev := f.ev
+		ev.Outcome, ev.Err = OutcomeLockLost, err
+		f.e.observe(ev, f.start)
+		return // no use refreshing a lock someone else may hold
+	}
+	// On another error, try again at the next tick: the lock is still ours
+	// until it expires.
+	f.timer.Reset(f.e.cfg.LockTTL / 3)
+}

@@ -1,0 +1,198 @@
+package core
+
+import (
+	"container/heap"
+	"context"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// DefaultMemoryMaxEntries bounds a MemoryStore made with NewMemoryStore(0).
+const DefaultMemoryMaxEntries = 100_000
+
+// MemoryStore is a Store in the process's memory: the default, for a single
+// instance, for development and for tests. Several instances behind a load
+// balancer need a shared store such as the Redis one.
+//
+// Expired entries are swept on every Acquire from a heap ordered by expiry,
+// so memory is bounded by the live keys and no goroutine runs in the
+// background; nothing needs closing. A store holding MaxEntries live keys
+// answers ErrStoreFull, which the Engine handles like any store error.
+// MemoryStore implements Waiter: a waiting request wakes up when the lock is
+// released, not by polling.
+type MemoryStore struct {
+	max int
+	now func() time.Time
+
+	mu      sync.Mutex
+	entries map[string]*memEntry
+	expiry  expiryHeap
+	tokens  uint64
+}
+
+type memEntry struct {
+	key     string
+	record  []byte // nil while locked
+	token   string // "" once completed
+	expires time.Time
+	index   int           // in the expiry heap
+	waiters chan struct{} // closed when the lock goes; nil until someone waits
+}
+
+// NewMemoryStore returns an empty store holding at most maxEntries keys;
+// zero or less means DefaultMemoryMaxEntries.
+func NewMemoryStore(maxEntries int) *MemoryStore {
+	if maxEntries <= 0 {
+		maxEntries = DefaultMemoryMaxEntries
+	}
+	return &MemoryStore{max: maxEntries, now: time.Now, entries: make(map[string]*memEntry)}
+}
+
+// Len returns the number of live keys, records and locks.
+func (s *MemoryStore) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweep(s.now())
+	return len(s.entries)
+}
+
+// Acquire implements Store.
+func (s *MemoryStore) Acquire(_ context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.sweep(now)
+	if e, ok := s.entries[key]; ok {
+		if e.record != nil {
+			return e.record, "", nil
+		}
+		return nil, "", ErrInFlight
+	}
+	if len(s.entries) >= s.max {
+		return nil, "", ErrStoreFull
+	}
+	s.tokens++
+	e := &memEntry{key: key, token: strconv.FormatUint(s.tokens, 36), expires: now.Add(lockTTL)}
+	s.entries[key] = e
+	heap.Push(&s.expiry, e)
+	return nil, e.token, nil
+}
+
+// Complete implements Store.
+func (s *MemoryStore) Complete(_ context.Context, key, token string, record []byte, ttl time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, err := s.owned(key, token)
+	if err != nil {
+		return err
+	}
+	e.record, e.token = record, ""
+	e.expires = s.now().Add(ttl)
+	heap.Fix(&s.expiry, e.index)
+	e.wake()
+	return nil
+}
+
+// Release implements Store.
+func (s *MemoryStore) Release(_ context.Context, key, token string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, err := s.owned(key, token)
+	if err != nil {
+		return err
+	}
+	s.remove(e)
+	return nil
+}
+
+// Refresh implements Store.
+func (s *MemoryStore) Refresh(_ context.Context, key, token string, lockTTL time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, err := s.owned(key, token)
+	if err != nil {
+		return err
+	}
+	e.expires = s.now().Add(lockTTL)
+	heap.Fix(&s.expiry, e.index)
+	return nil
+}
+
+// Wait implements Waiter.
+func (s *MemoryStore) Wait(ctx context.Context, key string) error {
+	s.mu.Lock()
+	e, ok := s.entries[key]
+	if !ok || e.record != nil || !s.now().Before(e.expires) {
+		s.mu.Unlock()
+		return nil
+	}
+	if e.waiters == nil {
+		e.waiters = make(chan struct{})
+	}
+	ch, expires := e.waiters, e.expires
+	s.mu.Unlock()
+
+	// The lock may also expire without anyone releasing it.
+	t := time.NewTimer(expires.Sub(s.now()))
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// owned returns the live entry of key if token holds its lock.
+func (s *MemoryStore) owned(key, token string) (*memEntry, error) {
+	e, ok := s.entries[key]
+	if !ok || e.token == "" || e.token != token || !s.now().Before(e.expires) {
+		return nil, ErrLockLost
+	}
+	return e, nil
+}
+
+func (s *MemoryStore) remove(e *memEntry) {
+	heap.Remove(&s.expiry, e.index)
+	delete(s.entries, e.key)
+	e.wake()
+}
+
+// sweep drops every entry that expired by now.
+func (s *MemoryStore) sweep(now time.Time) {
+	for len(s.expiry) > 0 && !now.Before(s.expiry[0].expires) {
+		s.remove(s.expiry[0])
+	}
+}
+
+func (e *memEntry) wake() {
+	if e.waiters != nil {
+		close(e.waiters)
+		e.waiters = nil
+	}
+}
+
+// expiryHeap orders entries by expiry, soonest first (container/heap).
+type expiryHeap []*memEntry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *expiryHeap) Push(x any) {
+	e := x.(*memEntry)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *expiryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
+}

@@ -1,0 +1,105 @@
+package core
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Outcome is what the Engine did with one request.
+type Outcome int
+
+// Outcomes reported to the Observer.
+const (
+	OutcomeReplay     Outcome = iota + 1 // a stored response was replayed
+	OutcomeStored                        // the handler ran and its response was stored
+	OutcomeNotStored                     // the handler ran; its response was not stored (5xx, panic, streamed, policy), the lock was released
+	OutcomeConflict                      // the key was in flight: 409
+	OutcomeMismatch                      // the key was used with another request: 422
+	OutcomeInvalidKey                    // the key was missing (and required) or malformed: 400
+	OutcomeTooLarge                      // the request body was over the limit: 413
+	OutcomeStoreError                    // the store failed; the request ran unprotected (fail-open) or got 503 (fail-closed)
+	OutcomeLockLost                      // the lock expired or was taken over while the handler ran
+)
+
+var outcomeNames = [...]string{
+	OutcomeReplay:     "replay",
+	OutcomeStored:     "stored",
+	OutcomeNotStored:  "not_stored",
+	OutcomeConflict:   "conflict",
+	OutcomeMismatch:   "mismatch",
+	OutcomeInvalidKey: "invalid_key",
+	OutcomeTooLarge:   "too_large",
+	OutcomeStoreError: "store_error",
+	OutcomeLockLost:   "lock_lost",
+}
+
+// String returns a short snake_case name, fit for a metric label.
+func (o Outcome) String() string {
+	if o > 0 && int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// Event describes one outcome. Observers receive it synchronously, on the
+// request's goroutine or on the lock refresher's: they must be quick and safe
+// for concurrent use.
+type Event struct {
+	Outcome Outcome
+	Key     string // the client's key as sent; mask it before logging (MaskKey)
+	Scope   string
+	Method  string
+	Route   string
+	// Status is the status code of the response, when there is one.
+	Status int
+	// Duration is the time from the start of the request to this outcome.
+	Duration time.Duration
+	// Err is the store or validation error behind the outcome, if any.
+	Err error
+}
+
+// MaskKey hides the middle of a key for logs: the first and last four
+// characters stay (550e****0000); keys of 8 characters or fewer become ****.
+func MaskKey(key string) string {
+	if len(key) <= 8 {
+		return "****"
+	}
+	return key[:4] + "****" + key[len(key)-4:]
+}
+
+// SlogObserver returns an Observer that logs every event to l with the key
+// masked: store errors and lost locks at Error level, conflicts, mismatches,
+// invalid keys and too large bodies at Warn, the rest at Debug.
+func SlogObserver(l *slog.Logger) func(Event) {
+	return func(e Event) {
+		level := slog.LevelDebug
+		switch e.Outcome {
+		case OutcomeStoreError, OutcomeLockLost:
+			level = slog.LevelError
+		case OutcomeConflict, OutcomeMismatch, OutcomeInvalidKey, OutcomeTooLarge:
+			level = slog.LevelWarn
+		}
+		ctx := context.Background()
+		if !l.Enabled(ctx, level) {
+			return
+		}
+		attrs := []slog.Attr{
+			slog.String("outcome", e.Outcome.String()),
+			slog.String("key", MaskKey(e.Key)),
+			slog.String("method", e.Method),
+			slog.String("route", e.Route),
+			slog.Duration("duration", e.Duration),
+		}
+		if e.Scope != "" {
+			attrs = append(attrs, slog.String("scope", e.Scope))
+		}
+		if e.Status != 0 {
+			attrs = append(attrs, slog.Int("status", e.Status))
+		}
+		if e.Err != nil {
+			attrs = append(attrs, slog.Any("error", e.Err))
+		}
+		l.LogAttrs(ctx, level, "idempotency", attrs...)
+	}
+}

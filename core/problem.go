@@ -1,0 +1,69 @@
+package core
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// Problem type URIs, one per error case, stable across releases so that
+// clients can branch on them. They point at the project's documentation.
+const (
+	ProblemMissingKey       = "https://github.com/idem-go/idem/blob/main/docs/problems.md#missing-key"
+	ProblemInvalidKey       = "https://github.com/idem-go/idem/blob/main/docs/problems.md#invalid-key"
+	ProblemKeyInFlight      = "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-in-flight"
+	ProblemKeyReused        = "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-reused"
+	ProblemBodyTooLarge     = "https://github.com/idem-go/idem/blob/main/docs/problems.md#body-too-large"
+	ProblemStoreUnavailable = "https://github.com/idem-go/idem/blob/main/docs/problems.md#store-unavailable"
+)
+
+// ContentTypeProblem is the media type of every error body (RFC 9457).
+const ContentTypeProblem = "application/problem+json"
+
+// Problem is an RFC 9457 problem details object: the body of every error
+// the Engine answers with. It implements error so adapters can hand it to
+// a framework's error handler.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Error returns the title and the detail.
+func (p *Problem) Error() string {
+	if p.Detail == "" {
+		return p.Title
+	}
+	return p.Title + ": " + p.Detail
+}
+
+// Response is a response the Engine answers with instead of running the
+// handler: a replay of a stored response, or an error.
+type Response struct {
+	StatusCode int
+	Header     http.Header
+	Body       []byte
+	// Problem is set when the response is an error; Body is then its JSON.
+	Problem *Problem
+}
+
+// Write writes r to w: the headers, the status and the body.
+func (r *Response) Write(w http.ResponseWriter) {
+	h := w.Header()
+	for k, v := range r.Header {
+		h[k] = v
+	}
+	h.Set("Content-Length", strconv.Itoa(len(r.Body)))
+	w.WriteHeader(r.StatusCode)
+	w.Write(r.Body) //nolint:errcheck // the client went away; nothing to do
+}
+
+func problemResponse(p *Problem, header http.Header) *Response {
+	body, _ := json.Marshal(p) // a struct of strings and an int cannot fail
+	if header == nil {
+		header = make(http.Header, 1)
+	}
+	header.Set("Content-Type", ContentTypeProblem)
+	return &Response{StatusCode: p.Status, Header: header, Body: body, Problem: p}
+}

@@ -1,0 +1,236 @@
+package core
+
+import (
+		"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+)
+
+// ErrCorruptRecord reports a stored record that cannot be decoded: truncated,
+// of an unknown version, or not a record at all. The Engine treats it as a
+// store error.
+var ErrCorruptRecord = errors.New("idem: corrupt record")
+
+// recordVersion is the first byte of every encoded record. A decoder rejects
+// versions it does not know, so the format can change without misreading
+// records written by an older release.
+const recordVersion byte = 1
+
+// Record is a completed request as the Engine stores it.
+//
+// There is no "processing" record: a request in flight is represented by
+// its lock alone, so a record always describes a finished response.
+type Record struct {
+	Key         string      // the client's key, as sent
+	Scope       string      // the scope the key belongs to (tenant, user)
+	Fingerprint [32]byte    // SHA-256 of the request; see Engine
+	StatusCode  int         // the stored response status
+	Header      http.Header // the stored response headers
+	Body        []byte      // the stored body; empty when BodyOmitted
+
+	// BodyOmitted is true when the body was larger than the configured limit:
+	// only its size and SHA-256 are kept, in BodySize and BodySHA256, which
+	// are unset otherwise.
+	BodyOmitted bool
+	BodySize    int64
+	BodySHA256  [32]byte
+
+	RequestedAt time.Time // when the first request arrived
+	CompletedAt time.Time // when its response was stored
+	ExpiresAt   time.Time // when the record expires
+}
+
+// Duration is how long the handler of the first request took.
+func (r *Record) Duration() time.Duration { return r.CompletedAt.Sub(r.RequestedAt) }
+
+// MarshalBinary encodes r in the versioned binary format stores keep.
+// It never fails; the error is there to satisfy encoding.BinaryMarshaler.
+func (r *Record) MarshalBinary() ([]byte, error) {
+	return r.AppendBinary(nil)
+}
+
+// AppendBinary appends the encoding of r to b.
+func (r *Record) AppendBinary(b []byte) ([]byte, error) {
+	var flags byte
+	if r.BodyOmitted {
+		flags = 1
+	}
+	b = append(b, recordVersion, flags)
+	b = append(b, r.Fingerprint[:]...)
+	b = binary.AppendUvarint(b, uint64(r.StatusCode))
+	b = binary.AppendVarint(b, unixNano(r.RequestedAt))
+	b = binary.AppendVarint(b, unixNano(r.CompletedAt))
+	b = binary.AppendVarint(b, unixNano(r.ExpiresAt))
+	b = appendString(b, r.Key)
+	b = appendString(b, r.Scope)
+	b = binary.AppendUvarint(b, uint64(len(r.Header)))
+	for name, values := range r.Header {
+		b = appendString(b, name)
+		b = binary.AppendUvarint(b, uint64(len(values)))
+		for _, v := range values {
+			b = appendString(b, v)
+		}
+	}
+	if r.BodyOmitted {
+		b = binary.AppendUvarint(b, uint64(r.BodySize))
+		b = append(b, r.BodySHA256[:]...)
+	} else {
+		b = binary.AppendUvarint(b, uint64(len(r.Body)))
+		b = append(b, r.Body...)
+	}
+	return b, nil
+}
+
+// UnmarshalBinary decodes data into r. r.Body aliases data, which must
+// therefore not be modified while r is in use. Truncated, oversized or unknown input
+// returns an error wrapping ErrCorruptRecord; it never panics.
+func (r *Record) UnmarshalBinary(data []byte) error {
+	d := decoder{b: data}
+	if v := d.byte(); v != recordVersion {
+		if d.err != nil {
+			return d.err
+		}
+		return fmt.Errorf("%w: unknown version %d", ErrCorruptRecord, v)
+	}
+	flags := d.byte()
+	if flags&^1 != 0 {
+		return fmt.Errorf("%w: unknown flags %#x", ErrCorruptRecord, flags)
+	}
+	var rec Record
+	copy(rec.Fingerprint[:], d.bytes(32))
+	status := d.uvarint()
+	if d.err == nil && (status < 100 || status > 999) {
+		return fmt.Errorf("%w: status %d", ErrCorruptRecord, status)
+	}
+	rec.StatusCode = int(status)
+	rec.RequestedAt = fromUnixNano(d.varint())
+	rec.CompletedAt = fromUnixNano(d.varint())
+	rec.ExpiresAt = fromUnixNano(d.varint())
+	rec.Key = d.string()
+	rec.Scope = d.string()
+	if n := d.count(2); n > 0 {
+		rec.Header = make(http.Header, n)
+		for range n {
+			name := d.string()
+			values := make([]string, d.count(1))
+			for j := range values {
+				values[j] = d.string()
+			}
+			rec.Header[name] = values
+		}
+	}
+	if flags&1 != 0 {
+		rec.BodyOmitted = true
+		size := d.uvarint()
+		if size > math.MaxInt64 {
+			return fmt.Errorf("%w: body size %d", ErrCorruptRecord, size)
+		}
+		rec.BodySize = int64(size)
+		copy(rec.BodySHA256[:], d.bytes(32))
+	} else if body := d.bytes(d.count(1)); len(body) > 0 {
+		rec.Body = body
+	}
+	if d.err != nil {
+		return d.err
+	}
+	if len(d.b) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrCorruptRecord, len(d.b))
+	}
+	*r = rec
+	return nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// decoder reads the record format; the first error sticks and every later
+// read returns zero values, so the caller checks once at the end.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: truncated %s", ErrCorruptRecord, what)
+	}
+	d.b = nil
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) < 1 {
+		d.fail("header")
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) bytes(n int) []byte {
+	if n < 0 || len(d.b) < n {
+		d.fail("field")
+		return nil
+	}
+	p := d.b[:n:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("number")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("number")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// count reads a length or element count and checks it against what is left:
+// every element takes at least minSize bytes, so a corrupt count cannot make
+// the decoder allocate more than the input's size.
+func (d *decoder) count(minSize int) int {
+	v := d.uvarint()
+	if d.err != nil {
+		return 0
+	}
+	if v > uint64(len(d.b)/minSize) {
+		d.fail("count")
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) string() string {
+	return string(d.bytes(d.count(1)))
+}

@@ -1,0 +1,54 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Errors a Store returns. Stores wrap them with %w when they add detail.
+var (
+	// ErrInFlight reports that another request holds the lock of the key.
+	ErrInFlight = errors.New("idem: key in flight")
+	// ErrLockLost reports that the lock token no longer owns the key: the lock
+	// expired, or was taken over by another request after it expired.
+	ErrLockLost = errors.New("idem: lock lost")
+	// ErrStoreFull reports that a bounded store has no room for another key.
+	ErrStoreFull = errors.New("idem: store full")
+)
+
+// Store keeps idempotency records and the locks that guard them.
+//
+// A key is an opaque string chosen by the Engine: it already combines the
+// scope, the client's key and (optionally) the route, and it holds only the
+// characters [0-9a-f]. A record is an opaque byte slice encoded by the Engine
+// (see Record); a store keeps it as is. The interface uses standard types only
+// so a store package need not import anything but this contract.
+//
+// Every method must be safe for concurrent use, and Acquire must be atomic
+// across every process that shares the store: that is what makes a handler
+// run once.
+type Store interface {
+	// Acquire returns the completed record of key if there is one.
+	// Otherwise it takes the key's lock for lockTTL and returns a new owner
+	// token. If another request holds the lock it returns ErrInFlight.
+	Acquire(ctx context.Context, key string, lockTTL time.Duration) (record []byte, token string, err error)
+	// Complete stores record under key for ttl and releases the lock, only if
+	// token still owns the lock; otherwise it returns ErrLockLost and changes nothing.
+	Complete(ctx context.Context, key, token string, record []byte, ttl time.Duration) error
+	// Release drops the lock of key if token owns it, without storing anything,
+	// so that a retry may run the handler. It returns ErrLockLost if token does
+	// not own the lock.
+	Release(ctx context.Context, key, token string) error
+	// Refresh extends the lock of key to lockTTL from now if token owns it;
+	// otherwise it returns ErrLockLost.
+	Refresh(ctx context.Context, key, token string, lockTTL time.Duration) error
+}
+
+// Waiter is implemented by stores that can tell a waiting request when a
+// lock is released, instead of the Engine polling Acquire. Wait returns
+// when the lock of key is released or expires (it need not tell which), or
+// with ctx's error when ctx is done first.
+type Waiter interface {
+	Wait(ctx context.Context, key string) error
+}
