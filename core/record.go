@@ -1,7 +1,7 @@
 package core
 
 import (
-		"encoding/binary"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
