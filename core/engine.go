@@ -15,9 +15,13 @@ import (
 	"time"
 )
 
-// HeaderGetter reads a request header; http.Header implements it.
+// HeaderGetter reads request headers; http.Header implements it.
 type HeaderGetter interface {
+	// Get returns the first value of the named header, or "".
 	Get(name string) string
+	// Values returns every value of the named header, nil if absent; it
+	// tells an empty key from a missing one, and a repeated key header.
+	Values(name string) []string
 }
 
 // Request is the Engine's framework-neutral view of an HTTP request. An
@@ -285,20 +289,23 @@ func (e *Engine) readBody(req *Request) ([]byte, error) {
 // key returns the request's key: from KeyHeader or LegacyKeyHeader (which
 // must agree when both are sent), unquoted and validated.
 func (e *Engine) key(h HeaderGetter) (key string, present bool, err error) {
-	raw := h.Get(e.cfg.KeyHeader)
+	values := h.Values(e.cfg.KeyHeader)
 	if e.cfg.LegacyKeyHeader != "" {
-		if legacy := h.Get(e.cfg.LegacyKeyHeader); legacy != "" {
-			if raw != "" && raw != legacy {
-				return raw, true, fmt.Errorf("%w: %s and %s differ", ErrInvalidKey, e.cfg.KeyHeader, e.cfg.LegacyKeyHeader)
+		if legacy := h.Values(e.cfg.LegacyKeyHeader); legacy != nil {
+			if values != nil && (len(values) != 1 || len(legacy) != 1 || values[0] != legacy[0]) {
+				return "", true, fmt.Errorf("%w: %s and %s differ", ErrInvalidKey, e.cfg.KeyHeader, e.cfg.LegacyKeyHeader)
 			}
-			raw = legacy
+			values = legacy
 		}
 	}
-	if raw == "" {
-		// An empty header counts as sent when present; HeaderGetter cannot
-		// tell, so an empty value is treated as absent.
+	switch len(values) {
+	case 0:
 		return "", false, nil
+	case 1:
+	default:
+		return "", true, fmt.Errorf("%w: %d %s headers, want one", ErrInvalidKey, len(values), e.cfg.KeyHeader)
 	}
+	raw := values[0]
 	key, err = parseKey(raw, e.cfg.MaxKeyLength)
 	if err == nil && e.cfg.ValidateKey != nil {
 		err = e.cfg.ValidateKey(key)

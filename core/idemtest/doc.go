@@ -1,0 +1,16 @@
+// Package idemtest holds the conformance suites of idem, as exported test
+// helpers in the manner of gin-contrib/sessions' tester package:
+//
+//   - TestStore checks a core.Store: locking, fencing, TTLs and concurrency.
+//     Every store runs it: the memory store, the Redis store (on miniredis,
+//     a real Redis and a Redis Cluster) and any store you write.
+//   - TestHTTP checks an HTTP integration, row by row of the HTTP contract,
+//     through a real loopback server. The net/http middleware runs it, and
+//     so does every framework adapter.
+//
+// A store's test is then one call:
+//
+//	func TestMyStore(t *testing.T) {
+//		idemtest.TestStore(t, func(t *testing.T) core.Store { return mystore.New(...) })
+//	}
+package idemtest
