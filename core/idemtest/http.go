@@ -1,0 +1,645 @@
+package idemtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/core"
+)
+
+// Serve mounts app behind an adapter's idempotency middleware built on eng,
+// serves it on a loopback listener and returns its base URL
+// ("http://127.0.0.1:port"). It stops the server in t.Cleanup.
+//
+// app must be routed for every method at /orders and at /orders/:id (a path
+// parameter in the framework's syntax), so that the route template, not the
+// path, reaches the Engine. A panic in app must be recovered by the
+// framework's usual recovery middleware, installed outside the idempotency
+// middleware, as an application would.
+type Serve func(t *testing.T, eng *core.Engine, app http.Handler) string
+
+// Request headers that drive the suite's handler.
+const (
+	hdrStatus = "X-Test-Status"   // status to answer with (default 201)
+	hdrDelay  = "X-Test-Delay-Ms" // sleep before answering
+	hdrPanic  = "X-Test-Panic"    // panic instead of answering
+	hdrSize   = "X-Test-Size"     // answer with a body of this many bytes
+	hdrUser   = "X-User-ID"       // the scope
+)
+
+// TestHTTP runs the HTTP conformance suite, the contract table row by row,
+// against the integration that serve builds, on stores from newStore (nil
+// means a fresh MemoryStore per subtest).
+func TestHTTP(t *testing.T, serve Serve, newStore func(t *testing.T) core.Store) {
+	t.Helper()
+	if newStore == nil {
+		newStore = func(*testing.T) core.Store { return core.NewMemoryStore(0) }
+	}
+	h := &harness{serve: serve, newStore: newStore}
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, h *harness)
+	}{
+		{"MethodNotCovered", testMethodNotCovered},
+		{"NoKeyOptional", testNoKeyOptional},
+		{"NoKeyRequired", testNoKeyRequired},
+		{"InvalidKeys", testInvalidKeys},
+		{"LegacyHeader", testLegacyHeader},
+		{"QuotedKey", testQuotedKey},
+		{"Replay", testReplay},
+		{"FingerprintMismatch", testFingerprintMismatch},
+		{"CanonicalJSON", testCanonicalJSON},
+		{"RouteTemplate", testRouteTemplate},
+		{"InFlightConflict", testInFlightConflict},
+		{"WaitMode", testWaitMode},
+		{"StorePolicy", testStorePolicy},
+		{"PanicReleasesLock", testPanicReleasesLock},
+		{"BodyTooLarge", testBodyTooLarge},
+		{"LargeResponseOmitted", testLargeResponseOmitted},
+		{"Scope", testScope},
+		{"StoreFailOpen", testStoreFailOpen},
+		{"StoreFailClosed", testStoreFailClosed},
+		{"ConcurrentDuplicates", testConcurrentDuplicates},
+		{"ConcurrentDuplicatesWait", testConcurrentDuplicatesWait},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.fn(t, h)
+		})
+	}
+}
+
+type harness struct {
+	serve    Serve
+	newStore func(t *testing.T) core.Store
+}
+
+// app is the suite's handler: it counts its runs and answers as the
+// request's X-Test-* headers say.
+type app struct {
+	runs atomic.Int64
+}
+
+func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	n := a.runs.Add(1)
+	if ms, _ := strconv.Atoi(r.Header.Get(hdrDelay)); ms > 0 {
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+	}
+	if r.Header.Get(hdrPanic) != "" {
+		panic("idemtest: handler panics as asked")
+	}
+	status := http.StatusCreated
+	if s, _ := strconv.Atoi(r.Header.Get(hdrStatus)); s != 0 {
+		status = s
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Order-Id", strconv.FormatInt(n, 10))
+	w.Header().Set("Set-Cookie", "session=secret")
+	w.WriteHeader(status)
+	if size, _ := strconv.Atoi(r.Header.Get(hdrSize)); size > 0 {
+		w.Write(bytes.Repeat([]byte("x"), size)) //nolint:errcheck
+		return
+	}
+	fmt.Fprintf(w, `{"run":%d,"path":%q,"bytes":%d}`, n, r.URL.Path, len(body))
+}
+
+// server is one integration under test with its own Engine and app.
+type server struct {
+	t      *testing.T
+	url    string
+	app    *app
+	client *http.Client
+}
+
+func (h *harness) start(t *testing.T, cfg core.Config) *server {
+	t.Helper()
+	if cfg.Store == nil {
+		cfg.Store = h.newStore(t)
+	}
+	if cfg.Scope == nil {
+		cfg.Scope = func(r *core.Request) string { return r.Header.Get(hdrUser) }
+	}
+	eng, err := core.New(cfg)
+	if err != nil {
+		t.Fatalf("core.New: %v", err)
+	}
+	a := &app{}
+	tr := &http.Transport{MaxIdleConnsPerHost: 256}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &server{t: t, url: h.serve(t, eng, a), app: a, client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends a request; headers are name/value pairs.
+func (s *server) do(method, path, body string, headers ...string) response {
+	s.t.Helper()
+	r, err := s.try(method, path, body, headers...)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+func (s *server) try(method, path, body string, headers ...string) (response, error) {
+	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
+	if err != nil {
+		return response{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return response{}, err
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}, nil
+}
+
+func (s *server) wantRuns(want int64) {
+	s.t.Helper()
+	if got := s.app.runs.Load(); got != want {
+		s.t.Fatalf("handler ran %d times, want %d", got, want)
+	}
+}
+
+func wantStatus(t *testing.T, r response, want int) {
+	t.Helper()
+	if r.status != want {
+		t.Fatalf("status %d, want %d; body %s", r.status, want, r.body)
+	}
+}
+
+func wantProblem(t *testing.T, r response, status int, typ string) {
+	t.Helper()
+	wantStatus(t, r, status)
+	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, core.ContentTypeProblem) {
+		t.Fatalf("Content-Type %q, want %s", ct, core.ContentTypeProblem)
+	}
+	var p core.Problem
+	if err := json.Unmarshal(r.body, &p); err != nil {
+		t.Fatalf("problem body %s: %v", r.body, err)
+	}
+	if p.Type != typ || p.Status != status || p.Title == "" {
+		t.Fatalf("problem %+v, want type %s and status %d", p, typ, status)
+	}
+}
+
+func wantReplayOf(t *testing.T, got, first response) {
+	t.Helper()
+	if got.status != first.status || !bytes.Equal(got.body, first.body) {
+		t.Fatalf("replay = %d %s, want %d %s", got.status, got.body, first.status, first.body)
+	}
+	if got.header.Get(core.HeaderReplay) != "true" {
+		t.Fatalf("replay lacks %s: true (headers %v)", core.HeaderReplay, got.header)
+	}
+}
+
+func wantNotReplay(t *testing.T, r response) {
+	t.Helper()
+	if v := r.header.Get(core.HeaderReplay); v != "" {
+		t.Fatalf("unexpected %s: %s", core.HeaderReplay, v)
+	}
+}
+
+const (
+	key   = "Idempotency-Key"
+	order = `{"item":"book","qty":2}`
+)
+
+func testMethodNotCovered(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{Required: true})
+	for range 2 {
+		r := s.do(http.MethodGet, "/orders", "", key, "k-get")
+		wantStatus(t, r, http.StatusCreated)
+		wantNotReplay(t, r)
+	}
+	s.wantRuns(2)
+}
+
+func testNoKeyOptional(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{})
+	for range 2 {
+		r := s.do(http.MethodPost, "/orders", order)
+		wantStatus(t, r, http.StatusCreated)
+		wantNotReplay(t, r)
+	}
+	s.wantRuns(2)
+}
+
+func testNoKeyRequired(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{Required: true})
+	wantProblem(t, s.do(http.MethodPost, "/orders", order), http.StatusBadRequest, core.ProblemMissingKey)
+	s.wantRuns(0)
+}
+
+func testInvalidKeys(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{ValidateKey: core.ValidateUUID})
+	uuid := "123e4567-e89b-42d3-a456-426614174000"
+	cases := []struct {
+		name    string
+		headers []string
+	}{
+		{"empty", []string{key, ""}},
+		{"empty quoted", []string{key, `""`}},
+		{"too long", []string{key, strings.Repeat("a", core.DefaultMaxKeyLength+1)}},
+		{"non-ASCII", []string{key, "ключ-" + uuid[5:]}},
+		{"fails validator", []string{key, "not-a-uuid"}},
+		{"two key headers", []string{key, uuid, key, uuid}},
+		{"legacy header differs", []string{key, uuid, "X-Idempotency-Key", "123e4567-e89b-42d3-a456-426614174001"}},
+	}
+	for _, c := range cases {
+		r := s.do(http.MethodPost, "/orders", order, c.headers...)
+		if r.status != http.StatusBadRequest {
+			t.Fatalf("%s: status %d, want 400; body %s", c.name, r.status, r.body)
+		}
+		wantProblem(t, r, http.StatusBadRequest, core.ProblemInvalidKey)
+	}
+	// A control character cannot be sent by net/http's client: write it raw.
+	// The server's HTTP parser may refuse it first; either way it is a 400.
+	if status := rawPost(t, s.url, "abc\x01def"); status != http.StatusBadRequest {
+		t.Fatalf("control character in key: status %d, want 400", status)
+	}
+	s.wantRuns(0)
+}
+
+// rawPost sends a POST /orders with the given key over a plain TCP
+// connection and returns the status code.
+func rawPost(t *testing.T, baseURL, keyValue string) int {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(baseURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
+	fmt.Fprintf(conn, "POST /orders HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"+
+		"Idempotency-Key: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", keyValue, len(order), order)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("reading raw response: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func testLegacyHeader(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{})
+	first := s.do(http.MethodPost, "/orders", order, "X-Idempotency-Key", "legacy-1")
+	wantStatus(t, first, http.StatusCreated)
+	wantReplayOf(t, s.do(http.MethodPost, "/orders", order, key, "legacy-1"), first)
+	wantReplayOf(t, s.do(http.MethodPost, "/orders", order, key, "legacy-1", "X-Idempotency-Key", "legacy-1"), first)
+	s.wantRuns(1)
+}
+
+func testQuotedKey(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{})
+	first := s.do(http.MethodPost, "/orders", order, key, `"quoted-1"`)
+	wantStatus(t, first, http.StatusCreated)
+	wantReplayOf(t, s.do(http.MethodPost, "/orders", order, key, "quoted-1"), first)
+	s.wantRuns(1)
+}
+
+func testReplay(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{ReplayTimestamp: true})
+	first := s.do(http.MethodPost, "/orders", order, key, "replay-1")
+	wantStatus(t, first, http.StatusCreated)
+	wantNotReplay(t, first)
+	if first.header.Get("Set-Cookie") == "" {
+		t.Fatal("the first response lost its Set-Cookie")
+	}
+	for range 3 {
+		r := s.do(http.MethodPost, "/orders", order, key, "replay-1")
+		wantReplayOf(t, r, first)
+		if got, want := r.header.Get("X-Order-Id"), first.header.Get("X-Order-Id"); got != want {
+			t.Fatalf("replayed X-Order-Id %q, want %q", got, want)
+		}
+		if got := r.header.Get("Content-Type"); got != "application/json" {
+			t.Fatalf("replayed Content-Type %q", got)
+		}
+		if c := r.header.Get("Set-Cookie"); c != "" {
+			t.Fatalf("Set-Cookie was stored and replayed: %q", c)
+		}
+		if ts, err := time.Parse(time.RFC3339, r.header.Get(core.HeaderOriginalTimestamp)); err != nil || time.Since(ts) > time.Hour {
+			t.Fatalf("%s = %q (%v)", core.HeaderOriginalTimestamp, r.header.Get(core.HeaderOriginalTimestamp), err)
+		}
+	}
+	s.wantRuns(1)
+}
+
+func testFingerprintMismatch(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{CriticalHeaders: []string{"X-Account"}})
+	wantStatus(t, s.do(http.MethodPost, "/orders", order, key, "mismatch-1", "X-Account", "a"), http.StatusCreated)
+	wantProblem(t, s.do(http.MethodPost, "/orders", `{"item":"book","qty":3}`, key, "mismatch-1", "X-Account", "a"),
+		http.StatusUnprocessableEntity, core.ProblemKeyReused)
+	wantProblem(t, s.do(http.MethodPut, "/orders", order, key, "mismatch-1", "X-Account", "a"),
+		http.StatusUnprocessableEntity, core.ProblemKeyReused)
+	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "mismatch-1", "X-Account", "b"),
+		http.StatusUnprocessableEntity, core.ProblemKeyReused)
+	s.wantRuns(1)
+}
+
+func testCanonicalJSON(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{})
+	first := s.do(http.MethodPost, "/orders", `{"item":"book","qty":2}`, key, "canon-1")
+	wantStatus(t, first, http.StatusCreated)
+	wantReplayOf(t, s.do(http.MethodPost, "/orders", "{\n  \"qty\": 2,\n  \"item\": \"book\"\n}\n", key, "canon-1"), first)
+	s.wantRuns(1)
+}
+
+func testRouteTemplate(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{})
+	first := s.do(http.MethodPost, "/orders/1", order, key, "route-1")
+	wantStatus(t, first, http.StatusCreated)
+	// Same route template, other path parameter: the same request.
+	wantReplayOf(t, s.do(http.MethodPost, "/orders/2", order, key, "route-1"), first)
+	// Another route: another request.
+	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "route-1"), http.StatusUnprocessableEntity, core.ProblemKeyReused)
+	s.wantRuns(1)
+
+	// With ScopeRoute the same key may be used once per route.
+	s = h.start(t, core.Config{ScopeRoute: true})
+	wantStatus(t, s.do(http.MethodPost, "/orders/1", order, key, "route-2"), http.StatusCreated)
+	wantStatus(t, s.do(http.MethodPost, "/orders", order, key, "route-2"), http.StatusCreated)
+	s.wantRuns(2)
+}
+
+func testInFlightConflict(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{})
+	done := make(chan response, 1)
+	go func() {
+		r, err := s.try(http.MethodPost, "/orders", order, key, "flight-1", hdrDelay, "1500")
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	waitRuns(t, s, 1)
+	r := s.do(http.MethodPost, "/orders", order, key, "flight-1")
+	wantProblem(t, r, http.StatusConflict, core.ProblemKeyInFlight)
+	if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 {
+		t.Fatalf("Retry-After %q, want a number of seconds", r.header.Get("Retry-After"))
+	}
+	first := <-done
+	wantStatus(t, first, http.StatusCreated)
+	wantReplayOf(t, s.do(http.MethodPost, "/orders", order, key, "flight-1"), first)
+	s.wantRuns(1)
+}
+
+// waitRuns waits until the handler has started n times.
+func waitRuns(t *testing.T, s *server, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.app.runs.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("handler did not start %d times", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func testWaitMode(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{Wait: 10 * time.Second})
+	done := make(chan response, 1)
+	go func() {
+		r, err := s.try(http.MethodPost, "/orders", order, key, "wait-1", hdrDelay, "300")
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	waitRuns(t, s, 1)
+	r := s.do(http.MethodPost, "/orders", order, key, "wait-1")
+	first := <-done
+	wantStatus(t, first, http.StatusCreated)
+	wantReplayOf(t, r, first)
+	s.wantRuns(1)
+
+	// A bound shorter than the handler: 409 after waiting.
+	s = h.start(t, core.Config{Wait: 100 * time.Millisecond})
+	go func() {
+		r, _ := s.try(http.MethodPost, "/orders", order, key, "wait-2", hdrDelay, "1500")
+		done <- r
+	}()
+	waitRuns(t, s, 1)
+	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "wait-2"), http.StatusConflict, core.ProblemKeyInFlight)
+	<-done
+	s.wantRuns(1)
+}
+
+func testStorePolicy(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{})
+	for _, c := range []struct {
+		status int
+		stored bool
+	}{
+		{200, true}, {201, true}, {204, true}, {302, true}, {400, true}, {404, true}, {409, true}, {422, true},
+		{408, false}, {425, false}, {429, false}, {500, false}, {502, false}, {503, false},
+	} {
+		k := "policy-" + strconv.Itoa(c.status)
+		before := s.app.runs.Load()
+		first := s.do(http.MethodPost, "/orders", order, key, k, hdrStatus, strconv.Itoa(c.status))
+		wantStatus(t, first, c.status)
+		second := s.do(http.MethodPost, "/orders", order, key, k, hdrStatus, strconv.Itoa(c.status))
+		runs := s.app.runs.Load() - before
+		switch {
+		case c.stored && runs != 1:
+			t.Fatalf("status %d: handler ran %d times, want once (stored)", c.status, runs)
+		case c.stored:
+			wantReplayOf(t, second, first)
+		case runs != 2:
+			t.Fatalf("status %d: handler ran %d times, want twice (not stored)", c.status, runs)
+		default:
+			wantNotReplay(t, second)
+		}
+	}
+}
+
+func testPanicReleasesLock(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{})
+	r, err := s.try(http.MethodPost, "/orders", order, key, "panic-1", hdrPanic, "1")
+	if err == nil && r.status < 500 {
+		t.Fatalf("a panicking handler answered %d", r.status)
+	}
+	s.wantRuns(1)
+	// The lock was released, nothing stored: the retry runs the handler.
+	wantStatus(t, s.do(http.MethodPost, "/orders", order, key, "panic-1"), http.StatusCreated)
+	s.wantRuns(2)
+}
+
+func testBodyTooLarge(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{MaxBodyBytes: 64})
+	big := `{"item":"` + strings.Repeat("b", 100) + `"}`
+	wantProblem(t, s.do(http.MethodPost, "/orders", big, key, "big-1"), http.StatusRequestEntityTooLarge, core.ProblemBodyTooLarge)
+	s.wantRuns(0)
+	// Without a key the body is not read by the middleware at all.
+	wantStatus(t, s.do(http.MethodPost, "/orders", big), http.StatusCreated)
+	s.wantRuns(1)
+}
+
+func testLargeResponseOmitted(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{MaxStoredBodyBytes: 1000})
+	first := s.do(http.MethodPost, "/orders", order, key, "omit-1", hdrSize, "5000")
+	wantStatus(t, first, http.StatusCreated)
+	if len(first.body) != 5000 {
+		t.Fatalf("first response has %d bytes, want 5000", len(first.body))
+	}
+	r := s.do(http.MethodPost, "/orders", order, key, "omit-1", hdrSize, "5000")
+	wantStatus(t, r, http.StatusCreated)
+	if len(r.body) != 0 {
+		t.Fatalf("replay of an omitted body has %d bytes", len(r.body))
+	}
+	omitted := r.header.Get(core.HeaderBodyOmitted)
+	if !strings.Contains(omitted, "size=5000") || !strings.Contains(omitted, "sha256=") {
+		t.Fatalf("%s = %q", core.HeaderBodyOmitted, omitted)
+	}
+	s.wantRuns(1)
+}
+
+func testScope(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{})
+	alice := s.do(http.MethodPost, "/orders", order, key, "scope-1", hdrUser, "alice")
+	bob := s.do(http.MethodPost, "/orders", order, key, "scope-1", hdrUser, "bob")
+	wantNotReplay(t, bob)
+	wantReplayOf(t, s.do(http.MethodPost, "/orders", order, key, "scope-1", hdrUser, "alice"), alice)
+	wantReplayOf(t, s.do(http.MethodPost, "/orders", order, key, "scope-1", hdrUser, "bob"), bob)
+	s.wantRuns(2)
+}
+
+// downStore fails every call, as a store whose backend is unreachable.
+type downStore struct{}
+
+var errDown = errors.New("idemtest: store down")
+
+func (downStore) Acquire(context.Context, string, time.Duration) ([]byte, string, error) {
+	return nil, "", errDown
+}
+func (downStore) Complete(context.Context, string, string, []byte, time.Duration) error {
+	return errDown
+}
+func (downStore) Release(context.Context, string, string) error { return errDown }
+func (downStore) Refresh(context.Context, string, string, time.Duration) error {
+	return errDown
+}
+
+func testStoreFailOpen(t *testing.T, h *harness) {
+	var mu sync.Mutex
+	var outcomes []core.Outcome
+	s := h.start(t, core.Config{Store: downStore{}, Observer: func(e core.Event) {
+		mu.Lock()
+		outcomes = append(outcomes, e.Outcome)
+		mu.Unlock()
+	}})
+	for range 2 {
+		wantStatus(t, s.do(http.MethodPost, "/orders", order, key, "down-1"), http.StatusCreated)
+	}
+	s.wantRuns(2) // unprotected, as fail-open means
+	mu.Lock()
+	defer mu.Unlock()
+	if len(outcomes) != 2 || outcomes[0] != core.OutcomeStoreError || outcomes[1] != core.OutcomeStoreError {
+		t.Fatalf("outcomes %v, want two store errors", outcomes)
+	}
+}
+
+func testStoreFailClosed(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{Store: downStore{}, FailClosed: true})
+	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "down-2"), http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
+	s.wantRuns(0)
+	// A request without a key does not need the store.
+	wantStatus(t, s.do(http.MethodPost, "/orders", order), http.StatusCreated)
+}
+
+const duplicates = 200
+
+func testConcurrentDuplicates(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{})
+	results := concurrently(t, s, duplicates, "dup-1", "50")
+	s.wantRuns(1)
+	firsts, conflicts := 0, 0
+	var first response
+	for _, r := range results {
+		if r.status == http.StatusCreated && r.header.Get(core.HeaderReplay) == "" {
+			firsts++
+			first = r
+		}
+	}
+	if firsts != 1 {
+		t.Fatalf("%d first responses among %d duplicates, want 1", firsts, duplicates)
+	}
+	for _, r := range results {
+		switch {
+		case r.status == http.StatusConflict:
+			wantProblem(t, r, http.StatusConflict, core.ProblemKeyInFlight)
+			conflicts++
+		case r.header.Get(core.HeaderReplay) != "":
+			wantReplayOf(t, r, first)
+		}
+	}
+	t.Logf("%d duplicates: 1 run, %d conflicts, %d replays", duplicates, conflicts, duplicates-1-conflicts)
+}
+
+func testConcurrentDuplicatesWait(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{Wait: 20 * time.Second})
+	results := concurrently(t, s, duplicates, "dup-2", "100")
+	s.wantRuns(1)
+	for _, r := range results {
+		if r.status != http.StatusCreated || !bytes.Equal(r.body, results[0].body) {
+			t.Fatalf("in wait mode got %d %s, want every response to be 201 %s", r.status, r.body, results[0].body)
+		}
+	}
+}
+
+// concurrently sends n identical requests at once.
+func concurrently(t *testing.T, s *server, n int, k, delayMs string) []response {
+	t.Helper()
+	results := make([]response, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			r, err := s.try(http.MethodPost, "/orders", order, key, k, hdrDelay, delayMs)
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+			}
+			results[i] = r
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return results
+}

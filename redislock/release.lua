@@ -1,0 +1,7 @@
+-- release: drop the lock without storing, fenced by the owner token.
+-- KEYS[1] lock key; ARGV[1] owner token
+-- Returns 1, or 0 if the token no longer owns the lock.
+if redis.call("GET", KEYS[1]) ~= ARGV[1] then
+	return 0
+end
+return redis.call("DEL", KEYS[1])
