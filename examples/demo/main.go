@@ -1,0 +1,244 @@
+// Command demo drives an example server as a client would and prints a
+// readable transcript: a first request, its replay, a changed body (422),
+// a bad key (400), a failing handler (500, not stored), and 30 concurrent
+// duplicates that create one order. It exits 1 if the server does not
+// behave so.
+//
+//	demo -exec ./bin/server-gin     # start the server on a free port, drive it, stop it
+//	demo -url http://127.0.0.1:8080 # drive a running server
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	execPath := flag.String("exec", "", "server binary to start on a free port and stop afterwards")
+	baseURL := flag.String("url", "http://127.0.0.1:8080", "base URL of a running server (without -exec)")
+	flag.Parse()
+	if *execPath != "" {
+		stop, url, err := start(*execPath)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+			os.Exit(1)
+		}
+		defer stop()
+		*baseURL = url
+	}
+	d := &demo{url: *baseURL, client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	if err := d.waitReady(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+	d.run()
+	if d.failed {
+		fmt.Println("\nFAIL: the server did not behave as the contract says")
+		defer os.Exit(1)
+		return
+	}
+	fmt.Println("\nOK: every step behaved as the contract says")
+}
+
+// start runs the server binary on a free loopback port.
+func start(path string) (stop func(), url string, err error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(path)
+	cmd.Env = append(os.Environ(), "ADDR="+addr)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }() //nolint:errcheck
+	stop = func() {
+		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill() //nolint:errcheck
+			<-done
+		}
+		if os.Getenv("DEMO_SERVER_LOG") != "" {
+			fmt.Printf("\n--- server log ---\n%s", logs.String())
+		}
+	}
+	fmt.Printf("started %s on %s\n", path, addr)
+	return stop, "http://" + addr, nil
+}
+
+type demo struct {
+	url    string
+	client *http.Client
+	failed bool
+}
+
+type result struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (d *demo) waitReady() error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := d.client.Get(d.url + "/orders"); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("server at %s not ready after 30s", d.url)
+}
+
+func (d *demo) post(key, user, body string) result {
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, d.url+"/orders", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-User-ID", user)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return result{body: err.Error()}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return result{status: resp.StatusCode, header: resp.Header, body: strings.TrimSpace(string(b))}
+}
+
+func (d *demo) count() int {
+	resp, err := d.client.Get(d.url + "/orders")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var l struct{ Count int }
+	json.NewDecoder(resp.Body).Decode(&l) //nolint:errcheck
+	return l.Count
+}
+
+func (d *demo) check(ok bool, what string) {
+	mark := "ok  "
+	if !ok {
+		mark, d.failed = "FAIL", true
+	}
+	fmt.Printf("  [%s] %s\n", mark, what)
+}
+
+func show(r result) {
+	fmt.Printf("  <- %d %s", r.status, http.StatusText(r.status))
+	for _, h := range []string{"Location", "X-Idempotency-Replay", "Retry-After", "Content-Type"} {
+		if v := r.header.Get(h); v != "" {
+			fmt.Printf("  %s: %s", h, v)
+		}
+	}
+	fmt.Printf("\n     %s\n", r.body)
+}
+
+func newKey() string {
+	var b [16]byte
+	rand.Read(b[:]) //nolint:errcheck
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+func (d *demo) run() {
+	user := "alice"
+	key := newKey()
+	before := d.count()
+	order := `{"item": "book", "qty": 2}`
+
+	fmt.Printf("\n1. First request: POST /orders, Idempotency-Key: %s\n", key)
+	first := d.post(key, user, order)
+	show(first)
+	d.check(first.status == http.StatusCreated && first.header.Get("X-Idempotency-Replay") == "", "201 Created, the handler ran")
+
+	fmt.Println("\n2. The client retries with the same key (a lost response, a timeout)")
+	replay := d.post(key, user, order)
+	show(replay)
+	d.check(replay.status == http.StatusCreated && replay.body == first.body && replay.header.Get("X-Idempotency-Replay") == "true",
+		"the same 201 and body, replayed (X-Idempotency-Replay: true), no second order")
+
+	fmt.Println("\n3. The same key with a different body (qty 3)")
+	changed := d.post(key, user, `{"item": "book", "qty": 3}`)
+	show(changed)
+	d.check(changed.status == http.StatusUnprocessableEntity, "422: a key is bound to one request")
+
+	fmt.Println("\n4. The same key from another user")
+	bob := d.post(key, "bob", order)
+	show(bob)
+	d.check(bob.status == http.StatusCreated && bob.header.Get("X-Idempotency-Replay") == "", "201: keys are scoped per user, bob's order is his own")
+
+	fmt.Println("\n5. A malformed key (300 characters)")
+	bad := d.post(strings.Repeat("k", 300), user, order)
+	show(bad)
+	d.check(bad.status == http.StatusBadRequest, "400 problem+json, the handler did not run")
+
+	fmt.Println("\n6. The handler fails (item \"boom\"): 500 is not stored, a retry runs again")
+	boomKey := newKey()
+	boom1 := d.post(boomKey, user, `{"item": "boom", "qty": 1}`)
+	boom2 := d.post(boomKey, user, `{"item": "boom", "qty": 1}`)
+	show(boom2)
+	d.check(boom1.status == http.StatusInternalServerError && boom2.status == http.StatusInternalServerError &&
+		boom2.header.Get("X-Idempotency-Replay") == "", "both 500, neither replayed")
+
+	fmt.Println("\n7. 30 concurrent duplicates of a slow request (delay_ms 300)")
+	dupKey := newKey()
+	const n = 30
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = d.post(dupKey, user, `{"item": "pen", "qty": 1, "delay_ms": 300}`)
+		}()
+	}
+	wg.Wait()
+	counts := map[string]int{}
+	var created string
+	for _, r := range results {
+		switch {
+		case r.status == http.StatusCreated && r.header.Get("X-Idempotency-Replay") == "":
+			counts["201 first"]++
+			created = r.body
+		case r.status == http.StatusCreated:
+			counts["201 replay"]++
+		case r.status == http.StatusConflict:
+			counts["409 in flight"]++
+		default:
+			counts[fmt.Sprintf("%d other", r.status)]++
+		}
+	}
+	fmt.Printf("  <- %v\n", counts)
+	d.check(counts["201 first"] == 1 && counts["201 first"]+counts["201 replay"]+counts["409 in flight"] == n,
+		"one 201 from the handler, every other a 409 (Retry-After) or the replay")
+	after := d.post(dupKey, user, `{"item": "pen", "qty": 1, "delay_ms": 300}`)
+	d.check(after.body == created && after.header.Get("X-Idempotency-Replay") == "true", "a retry after the first finished gets the replay")
+
+	fmt.Println("\n8. GET /orders: what was really created")
+	got := d.count() - before
+	fmt.Printf("  <- %d new orders\n", got)
+	d.check(got == 3, "3 orders: alice's book, bob's book, one pen; no duplicates")
+}

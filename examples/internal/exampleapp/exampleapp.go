@@ -1,0 +1,78 @@
+// Package exampleapp is the set-up the example servers share: the address,
+// the store (memory, or Redis when REDIS_URL is set), the idem Engine scoped
+// per user, and the order service.
+package exampleapp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/examples/internal/orders"
+	"github.com/idem-go/idem/redislock"
+)
+
+// UserHeader carries the user a request acts for: a stand-in for real
+// authentication, and the scope of idempotency keys.
+const UserHeader = "X-User-ID"
+
+// App is what an example server needs.
+type App struct {
+	Addr   string         // $ADDR, default 127.0.0.1:8080
+	Engine *core.Engine   // scoped per user (UserHeader)
+	Orders *orders.Service
+	Logger *slog.Logger
+	rdb    redis.UniversalClient
+}
+
+// Setup reads the environment and builds the App.
+func Setup() (*App, error) {
+	a := &App{Addr: os.Getenv("ADDR"), Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+	if a.Addr == "" {
+		a.Addr = "127.0.0.1:8080"
+	}
+	cfg := core.Config{
+		Scope:    func(r *core.Request) string { return r.Header.Get(UserHeader) },
+		Observer: core.SlogObserver(a.Logger),
+	}
+	if url := os.Getenv("REDIS_URL"); url != "" {
+		rdb, err := redislock.NewClient(url)
+		if err != nil {
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+		if err := rdb.Ping(context.Background()).Err(); err != nil {
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+		a.rdb = rdb
+		cfg.Store = redislock.New(rdb, nil)
+		a.Logger.Info("store: redis", "url", url)
+	} else {
+		a.Logger.Info("store: memory (set REDIS_URL to share keys between instances)")
+	}
+	eng, err := core.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a.Engine = eng
+	a.Orders = orders.NewService(a.rdb)
+	return a, nil
+}
+
+// Close releases the Redis client, if any.
+func (a *App) Close() error {
+	if a.rdb != nil {
+		return a.rdb.Close()
+	}
+	return nil
+}
+
+// SignalContext is cancelled on SIGINT or SIGTERM, for a graceful shutdown.
+func SignalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}

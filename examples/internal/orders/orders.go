@@ -1,0 +1,142 @@
+// Package orders is the small order API that every example server exposes,
+// whatever its framework: the business logic behind the handlers, kept in
+// one place so that the examples behave the same and differ only in how
+// each framework wires idem in.
+package orders
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// CreateRequest is the body of POST /orders.
+type CreateRequest struct {
+	Item    string `json:"item"`
+	Qty     int    `json:"qty"`
+	DelayMS int    `json:"delay_ms,omitempty"` // sleep first, to show in-flight duplicates
+}
+
+// Order is a created order.
+type Order struct {
+	ID   string `json:"id"`
+	Item string `json:"item"`
+	Qty  int    `json:"qty"`
+}
+
+// List is the body of GET /orders.
+type List struct {
+	Count  int     `json:"count"`
+	Orders []Order `json:"orders"`
+}
+
+// Error is the body of the handlers' own errors (400, 500): not a problem
+// document, so that a client can tell the application's errors from idem's.
+type Error struct {
+	Error string `json:"error"`
+}
+
+// ErrInvalid is a request the handler refuses with 400; ErrBoom is the
+// simulated failure (item "boom") it answers with 500.
+var (
+	ErrInvalid = errors.New("invalid order")
+	ErrBoom    = errors.New("the order service failed (item \"boom\")")
+)
+
+// Service creates and lists orders, in memory or, when several instances
+// share a Redis, in Redis, so that GET /orders on any instance shows what
+// was really created.
+type Service struct {
+	rdb redis.UniversalClient // nil: in memory
+	mu  sync.Mutex
+	mem []Order
+}
+
+// NewService returns a Service on rdb, or in memory if rdb is nil.
+func NewService(rdb redis.UniversalClient) *Service { return &Service{rdb: rdb} }
+
+const (
+	redisList = "idem-example:orders"
+	redisSeq  = "idem-example:order-seq"
+)
+
+// Decode parses a POST /orders body; broken JSON or qty <= 0 is ErrInvalid.
+func Decode(body []byte) (CreateRequest, error) {
+	var req CreateRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return req, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return req, req.Validate()
+}
+
+// Validate checks a request that a framework's binder has decoded.
+func (r CreateRequest) Validate() error {
+	switch {
+	case r.Item == "":
+		return fmt.Errorf("%w: item is required", ErrInvalid)
+	case r.Qty <= 0:
+		return fmt.Errorf("%w: qty must be positive", ErrInvalid)
+	}
+	return nil
+}
+
+// Create runs the side effect that must happen once per key: it creates
+// the order. It sleeps DelayMS first and fails with ErrBoom for "boom".
+func (s *Service) Create(ctx context.Context, req CreateRequest) (Order, error) {
+	if req.DelayMS > 0 {
+		select {
+		case <-time.After(time.Duration(req.DelayMS) * time.Millisecond):
+		case <-ctx.Done():
+			return Order{}, ctx.Err()
+		}
+	}
+	if req.Item == "boom" {
+		return Order{}, ErrBoom
+	}
+	o := Order{Item: req.Item, Qty: req.Qty}
+	if s.rdb == nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		o.ID = "ord_" + strconv.Itoa(len(s.mem)+1)
+		s.mem = append(s.mem, o)
+		return o, nil
+	}
+	n, err := s.rdb.Incr(ctx, redisSeq).Result()
+	if err != nil {
+		return Order{}, err
+	}
+	o.ID = "ord_" + strconv.FormatInt(n, 10)
+	b, _ := json.Marshal(o)
+	if err := s.rdb.RPush(ctx, redisList, b).Err(); err != nil {
+		return Order{}, err
+	}
+	return o, nil
+}
+
+// List returns every order created so far.
+func (s *Service) List(ctx context.Context) (List, error) {
+	if s.rdb == nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return List{Count: len(s.mem), Orders: append([]Order{}, s.mem...)}, nil
+	}
+	raw, err := s.rdb.LRange(ctx, redisList, 0, -1).Result()
+	if err != nil {
+		return List{}, err
+	}
+	l := List{Count: len(raw), Orders: make([]Order, 0, len(raw))}
+	for _, r := range raw {
+		var o Order
+		if err := json.Unmarshal([]byte(r), &o); err != nil {
+			return List{}, err
+		}
+		l.Orders = append(l.Orders, o)
+	}
+	return l, nil
+}

@@ -1,0 +1,97 @@
+// Command nethttp is the order API of the examples on net/http's ServeMux,
+// protected by idem's net/http middleware.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"net/http"
+
+	"github.com/idem-go/idem/examples/internal/exampleapp"
+	"github.com/idem-go/idem/examples/internal/orders"
+)
+
+func main() {
+	app, err := exampleapp.Setup()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer app.Close()
+
+	h := &handlers{svc: app.Orders}
+	mux := http.NewServeMux()
+	// The middleware sits inside the mux, per route, so that it sees the
+	// route template (r.Pattern).
+	mux.Handle("POST /orders", app.Engine.Middleware(http.HandlerFunc(h.create)))
+	mux.HandleFunc("GET /orders", h.list)
+
+	srv := &http.Server{Addr: app.Addr, Handler: mux}
+	ctx, stop := exampleapp.SignalContext()
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		srv.Shutdown(ctx) //nolint:errcheck
+	}()
+	app.Logger.Info("listening", "addr", app.Addr, "framework", "net/http")
+	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		log.Fatal(err)
+	}
+}
+
+type handlers struct{ svc *orders.Service }
+
+// create godoc
+//
+//	@Summary	Create an order
+//	@Tags		orders
+//	@Accept		json
+//	@Produce	json
+//	@Param		X-User-ID	header		string					false	"user the request acts for"
+//	@Param		order		body		orders.CreateRequest	true	"the order"
+//	@Success	201			{object}	orders.Order
+//	@Failure	400			{object}	orders.Error
+//	@Failure	500			{object}	orders.Error
+//	@Router		/orders [post]
+func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, orders.Error{Error: err.Error()})
+		return
+	}
+	req, err := orders.Decode(body)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, orders.Error{Error: err.Error()})
+		return
+	}
+	o, err := h.svc.Create(r.Context(), req)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, orders.Error{Error: err.Error()})
+		return
+	}
+	w.Header().Set("Location", "/orders/"+o.ID)
+	writeJSON(w, http.StatusCreated, o)
+}
+
+// list godoc
+//
+//	@Summary	List the orders really created
+//	@Tags		orders
+//	@Produce	json
+//	@Success	200	{object}	orders.List
+//	@Router		/orders [get]
+func (h *handlers) list(w http.ResponseWriter, r *http.Request) {
+	l, err := h.svc.List(r.Context())
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, orders.Error{Error: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, l)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v) //nolint:errcheck
+}
