@@ -1,0 +1,425 @@
+package swagger
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"text/template"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/idem-go/idem/core"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// ginRoutes are the routes a Gin adapter would report for its middleware:
+// full paths, Gin syntax. POST /api/v1/reports is not among them.
+var ginRoutes = []Operation{
+	{Method: "POST", Path: "/api/v1/orders"},
+	{Method: "PUT", Path: "/api/v1/orders/:orderID"},
+	{Method: "DELETE", Path: "/api/v1/orders/:orderID"},
+	{Method: "GET", Path: "/api/v1/orders"}, // listed, but GET is not covered
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from %s (go test -update rewrites it):\n%s", name, path, got)
+	}
+}
+
+func TestInjectGolden(t *testing.T) {
+	t.Parallel()
+	required := OptionsFor(core.Config{Required: true, MaxKeyLength: 64, KeyHeader: "Idempotency-Key",
+		Methods: core.DefaultMethods}, ginRoutes...)
+	for _, tc := range []struct {
+		in   string
+		opts Options
+	}{
+		{"swagger.json", required},
+		{"swagger.yaml", required},
+		{"openapi.json", Options{}},
+		{"openapi.yaml", Options{}},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			t.Parallel()
+			in, err := os.ReadFile(filepath.Join("testdata", tc.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := Inject(in, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, tc.in, out)
+			again, err := Inject(out, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(again, out) {
+				t.Errorf("a second run changed the document:\n%s", again)
+			}
+		})
+	}
+}
+
+// docTemplate returns the docTemplate constant of testdata/docs/docs.go,
+// a docs.go as swag init v1.16 writes it.
+func docTemplate(t *testing.T) string {
+	t.Helper()
+	src, err := os.ReadFile("testdata/docs/docs.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, tmpl, _ := strings.Cut(string(src), "const docTemplate = `")
+	tmpl, _, _ = strings.Cut(tmpl, "`")
+	return tmpl
+}
+
+// render executes a swag template as swag.ReadDoc does.
+func render(t *testing.T, tmpl string) map[string]any {
+	t.Helper()
+	tpl, err := template.New("swagger").Funcs(template.FuncMap{
+		"marshal": func(v any) string { b, _ := json.Marshal(v); return string(b) },
+		"escape":  func(v any) string { return strings.ReplaceAll(v.(string), `"`, `\"`) },
+	}).Parse(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	err = tpl.Execute(&buf, map[string]any{"Schemes": []string{"https"}, "Title": "Orders API",
+		"Description": `An "order" API`, "Version": "1.0", "Host": "localhost", "BasePath": "/api/v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatalf("rendered template: %v\n%s", err, buf.Bytes())
+	}
+	return doc
+}
+
+func TestInjectTemplate(t *testing.T) {
+	t.Parallel()
+	tmpl := docTemplate(t)
+	opts := OptionsFor(core.Config{Required: true, MaxKeyLength: 64, KeyHeader: "Idempotency-Key",
+		Methods: core.DefaultMethods}, ginRoutes...)
+	opts.BasePath = "/api/v1" // docs.SwaggerInfo.BasePath
+	out, err := InjectTemplate(tmpl, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "docTemplate", []byte(out))
+	for _, action := range []string{`"schemes": {{ marshal .Schemes }},`, `"{{escape .Description}}"`,
+		`"{{.Title}}"`, `"{{.Version}}"`, `"{{.Host}}"`, `"{{.BasePath}}"`} {
+		if !strings.Contains(out, action) {
+			t.Errorf("template action %s lost", action)
+		}
+	}
+	again, err := InjectTemplate(out, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != out {
+		t.Error("a second run changed the template")
+	}
+	doc := render(t, out)
+	if s := doc["schemes"].([]any); len(s) != 1 || s[0] != "https" {
+		t.Errorf("schemes = %v", s)
+	}
+	post := doc["paths"].(map[string]any)["/orders"].(map[string]any)["post"].(map[string]any)
+	if !hasKeyParam(post) {
+		t.Error("rendered template: POST /orders has no key parameter")
+	}
+}
+
+func TestInjectTemplateUntouched(t *testing.T) {
+	t.Parallel()
+	tmpl := docTemplate(t)
+	out, err := InjectTemplate(tmpl, Options{Operations: []Operation{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != tmpl {
+		t.Errorf("a template with no covered operation changed:\n%s", out)
+	}
+}
+
+// operations decodes a document's paths: path → method → operation.
+func operations(t *testing.T, doc []byte) map[string]map[string]map[string]any {
+	t.Helper()
+	var d struct {
+		Paths map[string]map[string]any
+	}
+	if err := yaml.Unmarshal(doc, &d); err != nil {
+		t.Fatal(err)
+	}
+	paths := make(map[string]map[string]map[string]any)
+	for p, item := range d.Paths {
+		paths[p] = make(map[string]map[string]any)
+		for m, op := range item {
+			if op, ok := op.(map[string]any); ok {
+				paths[p][m] = op
+			}
+		}
+	}
+	return paths
+}
+
+func keyParams(op map[string]any) int {
+	n := 0
+	params, _ := op["parameters"].([]any)
+	for _, p := range params {
+		p, _ := p.(map[string]any)
+		if p["in"] == "header" && strings.EqualFold(p["name"].(string), "Idempotency-Key") {
+			n++
+		}
+	}
+	return n
+}
+
+func hasKeyParam(op map[string]any) bool { return keyParams(op) > 0 }
+
+func TestOperationFilter(t *testing.T) {
+	t.Parallel()
+	doc := []byte(`{"swagger": "2.0", "basePath": "/api", "paths": {
+		"/orders": {"get": {"responses": {"200": {"description": "OK"}}},
+		            "post": {"responses": {"201": {"description": "Created"}}}},
+		"/reports": {"post": {"responses": {"201": {"description": "Created"}}}}}}`)
+	for _, tc := range []struct {
+		name string
+		ops  []Operation
+	}{
+		{"full path", []Operation{{"POST", "/api/orders"}}},
+		{"lower-case method", []Operation{{"post", "/api/orders/"}}},
+		{"any method", []Operation{{"", "/api/orders"}}},
+		{"ServeMux pattern", []Operation{must(ParseOperation("POST example.com/api/orders/{$}"))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := Inject(doc, Options{Operations: tc.ops})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ops := operations(t, out)
+			if !hasKeyParam(ops["/orders"]["post"]) {
+				t.Error("covered POST /orders has no key parameter")
+			}
+			if _, ok := ops["/orders"]["get"]["parameters"]; ok {
+				t.Error("GET /orders was changed")
+			}
+			if len(ops["/orders"]["get"]["responses"].(map[string]any)) != 1 {
+				t.Error("GET /orders responses changed")
+			}
+			if _, ok := ops["/reports"]["post"]["parameters"]; ok {
+				t.Error("POST /reports, not in the list, was changed")
+			}
+		})
+	}
+
+	// Without a list, every operation of a covered method is covered.
+	out, err := Inject(doc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := operations(t, out)
+	if !hasKeyParam(ops["/orders"]["post"]) || !hasKeyParam(ops["/reports"]["post"]) || hasKeyParam(ops["/orders"]["get"]) {
+		t.Errorf("without Operations:\n%s", out)
+	}
+}
+
+func must(op Operation, err error) Operation {
+	if err != nil {
+		panic(err)
+	}
+	return op
+}
+
+func TestHandWritten(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, doc string
+	}{
+		{"swag annotation", `{"swagger": "2.0", "paths": {"/o": {"post": {
+			"parameters": [{"type": "string", "description": "mine", "name": "idempotency-KEY", "in": "header"}],
+			"responses": {"201": {"description": "Created"}}}}}}`},
+		{"path-level parameter", `{"swagger": "2.0", "paths": {"/o": {
+			"parameters": [{"type": "string", "description": "mine", "name": "Idempotency-Key", "in": "header"}],
+			"post": {"responses": {"201": {"description": "Created"}}}}}}`},
+		{"$ref parameter", `{"openapi": "3.1.0", "paths": {"/o": {"post": {
+			"parameters": [{"$ref": "#/components/parameters/Key"}],
+			"responses": {"201": {"description": "Created"}}}}},
+			"components": {"parameters": {"Key": {"name": "Idempotency-Key", "in": "header", "description": "mine"}}}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := Inject([]byte(tc.doc), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			op := operations(t, out)["/o"]["post"]
+			if n := keyParams(op); n > 1 || tc.name == "swag annotation" && n != 1 {
+				t.Errorf("%d key parameters:\n%s", n, out)
+			}
+			if strings.Count(string(out), "Idempotency key:") != 0 {
+				t.Errorf("a second key parameter was added:\n%s", out)
+			}
+			// The responses are still added.
+			for _, code := range []string{"400", "409", "422"} {
+				if _, ok := op["responses"].(map[string]any)[code]; !ok {
+					t.Errorf("no %s response", code)
+				}
+			}
+		})
+	}
+}
+
+func TestHandWrittenResponsesKept(t *testing.T) {
+	t.Parallel()
+	doc := `{"swagger": "2.0", "paths": {"/o": {"post": {"responses": {
+		"201": {"description": "Created", "headers": {"x-idempotency-replay": {"type": "string", "description": "mine"}}},
+		"400": {"description": "mine 400"}, "409": {"description": "mine 409"}, "422": {"description": "mine 422"}}}}}}`
+	out, err := Inject([]byte(doc), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := operations(t, out)["/o"]["post"]["responses"].(map[string]any)
+	for _, code := range []string{"400", "409", "422"} {
+		if d := resp[code].(map[string]any)["description"]; d != "mine "+code {
+			t.Errorf("%s: description %q", code, d)
+		}
+	}
+	if h := resp["201"].(map[string]any)["headers"].(map[string]any); len(h) != 1 {
+		t.Errorf("201 headers: %v", h)
+	}
+	if strings.Contains(string(out), ProblemSchema) {
+		t.Errorf("%s added though no response uses it:\n%s", ProblemSchema, out)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	t.Parallel()
+	eng, err := core.New(core.Config{Required: true, KeyHeader: "X-Request-Key", MaxKeyLength: 40, Methods: []string{"POST"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := `{"openapi": "3.0.0", "paths": {"/o": {"post": {"responses": {}}, "put": {"responses": {}}}}}`
+	out, err := Inject([]byte(doc), OptionsFor(eng.Config()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := operations(t, out)["/o"]
+	if _, ok := ops["put"]["parameters"]; ok {
+		t.Error("PUT is not covered by the engine but was changed")
+	}
+	p := ops["post"]["parameters"].([]any)[0].(map[string]any)
+	schema := p["schema"].(map[string]any)
+	if p["name"] != "X-Request-Key" || p["required"] != true || schema["maxLength"] != 40 || schema["type"] != "string" {
+		t.Errorf("parameter %v", p)
+	}
+}
+
+func TestCompactJSON(t *testing.T) {
+	t.Parallel()
+	// As json.Marshal of a kin-openapi *openapi3.T writes it.
+	doc := `{"info":{"title":"t & <co>","version":"1"},"openapi":"3.0.3","paths":{"/o":{"post":{"responses":{"200":{"description":"OK"}}}}}}`
+	out, err := Inject([]byte(doc), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(out, []byte("\n")) || !bytes.Contains(out, []byte(`"t & <co>"`)) {
+		t.Errorf("compact JSON not kept compact and unescaped:\n%s", out)
+	}
+	if !json.Valid(out) {
+		t.Errorf("invalid JSON:\n%s", out)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	t.Parallel()
+	for _, doc := range []string{
+		``,
+		`{`,
+		`{"swagger": "2.0"} x`,
+		`[]`,
+		`{"info": {}}`,
+		`swagger: "1.2"`,
+		`{"swagger": "2.0", "paths": []}`,
+		`{"swagger": "2.0", "paths": {"/o": {"post": []}}}`,
+		`{"swagger": "2.0", "paths": {"/o": {"post": {"parameters": {}}}}}`,
+		`{"swagger": "2.0", "paths": {"/o": {"post": {"responses": []}}}}`,
+		"openapi: 3.0.0\npaths:\n  /o:\n    post: &op {responses: {}}\n    put: *op\n",
+		"a: [",
+	} {
+		if _, err := Inject([]byte(doc), Options{}); err == nil || !strings.HasPrefix(err.Error(), "swagger: ") {
+			t.Errorf("Inject(%q): err = %v", doc, err)
+		}
+	}
+	if _, err := InjectTemplate(`{"schemes": {{ marshal .Schemes }, "swagger": "2.0"}`, Options{}); err == nil {
+		t.Error("unterminated action: no error")
+	}
+}
+
+func TestNormalizePath(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"/orders":                   "/orders",
+		"/orders/:id":               "/orders/{id}",
+		"/orders/:id/items/:item":   "/orders/{id}/items/{item}",
+		"/orders/:id<int>?":         "/orders/{id}",
+		"/flights/:from-:to":        "/flights/{from}-{to}",
+		"/files/:name.:ext":         "/files/{name}.{ext}",
+		"/files/*path":              "/files/{path}",
+		"/files/*":                  "/files/{wildcard}",
+		"/files/+":                  "/files/{wildcard}",
+		"/files/*1":                 "/files/{wildcard}",
+		"/files/{path...}":          "/files/{path}",
+		"/orders/{$}":               "/orders/",
+		"/orders/{id:[0-9]{1,3}}":   "/orders/{id}",
+		"/orders/{id}":              "/orders/{id}",
+		"example.com/orders/{id}":   "/orders/{id}",
+		"/v1/things:batch":          "/v1/things:batch",
+		`/v1/\:literal`:             "/v1/:literal",
+		"orders":                    "/orders",
+		"/a/{unclosed":              "/a/{unclosed",
+		"/a/:":                      "/a/:",
+		"/api/v1/orders/:orderID/x": "/api/v1/orders/{orderID}/x",
+	} {
+		if got := NormalizePath(in); got != want {
+			t.Errorf("NormalizePath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseOperation(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]Operation{
+		"POST /orders":  {"POST", "/orders"},
+		"post\t/orders": {"POST", "/orders"},
+		"/orders":       {"", "/orders"},
+	} {
+		if got, err := ParseOperation(in); err != nil || got != want {
+			t.Errorf("ParseOperation(%q) = %v, %v", in, got, err)
+		}
+	}
+	for _, in := range []string{"", "POST /a /b"} {
+		if _, err := ParseOperation(in); err == nil {
+			t.Errorf("ParseOperation(%q): no error", in)
+		}
+	}
+}
