@@ -1,0 +1,119 @@
+// Package redislock is the Redis store of idem: a core.Store that lets many
+// API instances behind a load balancer share one Redis (a single node,
+// Sentinel or Cluster), so that a request's handler runs exactly once
+// whichever instance each duplicate reaches.
+//
+//	client, err := redislock.NewClient(os.Getenv("REDIS_URL"))
+//	if err != nil { … }
+//	defer client.Close()
+//	eng, err := core.New(core.Config{Store: redislock.New(client, nil)})
+//
+// # Key layout
+//
+// The Engine hands the store a key that is already the SHA-256 (64 hex
+// digits) of scope, client key and optionally route, so no client key can
+// change the layout or reach another scope. Each request has two keys:
+//
+//	<prefix>:{<id>}        the record: the stored response (record format of core.Record)
+//	<prefix>-lock:{<id>}   the lock: the owner token of the request running the handler
+//
+// The prefix is "idempotency" unless Options.Prefix says otherwise. The
+// {<id>} part is a Redis Cluster hash tag: both keys of a request live in
+// one slot, which is what lets one script touch both on a Cluster. Keys that
+// would break the tag (empty, or holding a brace) are refused with
+// ErrInvalidKey, prefixes holding a brace with ErrInvalidPrefix.
+//
+// # Scripts and round trips
+//
+// Four Lua scripts (embedded .lua files) do the work, each in one round
+// trip:
+//
+//	acquire.lua   GET the record; if there is none, SET the lock NX PX with a
+//	              new random token. Returns the record, "locked" or "in flight".
+//	complete.lua  if the lock still holds our token: SET the record PX ttl and
+//	              DEL the lock, atomically. Otherwise change nothing: ErrLockLost.
+//	release.lua   if the lock still holds our token, DEL it (5xx, panic, stream).
+//	refresh.lua   if the lock still holds our token, PEXPIRE it (long handlers).
+//
+// So a replay costs exactly one round trip, an in-flight conflict one, a
+// first request two (acquire before the handler, complete after it), plus
+// one refresh every LockTTL/3 while a long handler runs. A request without a
+// key costs none. The scripts run with EVALSHA; the first run of each
+// script on a Redis node whose script cache lacks it costs one more round
+// trip (NOSCRIPT, then EVAL, which also caches it), once per script per node
+// and again after a SCRIPT FLUSH or a failover to a node that never ran it.
+//
+// Completion is fenced by the token: a request whose lock expired, or was
+// taken over by a duplicate after it expired, gets core.ErrLockLost from
+// complete, release and refresh, and cannot overwrite the other request's
+// record nor drop its lock.
+//
+// # Why not bsm/redislock's Obtain
+//
+// bsm/redislock is the usual Redis lock for go-redis, and this store keeps
+// its conventions: the lock key holds nothing but a 16-byte random base64url
+// token, released and refreshed by the same get-compare-del and
+// get-compare-pexpire scripts. Its API cannot be used as such, though:
+//
+//   - Obtain locks one key: it cannot look at the response key in the same
+//     script, so a first request would cost a GET plus an Obtain (three round
+//     trips instead of two), and between the two a duplicate may complete
+//     and drop its lock, so that Obtain succeeds and the handler runs twice.
+//   - A Lock's Refresh and Release need a *Lock, which only Obtain creates:
+//     the Store has a key and a token (the core.Store contract hands nothing
+//     else between calls, possibly in another process), so it would have to
+//     Obtain again to get one: an extra round trip.
+//   - Obtain with Options.Token set, the one way to rebuild a Lock from a
+//     token, re-takes the key with SET NX when the lock has expired: used as
+//     a refresh it would let a request whose lock expired lock the key again
+//     after a duplicate had completed it, and overwrite that record. That
+//     breaks fencing.
+//
+// Hence the store's own scripts, and no import of bsm/redislock.
+//
+// # Waiting (Config.Wait)
+//
+// The Store does not implement core.Waiter: a request that waits for a
+// duplicate in flight is served by the Engine polling Acquire with
+// exponential backoff (10 ms doubling to 250 ms, bounded by Config.Wait),
+// one round trip per poll. Polling works the same on a single node,
+// Sentinel and Cluster, needs no connection held per waiting request (a
+// pub/sub subscription would hold one, on Cluster one per shard or a
+// sharded channel per key) and cannot miss a wake-up: a lock that expires
+// without anyone releasing it publishes nothing, while a poll sees it. The
+// cost is latency (up to one backoff step after the first request
+// completes) and a few round trips per waiting request, and waiting is the
+// rare path.
+//
+// # Failures
+//
+// Every Redis failure (connection refused, timeout, READONLY from a replica
+// after a failover, a script error, a wrong type at a key) is returned as an
+// error wrapping go-redis's, prefixed "redislock: <operation>:"; a stored
+// value that is not a record fails in the Engine with core.ErrCorruptRecord.
+// The Engine then applies its store-error policy: fail-open (the default)
+// runs the handler unprotected and reports core.OutcomeStoreError to the
+// Observer; Config.FailClosed answers 503 with Retry-After. The Store holds
+// no goroutines and no state besides the client's connection pool, so
+// protection resumes by itself as soon as Redis answers again.
+//
+// While Redis is down, go-redis's defaults retry each command (max_retries
+// 3, and 5 dial attempts 100 ms apart) before giving up, which delays the
+// policy by a second or two per request; lower max_retries and dial_timeout
+// in the URL to fail faster.
+//
+// # URLs
+//
+// NewClient turns one REDIS_URL into the right client:
+//
+//	redis://[user:password@]host:port[/db][?option=value&…]
+//	rediss://…                                      (TLS)
+//	unix://[user:password@]/path/to/redis.sock[?db=N]
+//	redis+cluster://host:port?addr=host2:port2&addr=host3:port3
+//	rediss+cluster://…                              (TLS)
+//	redis+sentinel://sentinel:26379[/db]?master_name=mymaster&addr=sentinel2:26379
+//	rediss+sentinel://…                             (TLS)
+//
+// with go-redis's query options (redis.ParseURL, redis.ParseClusterURL,
+// redis.ParseFailoverURL), such as protocol=2, pool_size, read_timeout.
+package redislock

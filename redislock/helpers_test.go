@@ -1,0 +1,217 @@
+package redislock_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/core"
+)
+
+// newMiniredis starts a miniredis and returns it with a client. miniredis
+// expires keys only when told to, so with clock set a goroutine moves its
+// time along with the real one (for the conformance suite's sleeps).
+func newMiniredis(t testing.TB, clock bool) (*miniredis.Miniredis, *redis.Client) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	// No retries: a test that stops Redis gets its errors at once.
+	c := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
+	if clock {
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			const step = 5 * time.Millisecond
+			tick := time.NewTicker(step)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					m.FastForward(step)
+				}
+			}
+		}()
+		t.Cleanup(func() { close(stop); <-done })
+	}
+	return m, c
+}
+
+// counter is a go-redis hook counting round trips: every command and every
+// pipeline is one. It can report the script each EVALSHA/EVAL runs.
+type counter struct {
+	n       atomic.Int64
+	mu      sync.Mutex
+	scripts []string // first argument of every EVALSHA/EVAL since Reset
+	onCmd   func(redis.Cmder)
+}
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			c.mu.Lock()
+			c.scripts = append(c.scripts, cmd.Args()[1].(string))
+			f := c.onCmd
+			c.mu.Unlock()
+			if f != nil {
+				f(cmd)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// take returns the round trips since the last call and resets the count.
+func (c *counter) take() int64 {
+	c.mu.Lock()
+	c.scripts = nil
+	c.mu.Unlock()
+	return c.n.Swap(0)
+}
+
+// app is an HTTP handler behind an Engine on a store, recording what ran.
+type app struct {
+	handler http.Handler
+	runs    atomic.Int64
+	events  chan core.Event
+	block   chan struct{} // if not nil, the handler waits for it to close
+	started chan struct{} // if not nil, receives when the handler starts
+}
+
+func newApp(t testing.TB, store core.Store, cfg core.Config) *app {
+	t.Helper()
+	a := &app{events: make(chan core.Event, 1024)}
+	cfg.Store = store
+	cfg.Observer = func(ev core.Event) {
+		select {
+		case a.events <- ev:
+		default:
+		}
+	}
+	eng, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := a.runs.Add(1)
+		if a.started != nil {
+			a.started <- struct{}{}
+		}
+		if a.block != nil {
+			<-a.block
+		}
+		if strings.Contains(r.URL.RawQuery, "fail") {
+			http.Error(w, "boom", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(`{"order":` + strconv.FormatInt(n, 10) + `}`))
+	})))
+	a.handler = mux
+	return a
+}
+
+// do sends one POST /orders with key ("" for none) and returns the response.
+func (a *app) do(key string) *httptest.ResponseRecorder {
+	return a.doPath("/orders", key)
+}
+
+func (a *app) doPath(path, key string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{"item":"book"}`))
+	r.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		r.Header.Set("Idempotency-Key", key)
+	}
+	w := httptest.NewRecorder()
+	a.handler.ServeHTTP(w, r)
+	return w
+}
+
+// event returns the next event the Engine reported.
+func (a *app) event(t testing.TB) core.Event {
+	t.Helper()
+	select {
+	case ev := <-a.events:
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event reported")
+		return core.Event{}
+	}
+}
+
+// drainEvents drops the events reported so far.
+func (a *app) drainEvents() {
+	for {
+		select {
+		case <-a.events:
+		default:
+			return
+		}
+	}
+}
+
+// blackhole listens on loopback and accepts connections that never answer,
+// for timeouts. It returns the address.
+func blackhole(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// testKey returns a fresh client key.
+func testKey(t testing.TB, n int) string {
+	return t.Name() + "-" + strconv.Itoa(n) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}

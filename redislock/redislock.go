@@ -1,0 +1,252 @@
+package redislock
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/core"
+)
+
+// DefaultPrefix is the key prefix of a Store made without Options.Prefix:
+// records live under "idempotency:{id}", locks under "idempotency-lock:{id}".
+const DefaultPrefix = "idempotency"
+
+// Errors of this package; Redis and network errors are wrapped as they come,
+// with a "redislock: <operation>:" prefix.
+var (
+	// ErrInvalidKey reports a store key that would break the key layout:
+	// empty, or holding a brace. The Engine never hands over such a key.
+	ErrInvalidKey = errors.New("redislock: invalid key")
+	// ErrInvalidPrefix reports an Options.Prefix holding a brace, which would
+	// move the Redis Cluster hash tag. Every method of such a Store returns it.
+	ErrInvalidPrefix = errors.New("redislock: invalid prefix")
+	// ErrUnexpectedReply reports a script reply of an unexpected type, such
+	// as when something else wrote to the store's keys.
+	ErrUnexpectedReply = errors.New("redislock: unexpected reply")
+	// ErrUnsupportedURL reports a URL scheme NewClient does not know.
+	ErrUnsupportedURL = errors.New("redislock: unsupported URL scheme")
+)
+
+var (
+	//go:embed acquire.lua
+	acquireLua    string
+	acquireScript = redis.NewScript(acquireLua)
+
+	//go:embed complete.lua
+	completeLua    string
+	completeScript = redis.NewScript(completeLua)
+
+	//go:embed release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(releaseLua)
+
+	//go:embed refresh.lua
+	refreshLua    string
+	refreshScript = redis.NewScript(refreshLua)
+)
+
+// Options configures a Store. A nil *Options means the defaults.
+type Options struct {
+	// Prefix starts both keys of a request: "<Prefix>:{id}" holds the
+	// record and "<Prefix>-lock:{id}" the lock. It must not hold a brace.
+	// Optional. Default: DefaultPrefix.
+	Prefix string
+}
+
+// Store is a core.Store on Redis: a single node, Sentinel (a failover
+// client) or Cluster. It is safe for concurrent use and holds no state of
+// its own besides its configuration, so any number of instances may share
+// one Redis.
+type Store struct {
+	client     redis.Scripter
+	respPrefix string // "<prefix>:{"
+	lockPrefix string // "<prefix>-lock:{"
+	err        error  // a configuration error every method returns
+}
+
+var _ core.Store = (*Store)(nil)
+
+// New returns a Store over client: a *redis.Client, *redis.ClusterClient,
+// failover client or any redis.UniversalClient (all of them implement
+// redis.Scripter, the only part the Store uses). opts may be nil.
+//
+// A bad configuration (a nil client, a prefix with a brace) is not a panic:
+// every method of the Store returns the error, which the Engine handles by
+// its store-error policy.
+func New(client redis.Scripter, opts *Options) *Store {
+	prefix := DefaultPrefix
+	if opts != nil && opts.Prefix != "" {
+		prefix = opts.Prefix
+	}
+	s := &Store{client: client, respPrefix: prefix + ":{", lockPrefix: prefix + "-lock:{"}
+	switch {
+	case client == nil:
+		s.err = errors.New("redislock: nil client")
+	case strings.ContainsAny(prefix, "{}"):
+		s.err = fmt.Errorf("%w %q: it may not hold a brace", ErrInvalidPrefix, prefix)
+	}
+	return s
+}
+
+// Keys returns the Redis keys of a store key: the response key, which holds
+// the record, and the lock key, which holds the owner token. Both carry the
+// store key as their hash tag, so they share a Redis Cluster slot.
+func (s *Store) Keys(key string) (response, lock string, err error) {
+	if s.err != nil {
+		return "", "", s.err
+	}
+	// An empty tag is no tag ("{}" hashes the whole key), and a brace would
+	// end or move it: either could split the two keys across slots.
+	if key == "" || strings.ContainsAny(key, "{}") {
+		return "", "", fmt.Errorf("%w %q", ErrInvalidKey, key)
+	}
+	return s.respPrefix + key + "}", s.lockPrefix + key + "}", nil
+}
+
+// Acquire implements core.Store with one script, one round trip: it returns
+// the record if there is one, else sets the lock key with SET NX PX.
+func (s *Store) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
+	resp, lock, err := s.Keys(key)
+	if err != nil {
+		return nil, "", err
+	}
+	token, err := newToken()
+	if err != nil {
+		return nil, "", err
+	}
+	res, err := acquireScript.Run(ctx, s.client, []string{resp, lock}, token, millis(lockTTL)).Result()
+	if err != nil {
+		return nil, "", fmt.Errorf("redislock: acquire: %w", err)
+	}
+	switch v := res.(type) {
+	case string:
+		return []byte(v), "", nil
+	case int64:
+		if v == 1 {
+			return nil, token, nil
+		}
+		return nil, "", core.ErrInFlight
+	}
+	return nil, "", fmt.Errorf("%w to acquire: %T", ErrUnexpectedReply, res)
+}
+
+// Complete implements core.Store with one script, one round trip: if token
+// still owns the lock, it stores record with its TTL and deletes the lock.
+func (s *Store) Complete(ctx context.Context, key, token string, record []byte, ttl time.Duration) error {
+	resp, lock, err := s.Keys(key)
+	if err != nil {
+		return err
+	}
+	return fenced("complete", completeScript.Run(ctx, s.client, []string{resp, lock}, token, record, millis(ttl)))
+}
+
+// Release implements core.Store with one script, one round trip: if token
+// still owns the lock, it deletes the lock.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	_, lock, err := s.Keys(key)
+	if err != nil {
+		return err
+	}
+	return fenced("release", releaseScript.Run(ctx, s.client, []string{lock}, token))
+}
+
+// Refresh implements core.Store with one script, one round trip: if token
+// still owns the lock, it sets the lock's TTL to lockTTL.
+func (s *Store) Refresh(ctx context.Context, key, token string, lockTTL time.Duration) error {
+	_, lock, err := s.Keys(key)
+	if err != nil {
+		return err
+	}
+	return fenced("refresh", refreshScript.Run(ctx, s.client, []string{lock}, token, millis(lockTTL)))
+}
+
+// fenced reads the reply of a script that checks the owner token first:
+// 1 is done, 0 is core.ErrLockLost.
+func fenced(op string, cmd *redis.Cmd) error {
+	n, err := cmd.Int64()
+	switch {
+	case err != nil:
+		return fmt.Errorf("redislock: %s: %w", op, err)
+	case n == 0:
+		return core.ErrLockLost
+	case n == 1:
+		return nil
+	}
+	return fmt.Errorf("%w to %s: %d", ErrUnexpectedReply, op, n)
+}
+
+// millis converts d to whole milliseconds for PX and PEXPIRE, rounding up:
+// Redis refuses a TTL of zero.
+func millis(d time.Duration) int64 {
+	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
+}
+
+// newToken returns a fresh owner token: 16 random bytes, base64url, as
+// bsm/redislock makes them.
+func newToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("redislock: token: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// NewClient returns a Redis client for redisURL, so that every program
+// configures Redis with one REDIS_URL. The scheme picks the client:
+//
+//	redis://[user:password@]host:port[/db][?option=value…]    one node (redis.NewClient)
+//	rediss://…                                                  the same over TLS
+//	unix://[user:password@]/path/to/redis.sock[?db=N&…]         one node over a Unix socket
+//	redis+cluster://[user:password@]host:port[?addr=host2:port2&addr=…]  Redis Cluster (redis.NewClusterClient)
+//	rediss+cluster://…                                          the same over TLS
+//	redis+sentinel://[user:password@]host:port[/db]?master_name=name[&addr=host2:port2…]
+//	                                                            Sentinel (redis.NewFailoverClient; the
+//	                                                            addresses are the sentinels')
+//	rediss+sentinel://…                                         the same over TLS
+//
+// The options are go-redis's (redis.ParseURL, redis.ParseClusterURL,
+// redis.ParseFailoverURL): dial_timeout, read_timeout, pool_size,
+// protocol and so on. The client connects lazily: NewClient does no I/O.
+// Close the client when done.
+func NewClient(redisURL string) (redis.UniversalClient, error) {
+	scheme, rest, ok := strings.Cut(redisURL, "://")
+	if !ok {
+		return nil, fmt.Errorf("%w: no scheme in the URL", ErrUnsupportedURL)
+	}
+	base, kind, _ := strings.Cut(scheme, "+")
+	if base != "redis" && base != "rediss" && !(base == "unix" && kind == "") {
+		return nil, fmt.Errorf("%w %q", ErrUnsupportedURL, scheme)
+	}
+	switch kind {
+	case "":
+		opt, err := redis.ParseURL(redisURL)
+		if err != nil {
+			return nil, fmt.Errorf("redislock: %w", err)
+		}
+		return redis.NewClient(opt), nil
+	case "cluster":
+		opt, err := redis.ParseClusterURL(base + "://" + rest)
+		if err != nil {
+			return nil, fmt.Errorf("redislock: %w", err)
+		}
+		return redis.NewClusterClient(opt), nil
+	case "sentinel":
+		opt, err := redis.ParseFailoverURL(base + "://" + rest)
+		if err != nil {
+			return nil, fmt.Errorf("redislock: %w", err)
+		}
+		if opt.MasterName == "" {
+			return nil, errors.New("redislock: a sentinel URL needs master_name")
+		}
+		return redis.NewFailoverClient(opt), nil
+	}
+	return nil, fmt.Errorf("%w %q", ErrUnsupportedURL, scheme)
+}

@@ -1,0 +1,458 @@
+package redislock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
+	"github.com/idem-go/idem/redislock"
+)
+
+func TestConformanceMiniredis(t *testing.T) {
+	_, c := newMiniredis(t, true)
+	idemtest.TestStore(t, func(*testing.T) core.Store { return redislock.New(c, nil) })
+}
+
+func TestKeys(t *testing.T) {
+	_, c := newMiniredis(t, false)
+	id := idemtest.Key(t)
+	tests := []struct {
+		prefix     string
+		resp, lock string
+	}{
+		{"", "idempotency:{" + id + "}", "idempotency-lock:{" + id + "}"},
+		{"app1:idem", "app1:idem:{" + id + "}", "app1:idem-lock:{" + id + "}"},
+	}
+	for _, tt := range tests {
+		resp, lock, err := redislock.New(c, &redislock.Options{Prefix: tt.prefix}).Keys(id)
+		if err != nil || resp != tt.resp || lock != tt.lock {
+			t.Errorf("prefix %q: Keys = %q, %q, %v; want %q, %q", tt.prefix, resp, lock, err, tt.resp, tt.lock)
+		}
+	}
+	s := redislock.New(c, nil)
+	for _, key := range []string{"", "a}b", "{x}", "}", "{"} {
+		if _, _, err := s.Keys(key); !errors.Is(err, redislock.ErrInvalidKey) {
+			t.Errorf("Keys(%q): err = %v, want ErrInvalidKey", key, err)
+		}
+		if _, _, err := s.Acquire(context.Background(), key, time.Minute); !errors.Is(err, redislock.ErrInvalidKey) {
+			t.Errorf("Acquire(%q): err = %v, want ErrInvalidKey", key, err)
+		}
+	}
+}
+
+func TestBadConfigIsAnError(t *testing.T) {
+	ctx := context.Background()
+	_, c := newMiniredis(t, false)
+	for _, s := range []*redislock.Store{
+		redislock.New(c, &redislock.Options{Prefix: "a{b"}),
+		redislock.New(c, &redislock.Options{Prefix: "a}"}),
+		redislock.New(nil, nil),
+	} {
+		key := idemtest.Key(t)
+		if _, _, err := s.Acquire(ctx, key, time.Minute); err == nil {
+			t.Error("Acquire: no error")
+		}
+		if err := s.Complete(ctx, key, "t", []byte("r"), time.Minute); err == nil || errors.Is(err, core.ErrLockLost) {
+			t.Errorf("Complete: err = %v, want the configuration error", err)
+		}
+		if err := s.Release(ctx, key, "t"); err == nil || errors.Is(err, core.ErrLockLost) {
+			t.Errorf("Release: err = %v, want the configuration error", err)
+		}
+		if err := s.Refresh(ctx, key, "t", time.Minute); err == nil || errors.Is(err, core.ErrLockLost) {
+			t.Errorf("Refresh: err = %v, want the configuration error", err)
+		}
+	}
+	_, _, err := redislock.New(c, &redislock.Options{Prefix: "{x}"}).Acquire(ctx, idemtest.Key(t), time.Minute)
+	if !errors.Is(err, redislock.ErrInvalidPrefix) {
+		t.Errorf("prefix with braces: err = %v, want ErrInvalidPrefix", err)
+	}
+}
+
+// TestTTLs checks the TTLs the scripts set, as Redis reports them.
+func TestTTLs(t *testing.T) {
+	ctx := context.Background()
+	m, c := newMiniredis(t, false)
+	s := redislock.New(c, nil)
+	key := idemtest.Key(t)
+	resp, lock, _ := s.Keys(key)
+
+	_, token, err := s.Acquire(ctx, key, 90*time.Second)
+	if err != nil || token == "" {
+		t.Fatalf("Acquire = %q, %v", token, err)
+	}
+	if got, _ := m.Get(lock); got != token {
+		t.Errorf("lock key holds %q, want the token %q", got, token)
+	}
+	if ttl := m.TTL(lock); ttl != 90*time.Second {
+		t.Errorf("lock TTL = %v, want 90s", ttl)
+	}
+	if err := s.Refresh(ctx, key, token, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := m.TTL(lock); ttl != 3*time.Minute {
+		t.Errorf("refreshed lock TTL = %v, want 3m", ttl)
+	}
+	if err := s.Complete(ctx, key, token, []byte("rec"), 72*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := m.TTL(resp); ttl != 72*time.Hour {
+		t.Errorf("record TTL = %v, want 72h", ttl)
+	}
+	if m.Exists(lock) {
+		t.Error("lock key still there after Complete")
+	}
+
+	// A TTL under a millisecond is rounded up: Redis refuses PX 0.
+	key = idemtest.Key(t)
+	if _, _, err := s.Acquire(ctx, key, time.Microsecond); err != nil {
+		t.Fatalf("Acquire with a 1µs TTL: %v", err)
+	}
+	if _, lock, _ := s.Keys(key); m.TTL(lock) != time.Millisecond {
+		t.Errorf("1µs lock TTL = %v, want 1ms", m.TTL(lock))
+	}
+}
+
+// TestRoundTrips counts Redis round trips per request through the Engine.
+func TestRoundTrips(t *testing.T) {
+	_, c := newMiniredis(t, false)
+	var cnt counter
+	c.AddHook(&cnt)
+	a := newApp(t, redislock.New(c, nil), core.Config{})
+
+	// Warm up: the first run of each script on a Redis is EVALSHA, NOSCRIPT,
+	// EVAL: one extra round trip, once per script per Redis node.
+	a.do(testKey(t, 0))
+	a.do(testKey(t, 0) + "-fail")
+	a.doPath("/orders?fail", testKey(t, 1))
+	cnt.take()
+
+	key := testKey(t, 2)
+	if w := a.do(key); w.Code != http.StatusCreated {
+		t.Fatalf("first request: %d", w.Code)
+	}
+	if n := cnt.take(); n != 2 {
+		t.Errorf("first request: %d round trips, want 2", n)
+	}
+	if w := a.do(key); w.Code != http.StatusCreated || w.Header().Get(core.HeaderReplay) != "true" {
+		t.Fatalf("replay: %d %v", w.Code, w.Header())
+	}
+	if n := cnt.take(); n != 1 {
+		t.Errorf("replay: %d round trips, want 1", n)
+	}
+	if w := a.do(""); w.Code != http.StatusCreated {
+		t.Fatalf("no key: %d", w.Code)
+	}
+	if n := cnt.take(); n != 0 {
+		t.Errorf("request without a key: %d round trips, want 0", n)
+	}
+	if w := a.doPath("/orders?fail", testKey(t, 3)); w.Code != http.StatusInternalServerError {
+		t.Fatalf("failing request: %d", w.Code)
+	}
+	if n := cnt.take(); n != 2 {
+		t.Errorf("5xx (acquire, release): %d round trips, want 2", n)
+	}
+
+	// In flight: the first request holds the lock while a duplicate comes.
+	a.block, a.started = make(chan struct{}), make(chan struct{}, 1)
+	key = testKey(t, 4)
+	first := make(chan int)
+	go func() { first <- a.do(key).Code }()
+	<-a.started
+	cnt.take()
+	if w := a.do(key); w.Code != http.StatusConflict || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("duplicate in flight: %d %v", w.Code, w.Header())
+	}
+	if n := cnt.take(); n != 1 {
+		t.Errorf("conflict: %d round trips, want 1", n)
+	}
+	close(a.block)
+	if code := <-first; code != http.StatusCreated {
+		t.Fatalf("first request: %d", code)
+	}
+}
+
+// TestLateCompletionFenced lets a lock expire under a running handler: a
+// duplicate takes the key over and completes, and the late completion of the
+// first request neither overwrites the record nor reports success.
+func TestLateCompletionFenced(t *testing.T) {
+	m, c := newMiniredis(t, false)
+	store := redislock.New(c, nil)
+	slow := newApp(t, store, core.Config{LockTTL: time.Minute})
+	slow.block, slow.started = make(chan struct{}), make(chan struct{}, 1)
+	fast := newApp(t, store, core.Config{LockTTL: time.Minute})
+	fast.runs.Store(100) // tell the two handlers' bodies apart
+
+	key := testKey(t, 0)
+	done := make(chan []byte)
+	go func() { done <- slow.do(key).Body.Bytes() }()
+	<-slow.started
+	m.FastForward(2 * time.Minute) // the slow request's lock expires
+
+	w := fast.do(key)
+	if w.Code != http.StatusCreated || w.Header().Get(core.HeaderReplay) != "" {
+		t.Fatalf("takeover: %d %v", w.Code, w.Header())
+	}
+	if ev := fast.event(t); ev.Outcome != core.OutcomeStored {
+		t.Fatalf("takeover outcome = %v (%v), want stored", ev.Outcome, ev.Err)
+	}
+	close(slow.block)
+	<-done
+	if ev := slow.event(t); ev.Outcome != core.OutcomeLockLost || !errors.Is(ev.Err, core.ErrLockLost) {
+		t.Fatalf("late completion outcome = %v (%v), want lock_lost", ev.Outcome, ev.Err)
+	}
+	r := fast.do(key)
+	if r.Header().Get(core.HeaderReplay) != "true" || !bytes.Equal(r.Body.Bytes(), w.Body.Bytes()) {
+		t.Fatalf("replay after the late completion = %q, want the takeover's %q", r.Body, w.Body)
+	}
+}
+
+// TestStoreDown stops Redis under an app: fail-open runs the handler and
+// reports the error, fail-closed answers 503; when Redis is back,
+// protection resumes without a restart of the app.
+func TestStoreDown(t *testing.T) {
+	m, c := newMiniredis(t, false)
+	store := redislock.New(c, nil)
+	open := newApp(t, store, core.Config{})
+	closed := newApp(t, store, core.Config{FailClosed: true})
+
+	before := testKey(t, 0)
+	if w := open.do(before); w.Code != http.StatusCreated {
+		t.Fatalf("before the outage: %d", w.Code)
+	}
+	open.drainEvents()
+	m.Close()
+
+	runs := open.runs.Load()
+	for i := range 3 {
+		if w := open.do(before); w.Code != http.StatusCreated || w.Header().Get(core.HeaderReplay) != "" {
+			t.Fatalf("fail-open #%d: %d %v, want the handler's 201", i, w.Code, w.Header())
+		}
+		if ev := open.event(t); ev.Outcome != core.OutcomeStoreError || ev.Err == nil {
+			t.Fatalf("fail-open outcome = %v (%v), want store_error", ev.Outcome, ev.Err)
+		}
+	}
+	if got := open.runs.Load() - runs; got != 3 {
+		t.Errorf("fail-open ran the handler %d times, want 3 (unprotected)", got)
+	}
+	if w := closed.do(before); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("fail-closed: %d %v, want 503 with Retry-After", w.Code, w.Header())
+	}
+	if closed.runs.Load() != 0 {
+		t.Error("fail-closed ran the handler")
+	}
+
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []*app{open, closed} {
+		if w := a.do(before); w.Header().Get(core.HeaderReplay) != "true" {
+			t.Fatalf("after the restart: %d %v, want a replay", w.Code, w.Header())
+		}
+	}
+	key := testKey(t, 1)
+	if w := closed.do(key); w.Code != http.StatusCreated {
+		t.Fatalf("after the restart, first request: %d", w.Code)
+	}
+	if w := open.do(key); w.Header().Get(core.HeaderReplay) != "true" {
+		t.Fatalf("after the restart, duplicate: %d %v, want a replay", w.Code, w.Header())
+	}
+}
+
+// TestCorruptRecord puts something other than a record under a response
+// key: the Engine's store-error policy applies, no panic.
+func TestCorruptRecord(t *testing.T) {
+	m, c := newMiniredis(t, false)
+	store := redislock.New(c, nil)
+	open := newApp(t, store, core.Config{})
+	closed := newApp(t, store, core.Config{FailClosed: true})
+	// respKey runs a first request with key and returns the response key
+	// it wrote.
+	respKey := func(key string) string {
+		before := map[string]bool{}
+		for _, k := range m.Keys() {
+			before[k] = true
+		}
+		open.do(key)
+		open.drainEvents()
+		for _, k := range m.Keys() {
+			if !before[k] && strings.HasPrefix(k, redislock.DefaultPrefix+":{") {
+				return k
+			}
+		}
+		t.Fatal("no record written")
+		return ""
+	}
+	tests := []struct {
+		name    string
+		corrupt func(resp string)
+		want    error
+	}{
+		{"junk", func(resp string) { m.Set(resp, "not a record") }, core.ErrCorruptRecord},
+		{"wrong type", func(resp string) { m.Del(resp); m.HSet(resp, "f", "v") }, nil},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := testKey(t, i)
+			tt.corrupt(respKey(key))
+			runs := open.runs.Load()
+			if w := open.do(key); w.Code != http.StatusCreated || open.runs.Load() != runs+1 {
+				t.Fatalf("fail-open: %d, handler runs %d, want 201 and one run", w.Code, open.runs.Load()-runs)
+			}
+			ev := open.event(t)
+			if ev.Outcome != core.OutcomeStoreError || ev.Err == nil || (tt.want != nil && !errors.Is(ev.Err, tt.want)) {
+				t.Fatalf("fail-open outcome = %v (%v), want store_error", ev.Outcome, ev.Err)
+			}
+			if w := closed.do(key); w.Code != http.StatusServiceUnavailable {
+				t.Fatalf("fail-closed: %d, want 503", w.Code)
+			}
+		})
+	}
+}
+
+// TestTimeout points the store at a server that never answers.
+func TestTimeout(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 50 * time.Millisecond,
+		WriteTimeout: 50 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	store := redislock.New(c, nil)
+	closed := newApp(t, store, core.Config{FailClosed: true})
+	start := time.Now()
+	if w := closed.do(testKey(t, 0)); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("fail-closed on a timeout: %d", w.Code)
+	}
+	if ev := closed.event(t); ev.Outcome != core.OutcomeStoreError || !strings.Contains(ev.Err.Error(), "timeout") {
+		t.Fatalf("outcome = %v (%v), want a store_error with a timeout", ev.Outcome, ev.Err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("a timed-out request took %v", d)
+	}
+	// The request's context bounds the call too.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, _, err := store.Acquire(ctx, idemtest.Key(t), time.Minute); err == nil {
+		t.Fatal("Acquire on a dead server: no error")
+	}
+}
+
+// TestNoGoroutineLeak sends many requests to a Redis that is down: the
+// goroutine count must not grow with them.
+func TestNoGoroutineLeak(t *testing.T) {
+	m, c := newMiniredis(t, false)
+	a := newApp(t, redislock.New(c, nil), core.Config{LockTTL: 30 * time.Millisecond})
+	a.do(testKey(t, 0))
+	m.Close()
+	before := runtime.NumGoroutine()
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.do(testKey(t, i))
+		}()
+	}
+	wg.Wait()
+	// The Engine's refresh timers fire at LockTTL/3 at most once more after
+	// a flight ends; give them that long, then count.
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before+5 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before+5 {
+		t.Fatalf("%d goroutines after 200 failed requests, %d before", n, before)
+	}
+}
+
+// TestWaitAcrossInstances runs two Engines on one Redis with Config.Wait:
+// the duplicate polls until the first completes, then gets the replay.
+func TestWaitAcrossInstances(t *testing.T) {
+	_, c := newMiniredis(t, false)
+	store := redislock.New(c, nil)
+	first := newApp(t, store, core.Config{})
+	first.block, first.started = make(chan struct{}), make(chan struct{}, 1)
+	second := newApp(t, store, core.Config{Wait: 10 * time.Second})
+
+	key := testKey(t, 0)
+	done := make(chan []byte)
+	go func() { done <- first.do(key).Body.Bytes() }()
+	<-first.started
+
+	// Release the first request once the second has polled twice.
+	var cnt counter
+	var once sync.Once
+	cnt.onCmd = func(cmd redis.Cmder) {
+		if cnt.n.Load() >= 2 {
+			once.Do(func() { close(first.block) })
+		}
+	}
+	c.AddHook(&cnt)
+	w := second.do(key)
+	body := <-done
+	if w.Code != http.StatusCreated || w.Header().Get(core.HeaderReplay) != "true" || !bytes.Equal(w.Body.Bytes(), body) {
+		t.Fatalf("waiting duplicate: %d %v %q, want the replay of %q", w.Code, w.Header(), w.Body, body)
+	}
+	if second.runs.Load() != 0 {
+		t.Error("the waiting duplicate ran the handler")
+	}
+}
+
+func TestNewClient(t *testing.T) {
+	tests := []struct {
+		url  string
+		want string // the client's type and address, or "" for an error
+	}{
+		{"redis://127.0.0.1:6379/0", "*redis.Client 127.0.0.1:6379"},
+		{"redis://user:pw@redis.example:6380/2?protocol=2&dial_timeout=1s", "*redis.Client redis.example:6380"},
+		{"rediss://redis.example", "*redis.Client redis.example:6379"},
+		{"unix:///run/redis.sock?db=1", "*redis.Client /run/redis.sock"},
+		{"redis+cluster://10.0.0.1:7000?addr=10.0.0.2:7000&addr=10.0.0.3:7000", "*redis.ClusterClient 10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000"},
+		{"rediss+cluster://10.0.0.1:7000", "*redis.ClusterClient 10.0.0.1:7000"},
+		{"redis+sentinel://10.0.0.1:26379/0?master_name=mymaster&addr=10.0.0.2:26379", "*redis.Client sentinel"},
+		{"redis+sentinel://10.0.0.1:26379", ""},
+		{"http://127.0.0.1:6379", ""},
+		{"unix+cluster:///run/redis.sock", ""},
+		{"redis+ring://127.0.0.1", ""},
+		{"127.0.0.1:6379", ""},
+		{"redis://127.0.0.1:6379/x", ""},
+		{"redis://127.0.0.1:6379?nonsense=1", ""},
+	}
+	for _, tt := range tests {
+		c, err := redislock.NewClient(tt.url)
+		if tt.want == "" {
+			if err == nil || !strings.HasPrefix(err.Error(), "redislock: ") {
+				t.Errorf("NewClient(%q): err = %v, want a redislock error", tt.url, err)
+			}
+			if c != nil {
+				c.Close()
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("NewClient(%q): %v", tt.url, err)
+			continue
+		}
+		var got string
+		switch c := c.(type) {
+		case *redis.ClusterClient:
+			got = "*redis.ClusterClient " + strings.Join(c.Options().Addrs, ",")
+		case *redis.Client:
+			got = "*redis.Client " + c.Options().Addr
+			if strings.Contains(tt.url, "sentinel") {
+				got = "*redis.Client sentinel"
+			}
+		}
+		if got != tt.want {
+			t.Errorf("NewClient(%q) = %s, want %s", tt.url, got, tt.want)
+		}
+		c.Close()
+	}
+}
