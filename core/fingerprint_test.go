@@ -1,0 +1,77 @@
+package core
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"testing"
+)
+
+func TestCanonicalBody(t *testing.T) {
+	tests := []struct {
+		name, contentType, a, b string
+		same                    bool
+	}{
+		{"json key order", "application/json", `{"a":1,"b":[1,2]}`, `{"b":[1,2],"a":1}`, true},
+		{"json whitespace", "application/json; charset=utf-8", `{"a":{"x":1,"y":2}}`, "{\n \"a\" : { \"y\":2, \"x\":1 }\n}\n", true},
+		{"json +json type", "application/merge-patch+json", `{"a":1,"b":2}`, `{"b":2,"a":1}`, true},
+		{"json values differ", "application/json", `{"a":1}`, `{"a":2}`, false},
+		{"json array order matters", "application/json", `[1,2]`, `[2,1]`, false},
+		{"json number text kept", "application/json", `{"a":1.0}`, `{"a":1}`, false},
+		{"json html kept", "application/json", `{"a":"<b>"}`, `{"a":"\u003cb\u003e"}`, true},
+		{"json trailing garbage is raw", "application/json", `{"a":1}`, `{"a":1}]`, false},
+		{"json two values is raw", "application/json", `{"a":1}`, `{"a":1} {"a":1}`, false},
+		{"broken json is raw", "application/json", `{"a":`, `{"a":`, true},
+		{"form key order", "application/x-www-form-urlencoded", "a=1&b=2", "b=2&a=1", true},
+		{"form value order kept", "application/x-www-form-urlencoded", "a=1&a=2", "a=2&a=1", false},
+		{"other raw", "text/plain", "a b", "a  b", false},
+		{"no content type raw", "", `{"a":1,"b":2}`, `{"b":2,"a":1}`, false},
+	}
+	for _, tt := range tests {
+		ca := CanonicalBody(tt.contentType, []byte(tt.a))
+		cb := CanonicalBody(tt.contentType, []byte(tt.b))
+		if bytes.Equal(ca, cb) != tt.same {
+			t.Errorf("%s: canonical %q and %q: same=%v, want %v", tt.name, ca, cb, !tt.same, tt.same)
+		}
+	}
+}
+
+func TestFingerprintParts(t *testing.T) {
+	h := http.Header{"X-Account": {"a"}, "Content-Type": {"application/json"}}
+	base := fingerprint("POST", "/orders", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h)
+	other := http.Header{"X-Account": {"b"}}
+	for name, fp := range map[string][32]byte{
+		"method":          fingerprint("PUT", "/orders", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
+		"route":           fingerprint("POST", "/orders/{id}", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
+		"body":            fingerprint("POST", "/orders", "application/json", []byte(`{"a":2}`), []string{"X-Account"}, h),
+		"critical header": fingerprint("POST", "/orders", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, other),
+		// Length prefixes: moving bytes between fields changes the hash.
+		"boundaries": fingerprint("POST/", "orders", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
+	} {
+		if fp == base {
+			t.Errorf("changing the %s did not change the fingerprint", name)
+		}
+	}
+	if again := fingerprint("POST", "/orders", "application/json", []byte(` { "a" : 1 } `), []string{"X-Account"}, h); again != base {
+		t.Error("an equivalent JSON body changed the fingerprint")
+	}
+}
+
+func FuzzCanonicalJSON(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[true,null,"x"]}`, `[]`, `"s"`, `1e3`, `{"a":{"c":1,"b":2}}`, `{`, `{"a":1}]`, "\xff"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		c := CanonicalBody("application/json", body)
+		if !json.Valid(body) {
+			return
+		}
+		// Canonical form is valid JSON, and canonicalising it again changes nothing.
+		if !json.Valid(c) {
+			t.Fatalf("canonical form of %q is not JSON: %q", body, c)
+		}
+		if again := CanonicalBody("application/json", c); !bytes.Equal(again, c) {
+			t.Fatalf("not idempotent: %q -> %q -> %q", body, c, again)
+		}
+	})
+}
