@@ -1,0 +1,68 @@
+// Package echoidem is the Echo v4 middleware of idem: it makes retried
+// POST, PUT, PATCH and DELETE requests that carry an Idempotency-Key safe.
+// The first request with a key runs the handler once and its response is
+// stored; a retry gets the stored response back, marked
+// "X-Idempotency-Replay: true", without running the handler.
+//
+// All idempotency settings (Required, Methods, Scope, TTLs, Wait, the
+// store...) live in core.Config; build one core.Engine and hand it over:
+//
+//	eng, err := core.New(core.Config{Store: redislock.New(rdb, nil)})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	e := echo.New()
+//	e.Use(middleware.Recover())
+//	e.Use(echoidem.New(eng))
+//	e.POST("/orders", createOrder)
+//
+// or, for the Echo options, echoidem.NewWithConfig(echoidem.Config{Engine:
+// eng, Skipper: …, ErrorHandler: …}). NewWithConfig panics without an
+// Engine, when the app is set up, as Echo's own middlewares do.
+//
+// # Ordering
+//
+// Middleware registered with e.Use runs after routing, so the middleware
+// sees the route template (c.Path(), "/orders/:id"): two paths of one route
+// are one request for the fingerprint. Do not register it with e.Pre. It
+// may also be given to a single route or group: e.POST("/orders", h,
+// echoidem.New(eng)). Put middleware.Recover() before it (outside): after a
+// panic the key's lock is released and nothing is stored, so a retry runs
+// the handler again. Put authentication before it too, so that a scope can
+// read the user.
+//
+// # Scope
+//
+// core.Request.Context is the request's context, whose Value also reads,
+// for a string key, what earlier middleware stored with c.Set. To keep the
+// keys of each user apart behind echo-jwt (which stores its token under
+// "user"):
+//
+//	Scope: func(r *core.Request) string {
+//		tok, _ := r.Context.Value("user").(*jwt.Token)
+//		if tok == nil {
+//			return ""
+//		}
+//		sub, _ := tok.Claims.GetSubject()
+//		return sub
+//	},
+//
+// # Errors
+//
+// A handler's error is rendered by the app's HTTPErrorHandler inside the
+// middleware (c.Error), so the status and body that reach the client are
+// the ones stored: a 400 from echo.NewHTTPError is stored and replayed
+// byte for byte; a 500 (a plain error) is not stored, so a retry runs
+// again. The middleware then returns nil: middleware outside it sees the
+// response's status, not the error value.
+//
+// The Engine's own refusals (400 bad or missing key, 409 in flight with
+// Retry-After, 413, 422 key reused, 503 store down) are RFC 9457
+// application/problem+json documents, as the HTTP contract of idem says,
+// and are written as such by default. To render them with the app's
+// HTTPErrorHandler instead, set Config.ErrorHandler (its doc shows how).
+//
+// A replay is written as stored (status, headers, body) and the handler
+// does not run. A response that is flushed (streamed) or hijacked is not
+// stored.
+package echoidem

@@ -1,0 +1,201 @@
+package echoidem
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/idem-go/idem/core"
+)
+
+// Config configures the middleware. Idempotency itself (keys, scope, TTLs,
+// store, wait mode...) is configured on the core.Engine; Config only holds
+// what is Echo's.
+type Config struct {
+	// Skipper skips the middleware for a request: it runs unprotected.
+	// Optional. Default: middleware.DefaultSkipper.
+	Skipper middleware.Skipper
+
+	// Engine decides what to do with each request. Required: NewWithConfig
+	// panics without it.
+	Engine *core.Engine
+
+	// ErrorHandler renders the Engine's refusals (400 bad or missing key,
+	// 409 key in flight, 413, 422 key reused, 503 store down). The
+	// response's other headers, such as Retry-After, are already set on
+	// c.Response().Header() when it is called; its result is returned up the
+	// middleware chain, as Echo's own middlewares return their errors. To
+	// have the app's HTTPErrorHandler render them:
+	//
+	//	ErrorHandler: func(c echo.Context, p *core.Problem) error {
+	//		return echo.NewHTTPError(p.Status, p.Title).SetInternal(p)
+	//	},
+	//
+	// Optional. Default: nil, the problem is written as the Engine built it,
+	// an application/problem+json (RFC 9457) document.
+	ErrorHandler func(c echo.Context, p *core.Problem) error
+}
+
+// DefaultConfig is the default configuration, less the Engine, which has no
+// default.
+var DefaultConfig = Config{Skipper: middleware.DefaultSkipper}
+
+// New returns the middleware on eng with the DefaultConfig.
+func New(eng *core.Engine) echo.MiddlewareFunc {
+	cfg := DefaultConfig
+	cfg.Engine = eng
+	return NewWithConfig(cfg)
+}
+
+// NewWithConfig returns the middleware for cfg; its nil fields take the
+// values of DefaultConfig. It panics if cfg.Engine is nil, as Echo's own
+// middlewares panic on an invalid configuration when the app is set up.
+func NewWithConfig(cfg Config) echo.MiddlewareFunc {
+	if cfg.Engine == nil {
+		panic("echoidem: Config.Engine is required")
+	}
+	if cfg.Skipper == nil {
+		cfg.Skipper = DefaultConfig.Skipper
+	}
+	if cfg.ErrorHandler == nil {
+		cfg.ErrorHandler = DefaultConfig.ErrorHandler
+	}
+	eng := cfg.Engine
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			req := c.Request()
+			if cfg.Skipper(c) || !eng.Covers(req.Method) {
+				return next(c)
+			}
+			st := &state{ctx: scopeContext{Context: req.Context(), c: c}}
+			st.req = core.Request{
+				Context:       &st.ctx,
+				Method:        req.Method,
+				Route:         c.Path(),
+				Path:          req.URL.Path,
+				Header:        req.Header,
+				Body:          req.Body,
+				ContentLength: req.ContentLength,
+			}
+			f, resp := eng.Begin(&st.req)
+			switch {
+			case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
+				h := c.Response().Header()
+				for k, v := range resp.Header {
+					if k != echo.HeaderContentType {
+						h[k] = v
+					}
+				}
+				return cfg.ErrorHandler(c, resp.Problem)
+			case resp != nil:
+				resp.Write(c.Response()) // a replay is not a handler result: next does not run
+				return nil
+			case f == nil:
+				return next(c)
+			}
+
+			res := c.Response()
+			st.w = captureWriter{ResponseWriter: res.Writer, f: f}
+			res.Writer = &st.w
+			defer func() {
+				res.Writer = st.w.ResponseWriter
+				f.Abort() // after a panic; a no-op once Complete ran
+			}()
+			st.body.Reset(f.Body())
+			req.Body = &st.body
+
+			if err := next(c); err != nil {
+				// Render the error now, through the app's HTTPErrorHandler,
+				// so that what the client gets is what is stored.
+				c.Error(err)
+			}
+			if st.w.streamed {
+				return nil // the deferred Abort releases the lock
+			}
+			status := st.w.status
+			if status == 0 {
+				status = res.Status
+			}
+			f.Complete(status, res.Header())
+			return nil
+		}
+	}
+}
+
+// state is what one protected request needs, in one allocation.
+type state struct {
+	req  core.Request
+	ctx  scopeContext
+	w    captureWriter
+	body body
+}
+
+// scopeContext is the request's context whose Value(string) also reads
+// the values stored with c.Set, such as the "user" of echo-jwt, for
+// core.Config.Scope.
+type scopeContext struct {
+	context.Context
+	c echo.Context
+}
+
+func (s *scopeContext) Value(key any) any {
+	if k, ok := key.(string); ok {
+		if v := s.c.Get(k); v != nil {
+			return v
+		}
+	}
+	return s.Context.Value(key)
+}
+
+// body is the request body that the Engine read, given back to the handler.
+type body struct{ bytes.Reader }
+
+func (*body) Close() error { return nil }
+
+// captureWriter passes the response through to the client and copies its
+// body into the Flight.
+type captureWriter struct {
+	http.ResponseWriter
+	f        *core.Flight
+	status   int
+	streamed bool
+}
+
+func (w *captureWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *captureWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	w.f.Write(p) //nolint:errcheck // never fails
+	return w.ResponseWriter.Write(p)
+}
+
+// FlushError marks the response as streamed, so it is not stored. Echo's
+// Response.Flush calls it through http.ResponseController.
+func (w *captureWriter) FlushError() error {
+	w.streamed = true
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Flush is FlushError for code that asserts http.Flusher.
+func (w *captureWriter) Flush() { w.FlushError() } //nolint:errcheck // as http.Flusher, no error to report
+
+// Hijack marks the response as hijacked, so it is not stored.
+func (w *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.streamed = true
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
