@@ -1,0 +1,314 @@
+package core_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/core"
+)
+
+// events collects observed outcomes.
+type events struct {
+	mu  sync.Mutex
+	all []core.Event
+}
+
+func (e *events) observe(ev core.Event) {
+	e.mu.Lock()
+	e.all = append(e.all, ev)
+	e.mu.Unlock()
+}
+
+func (e *events) count(o core.Outcome) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, ev := range e.all {
+		if ev.Outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+func post(t *testing.T, h http.Handler, key, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		r.Header.Set("Idempotency-Key", key)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for name, cfg := range map[string]core.Config{
+		"negative body limit": {MaxBodyBytes: -1},
+		"negative ttl":        {ResponseTTL: -time.Second},
+		"tiny lock ttl":       {LockTTL: time.Microsecond},
+		"negative wait":       {Wait: -1},
+	} {
+		if _, err := core.New(cfg); err == nil {
+			t.Errorf("%s: New accepted %+v", name, cfg)
+		}
+	}
+}
+
+// A handler that runs three times the lock TTL keeps its lock through the
+// refresher: every duplicate meanwhile is a conflict, and it runs once.
+func TestSlowHandlerKeepsLock(t *testing.T) {
+	const ttl = 150 * time.Millisecond
+	var ev events
+	eng, err := core.New(core.Config{LockTTL: ttl, Observer: ev.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	started := make(chan struct{})
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		close(started)
+		time.Sleep(3 * ttl)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	done := make(chan int)
+	go func() { done <- post(t, h, "slow", "{}").Code }()
+	<-started
+	deadline := time.After(3 * ttl)
+	conflicts := 0
+loop:
+	for {
+		select {
+		case code := <-done:
+			if code != http.StatusCreated {
+				t.Errorf("first request: %d", code)
+			}
+			break loop
+		case <-deadline:
+		default:
+		}
+		if code := post(t, h, "slow", "{}").Code; code == http.StatusConflict {
+			conflicts++
+		} else if code != http.StatusCreated {
+			t.Fatalf("duplicate got %d", code)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("handler ran %d times", runs.Load())
+	}
+	if conflicts == 0 || ev.count(core.OutcomeLockLost) != 0 {
+		t.Fatalf("%d conflicts, %d lost locks", conflicts, ev.count(core.OutcomeLockLost))
+	}
+}
+
+// flakyRefresh is a memory store whose Refresh fails, as a store that is
+// unreachable for a while: the lock expires under a running handler.
+type flakyRefresh struct{ *core.MemoryStore }
+
+func (flakyRefresh) Refresh(context.Context, string, string, time.Duration) error {
+	return errors.New("store unreachable")
+}
+
+// A lock lost anyway (the refresh failed, the lock expired, another request
+// took over and finished) is reported, and the late completion does not
+// overwrite the newer record.
+func TestLostLockIsFenced(t *testing.T) {
+	var ev events
+	eng, err := core.New(core.Config{LockTTL: 60 * time.Millisecond, Store: flakyRefresh{core.NewMemoryStore(0)}, Observer: ev.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var runs atomic.Int32
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := runs.Add(1)
+		if n == 1 {
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, map[int32]string{1: "late", 2: "second"}[n])
+	}))
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- post(t, h, "lost", "{}") }()
+	for runs.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(150 * time.Millisecond) // the first lock expires unrefreshed
+	if w := post(t, h, "lost", "{}"); w.Body.String() != "second" {
+		t.Fatalf("takeover request got %d %q", w.Code, w.Body)
+	}
+	close(release)
+	<-done
+	w := post(t, h, "lost", "{}")
+	if w.Body.String() != "second" || w.Header().Get(core.HeaderReplay) != "true" {
+		t.Fatalf("after the late completion the replay is %q: the newer record was overwritten", w.Body)
+	}
+	if ev.count(core.OutcomeLockLost) != 1 {
+		t.Fatalf("lock lost reported %d times, want 1", ev.count(core.OutcomeLockLost))
+	}
+}
+
+func TestStreamedAndHijackedNotStored(t *testing.T) {
+	eng, _ := core.New(core.Config{})
+	var runs atomic.Int32
+	mux := http.NewServeMux()
+	mux.Handle("POST /stream", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "chunk")
+		http.NewResponseController(w).Flush()
+	})))
+	mux.Handle("POST /hijack", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
+		buf.Flush()
+	})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	for _, path := range []string{"/stream", "/hijack"} {
+		runs.Store(0)
+		for range 2 {
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+path, nil)
+			req.Header.Set("Idempotency-Key", "k"+path)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.Header.Get(core.HeaderReplay) != "" {
+				t.Fatalf("%s was replayed", path)
+			}
+		}
+		if runs.Load() != 2 {
+			t.Fatalf("%s: handler ran %d times, want 2 (not stored)", path, runs.Load())
+		}
+	}
+}
+
+func TestPerRequestTTL(t *testing.T) {
+	eng, _ := core.New(core.Config{
+		ResponseTTL: time.Hour,
+		TTL: func(r *core.Request) time.Duration {
+			if strings.HasPrefix(r.Path, "/payments") {
+				return 50 * time.Millisecond
+			}
+			return 0
+		},
+	})
+	var runs atomic.Int32
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) }))
+	send := func(path string) {
+		r := httptest.NewRequest(http.MethodPost, path, nil)
+		r.Header.Set("Idempotency-Key", "ttl"+path)
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	send("/payments")
+	send("/orders")
+	time.Sleep(100 * time.Millisecond)
+	send("/payments") // expired: runs again
+	send("/orders")   // an hour: replayed
+	if runs.Load() != 3 {
+		t.Fatalf("handler ran %d times, want 3", runs.Load())
+	}
+}
+
+func TestDeclaredContentLengthOverLimit(t *testing.T) {
+	eng, _ := core.New(core.Config{MaxBodyBytes: 10})
+	read := false
+	f, resp := eng.Begin(&core.Request{
+		Method: http.MethodPost, Path: "/x", Header: http.Header{"Idempotency-Key": {"k"}},
+		Body: readerFunc(func([]byte) (int, error) { read = true; return 0, io.EOF }), ContentLength: 1 << 30,
+	})
+	if f != nil || resp == nil || resp.StatusCode != http.StatusRequestEntityTooLarge || read {
+		t.Fatalf("Begin = %v, %+v, body read: %v", f, resp, read)
+	}
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// pollingStore hides the MemoryStore's Waiter, so the Engine polls.
+type pollingStore struct{ core.Store }
+
+func TestWaitModePollsStoresWithoutWaiter(t *testing.T) {
+	eng, _ := core.New(core.Config{Wait: 5 * time.Second, Store: pollingStore{core.NewMemoryStore(0)}})
+	var runs atomic.Int32
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		time.Sleep(200 * time.Millisecond)
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "done")
+	}))
+	var wg sync.WaitGroup
+	codes := make([]int, 10)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := post(t, h, "poll", "{}")
+			if w.Body.String() == "done" {
+				codes[i] = w.Code
+			}
+		}()
+	}
+	wg.Wait()
+	for _, c := range codes {
+		if c != http.StatusCreated {
+			t.Fatalf("codes %v, want every waiter to get the 201", codes)
+		}
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("handler ran %d times", runs.Load())
+	}
+}
+
+func TestSlogObserverMasksKeys(t *testing.T) {
+	var buf bytes.Buffer
+	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	eng, _ := core.New(core.Config{Observer: core.SlogObserver(l)})
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	key := "550e8400-e29b-41d4-a716-446655440000"
+	post(t, h, key, "{}")
+	post(t, h, key, "{}")
+	out := buf.String()
+	if strings.Contains(out, key) || !strings.Contains(out, "key=550e****0000") {
+		t.Fatalf("log does not mask the key:\n%s", out)
+	}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	var outcomes []string
+	for sc.Scan() {
+		for _, f := range strings.Fields(sc.Text()) {
+			if v, ok := strings.CutPrefix(f, "outcome="); ok {
+				outcomes = append(outcomes, v)
+			}
+		}
+	}
+	if strings.Join(outcomes, ",") != "stored,replay" {
+		t.Fatalf("outcomes %v, want stored then replay", outcomes)
+	}
+	if got := core.MaskKey("short"); got != "****" {
+		t.Fatalf("MaskKey(short) = %q", got)
+	}
+}
