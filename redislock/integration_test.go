@@ -1,0 +1,641 @@
+//go:build integration
+
+package redislock_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
+	"github.com/idem-go/idem/redislock"
+)
+
+// redisAddr is the shared Redis of the integration tests.
+func redisAddr() string {
+	if a := os.Getenv("IDEM_REDIS_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
+
+// sharedRedis returns a client of the shared Redis and a key prefix of the
+// test's own; t.Cleanup deletes the keys under that prefix, and only those.
+func sharedRedis(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		c.Close()
+		t.Fatalf("Redis at IDEM_REDIS_ADDR=%s: %v", redisAddr(), err)
+	}
+	prefix := "idemtest:" + rand.Text()
+	t.Cleanup(func() {
+		defer c.Close()
+		deleteKeys(t, c, prefix+"*")
+	})
+	return c, prefix
+}
+
+func deleteKeys(t testing.TB, c redis.UniversalClient, pattern string) {
+	ctx := context.Background()
+	var keys []string
+	iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Errorf("cleanup: SCAN %s: %v", pattern, err)
+	}
+	for _, k := range keys { // one by one: keys of a Cluster live in many slots
+		if err := c.Del(ctx, k).Err(); err != nil {
+			t.Errorf("cleanup: DEL %s: %v", k, err)
+		}
+	}
+}
+
+func TestIntegrationConformance(t *testing.T) {
+	c, prefix := sharedRedis(t)
+	idemtest.TestStore(t, func(*testing.T) core.Store {
+		return redislock.New(c, &redislock.Options{Prefix: prefix})
+	})
+}
+
+// TestIntegrationTTLs reads the TTLs back with PTTL.
+func TestIntegrationTTLs(t *testing.T) {
+	ctx := context.Background()
+	c, prefix := sharedRedis(t)
+	s := redislock.New(c, &redislock.Options{Prefix: prefix})
+	key := idemtest.Key(t)
+	resp, lock, _ := s.Keys(key)
+	within := func(what string, got, want time.Duration) {
+		t.Helper()
+		if got > want || got < want-2*time.Second {
+			t.Errorf("%s PTTL = %v, want %v (less at most 2s)", what, got, want)
+		}
+	}
+
+	_, token, err := s.Acquire(ctx, key, 90*time.Second)
+	if err != nil || token == "" {
+		t.Fatalf("Acquire = %q, %v", token, err)
+	}
+	if got := c.Get(ctx, lock).Val(); got != token {
+		t.Errorf("lock key holds %q, want the token %q", got, token)
+	}
+	within("lock", c.PTTL(ctx, lock).Val(), 90*time.Second)
+	if err := s.Refresh(ctx, key, token, 5*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	within("refreshed lock", c.PTTL(ctx, lock).Val(), 5*time.Minute)
+	if err := s.Complete(ctx, key, token, []byte("rec"), 72*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	within("record", c.PTTL(ctx, resp).Val(), 72*time.Hour)
+	if n := c.Exists(ctx, lock).Val(); n != 0 {
+		t.Error("lock key still there after Complete")
+	}
+
+	// Through the Engine: Config.TTL sets the record's TTL per request.
+	a := newApp(t, s, core.Config{TTL: func(*core.Request) time.Duration { return 72 * time.Hour }})
+	a.do(testKey(t, 0))
+	keys, _ := c.Keys(ctx, prefix+":{*").Result()
+	for _, k := range keys {
+		if k != resp {
+			within("record via the Engine", c.PTTL(ctx, k).Val(), 72*time.Hour)
+		}
+	}
+	if len(keys) != 2 {
+		t.Errorf("%d records under the prefix, want 2", len(keys))
+	}
+}
+
+// TestIntegrationTakeoverFenced takes a running request's lock over (its
+// lock key deleted, as if it had expired): the takeover completes, the late
+// completion is fenced.
+func TestIntegrationTakeoverFenced(t *testing.T) {
+	ctx := context.Background()
+	c, prefix := sharedRedis(t)
+	store := redislock.New(c, &redislock.Options{Prefix: prefix})
+	slow := newApp(t, store, core.Config{})
+	slow.block, slow.started = make(chan struct{}), make(chan struct{}, 1)
+	fast := newApp(t, store, core.Config{})
+	fast.runs.Store(100)
+
+	key := testKey(t, 0)
+	done := make(chan struct{})
+	go func() { slow.do(key); close(done) }()
+	<-slow.started
+	locks, _ := c.Keys(ctx, prefix+"-lock:{*").Result()
+	if len(locks) != 1 {
+		t.Fatalf("%d locks, want 1", len(locks))
+	}
+	c.Del(ctx, locks[0]) // the lock expires
+
+	w := fast.do(key)
+	if w.Code != http.StatusCreated || w.Header().Get(core.HeaderReplay) != "" {
+		t.Fatalf("takeover: %d %v", w.Code, w.Header())
+	}
+	close(slow.block)
+	<-done
+	if ev := slow.event(t); ev.Outcome != core.OutcomeLockLost {
+		t.Fatalf("late completion: %v (%v), want lock_lost", ev.Outcome, ev.Err)
+	}
+	if r := fast.do(key); !bytes.Equal(r.Body.Bytes(), w.Body.Bytes()) {
+		t.Fatalf("replay = %q, want the takeover's %q", r.Body, w.Body)
+	}
+}
+
+// TestIntegrationRoundTrips counts round trips on a real Redis.
+func TestIntegrationRoundTrips(t *testing.T) {
+	c, prefix := sharedRedis(t)
+	var cnt counter
+	c.AddHook(&cnt)
+	a := newApp(t, redislock.New(c, &redislock.Options{Prefix: prefix}), core.Config{})
+	a.do(testKey(t, 0)) // warm-up: load the scripts
+	a.do(testKey(t, 0))
+	cnt.take()
+	for i := 1; i <= 20; i++ {
+		key := testKey(t, i)
+		a.do(key)
+		if n := cnt.take(); n != 2 {
+			t.Fatalf("first request: %d round trips, want 2", n)
+		}
+		a.do(key)
+		if n := cnt.take(); n != 1 {
+			t.Fatalf("replay: %d round trips, want 1", n)
+		}
+	}
+}
+
+// TestIntegrationExactlyOnceAcrossProcesses runs three API processes on one
+// Redis and sends each of 50 keys 20 times at once, spread over the three.
+func TestIntegrationExactlyOnceAcrossProcesses(t *testing.T) {
+	const keys, dups = 50, 20
+	c, prefix := sharedRedis(t)
+	bin := buildTestServer(t)
+	counterKey := prefix + ":count"
+	var urls []string
+	for i := range 3 {
+		urls = append(urls, startTestServer(t, bin, "-redis", "redis://"+redisAddr(), "-prefix", prefix,
+			"-counter", counterKey, "-name", "s"+strconv.Itoa(i)))
+	}
+
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: keys * dups}}
+	t.Cleanup(client.CloseIdleConnections)
+	type result struct {
+		status int
+		replay bool
+		body   []byte
+		err    error
+	}
+	post := func(url, key string) result {
+		req, _ := http.NewRequest(http.MethodPost, url+"/orders", strings.NewReader(`{"item":"book","qty":1}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := client.Do(req)
+		if err != nil {
+			return result{err: err}
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return result{status: resp.StatusCode, replay: resp.Header.Get(core.HeaderReplay) == "true", body: body, err: err}
+	}
+
+	results := make([][]result, keys)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for k := range keys {
+		results[k] = make([]result, dups)
+		key := fmt.Sprintf("order-%s-%d", prefix, k)
+		for d := range dups {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				results[k][d] = post(urls[(k+d)%len(urls)], key)
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+
+	runs, err := c.Get(context.Background(), counterKey).Int()
+	if err != nil || runs != keys {
+		t.Fatalf("the handler ran %d times (%v), want exactly %d", runs, err, keys)
+	}
+	var conflicts, replays int
+	for k, rs := range results {
+		var first []byte
+		for _, r := range rs {
+			switch {
+			case r.err != nil:
+				t.Fatalf("key %d: %v", k, r.err)
+			case r.status == http.StatusConflict:
+				conflicts++
+			case r.status != http.StatusCreated:
+				t.Fatalf("key %d: status %d %q, want 201 or 409", k, r.status, r.body)
+			case !r.replay:
+				if first != nil {
+					t.Fatalf("key %d: two responses not marked as replays", k)
+				}
+				first = r.body
+			}
+		}
+		if first == nil {
+			t.Fatalf("key %d: no first response", k)
+		}
+		// Every 201 is the first one, byte for byte; a late duplicate too.
+		rs = append(rs, post(urls[k%len(urls)], fmt.Sprintf("order-%s-%d", prefix, k)))
+		for _, r := range rs {
+			if r.status == http.StatusCreated && !bytes.Equal(r.body, first) {
+				t.Fatalf("key %d: a response %q differs from the first %q", k, r.body, first)
+			}
+			if r.replay {
+				replays++
+			}
+		}
+	}
+	t.Logf("%d requests: %d handler runs, %d conflicts (409), %d replays", keys*dups+keys, runs, conflicts, replays)
+}
+
+func buildTestServer(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "testserver")
+	cmd := exec.Command("go", "build", "-o", bin, "./internal/testserver")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startTestServer starts bin and returns its base URL once it listens.
+func startTestServer(t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() && stderr.Len() > 0 {
+			t.Logf("%s stderr:\n%s", filepath.Base(bin), stderr.String())
+		}
+	})
+	line := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(stdout)
+		if s.Scan() {
+			line <- s.Text()
+		}
+		close(line)
+		io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case l := <-line:
+		addr, ok := strings.CutPrefix(l, "listening on ")
+		if !ok {
+			t.Fatalf("test server said %q", l)
+		}
+		return "http://" + addr
+	case <-time.After(30 * time.Second):
+		t.Fatal("test server did not start")
+		return ""
+	}
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// redisServer is a redis-server process of the test's own.
+type redisServer struct {
+	t    testing.TB
+	port int
+	args []string
+	dir  string
+	cmd  *exec.Cmd
+	out  bytes.Buffer
+}
+
+// startRedisServer runs redis-server on a free loopback port, without
+// persistence, and waits until it answers PING. t.Cleanup stops it.
+func startRedisServer(t testing.TB, args ...string) *redisServer {
+	t.Helper()
+	r := &redisServer{t: t, port: freePort(t), args: args, dir: t.TempDir()}
+	r.start()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
+
+func (r *redisServer) start() {
+	r.t.Helper()
+	args := append([]string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--dir", r.dir, "--daemonize", "no"}, r.args...)
+	r.cmd = exec.Command("redis-server", args...)
+	r.out.Reset()
+	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
+	if err := r.cmd.Start(); err != nil {
+		r.t.Fatalf("redis-server: %v", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("redis-server on %s did not start:\n%s", r.addr(), r.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (r *redisServer) stop() {
+	if r.cmd == nil {
+		return
+	}
+	r.cmd.Process.Kill()
+	r.cmd.Wait()
+	r.cmd = nil
+}
+
+// TestIntegrationFaults runs traffic through fail-open and fail-closed
+// apps on a redis-server of its own, stops that server mid-traffic and
+// starts it again.
+func TestIntegrationFaults(t *testing.T) {
+	srv := startRedisServer(t)
+	// go-redis's defaults otherwise; no retries, so the test is quick.
+	client, err := redislock.NewClient("redis://" + srv.addr() + "?max_retries=-1&dial_timeout=500ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	store := redislock.New(client, nil)
+	open := newApp(t, store, core.Config{})
+	closed := newApp(t, store, core.Config{FailClosed: true})
+
+	// Traffic: fresh keys and duplicates through both apps until stopped.
+	var (
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+		statuses sync.Map // status code -> *atomic.Int64
+		sent     atomic.Int64
+		progress = make(chan struct{}, 1<<15) // one per response
+	)
+	// traffic waits for n more responses of the traffic.
+	traffic := func(n int) {
+		t.Helper()
+		for range n {
+			select {
+			case <-progress:
+			case <-time.After(10 * time.Second):
+				t.Fatal("traffic stalled")
+			}
+		}
+	}
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				a := open
+				if w%2 == 1 {
+					a = closed
+				}
+				key := fmt.Sprintf("traffic-%d-%d", w, i/2) // each key twice
+				code := a.do(key).Code
+				n, _ := statuses.LoadOrStore(code, new(atomic.Int64))
+				n.(*atomic.Int64).Add(1)
+				select {
+				case progress <- struct{}{}:
+				default:
+				}
+				if sent.Add(1) > 20000 {
+					return
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	})
+
+	key := testKey(t, 0)
+	if w := closed.do(key); w.Code != http.StatusCreated {
+		t.Fatalf("before the outage: %d", w.Code)
+	}
+	if w := open.do(key); w.Header().Get(core.HeaderReplay) != "true" {
+		t.Fatalf("before the outage: %d, want a replay", w.Code)
+	}
+
+	traffic(200)
+	srv.stop() // mid-traffic
+	for len(progress) > 0 {
+		<-progress
+	}
+	traffic(8) // responses during the outage
+	open.drainEvents()
+	runs := open.runs.Load()
+	start := time.Now()
+	w := open.do(key)
+	outage := time.Since(start)
+	if w.Code != http.StatusCreated || w.Header().Get(core.HeaderReplay) != "" || open.runs.Load() == runs {
+		t.Fatalf("fail-open during the outage: %d %v, want the handler's own 201", w.Code, w.Header())
+	}
+	var sawErr bool
+	for !sawErr {
+		ev := open.event(t)
+		sawErr = ev.Outcome == core.OutcomeStoreError && ev.Err != nil
+		if sawErr {
+			t.Logf("fail-open reported: %v (request took %v)", ev.Err, outage)
+		}
+	}
+	closedRuns := closed.runs.Load()
+	if w := closed.do(testKey(t, 1)); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("fail-closed during the outage: %d, want 503", w.Code)
+	}
+	if closed.runs.Load() != closedRuns {
+		t.Error("fail-closed ran the handler during the outage")
+	}
+
+	srv.start() // same port, empty: no persistence
+	deadline := time.Now().Add(10 * time.Second)
+	key = testKey(t, 2)
+	for {
+		w := closed.do(key)
+		if w.Code == http.StatusCreated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("protection did not resume: %d", w.Code)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, a := range []*app{open, closed} {
+		if w := a.do(key); w.Code != http.StatusCreated || w.Header().Get(core.HeaderReplay) != "true" {
+			t.Fatalf("after the restart: %d %v, want a replay", w.Code, w.Header())
+		}
+	}
+	traffic(200)
+	close(stop)
+	wg.Wait()
+	var summary []string
+	statuses.Range(func(k, v any) bool {
+		code := k.(int)
+		if code != http.StatusCreated && code != http.StatusConflict && code != http.StatusServiceUnavailable {
+			t.Errorf("traffic got status %d", code)
+		}
+		summary = append(summary, fmt.Sprintf("%d×%d", v.(*atomic.Int64).Load(), code))
+		return true
+	})
+	t.Logf("traffic: %s", strings.Join(summary, " "))
+}
+
+// TestIntegrationReadOnlyReplica points the store at a replica, as a
+// client may be after a failover: the write is refused with READONLY and
+// the policy applies.
+func TestIntegrationReadOnlyReplica(t *testing.T) {
+	primary := startRedisServer(t)
+	replica := startRedisServer(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.port))
+	client, err := redislock.NewClient("redis://" + replica.addr() + "?max_retries=-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	store := redislock.New(client, nil)
+	_, _, err = store.Acquire(context.Background(), idemtest.Key(t), time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "READONLY") {
+		t.Fatalf("Acquire on a replica: %v, want READONLY", err)
+	}
+	open := newApp(t, store, core.Config{})
+	closed := newApp(t, store, core.Config{FailClosed: true})
+	if w := open.do(testKey(t, 0)); w.Code != http.StatusCreated {
+		t.Fatalf("fail-open on a replica: %d", w.Code)
+	}
+	if ev := open.event(t); ev.Outcome != core.OutcomeStoreError {
+		t.Fatalf("fail-open on a replica: %v, want store_error", ev.Outcome)
+	}
+	if w := closed.do(testKey(t, 1)); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("fail-closed on a replica: %d, want 503", w.Code)
+	}
+}
+
+// TestIntegrationCluster starts a Redis Cluster of three masters and runs
+// the conformance suite on it: every script touches both keys of a
+// request, which a Cluster refuses (CROSSSLOT) unless they share a slot.
+func TestIntegrationCluster(t *testing.T) {
+	var addrs []string
+	for range 3 {
+		dir := t.TempDir()
+		srv := startRedisServer(t, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(freePort(t)),
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000")
+		addrs = append(addrs, srv.addr())
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, a := range addrs { // wait until every node agrees the cluster is up
+		c := redis.NewClient(&redis.Options{Addr: a})
+		for !strings.Contains(c.ClusterInfo(ctx).Val(), "cluster_state:ok") {
+			if ctx.Err() != nil {
+				t.Fatalf("cluster not ok on %s", a)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		c.Close()
+	}
+
+	client, err := redislock.NewClient("redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	cc := client.(*redis.ClusterClient)
+	for cc.Ping(ctx).Err() != nil && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Both keys of a request share a slot; requests spread over the masters.
+	s := redislock.New(client, nil)
+	slots := map[int64]bool{}
+	for range 30 {
+		resp, lock, _ := s.Keys(idemtest.Key(t))
+		rs, ls := cc.ClusterKeySlot(ctx, resp).Val(), cc.ClusterKeySlot(ctx, lock).Val()
+		if rs != ls {
+			t.Fatalf("%s in slot %d, %s in slot %d", resp, rs, lock, ls)
+		}
+		slots[rs] = true
+	}
+	if len(slots) < 20 {
+		t.Errorf("30 keys in %d slots: the hash tag does not spread them", len(slots))
+	}
+
+	t.Run("conformance", func(t *testing.T) {
+		idemtest.TestStore(t, func(*testing.T) core.Store { return redislock.New(client, nil) })
+	})
+	t.Run("engine", func(t *testing.T) {
+		a := newApp(t, s, core.Config{})
+		for i := range 20 {
+			key := testKey(t, i)
+			if w := a.do(key); w.Code != http.StatusCreated {
+				t.Fatalf("first request: %d", w.Code)
+			}
+			if w := a.do(key); w.Header().Get(core.HeaderReplay) != "true" {
+				t.Fatalf("duplicate: %d, want a replay", w.Code)
+			}
+		}
+		if a.runs.Load() != 20 {
+			t.Fatalf("%d runs, want 20", a.runs.Load())
+		}
+	})
+	// A layout without the shared tag would fail on a Cluster: Redis refuses
+	// a script whose keys hash to two slots.
+	err = cc.Eval(ctx, "return 1", []string{"idempotency:a", "idempotency-lock:a"}).Err()
+	if err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
+		t.Fatalf("cross-slot script: %v, want CROSSSLOT", err)
+	}
+}
