@@ -1,0 +1,138 @@
+// Command idemswag documents the idempotency key in the swagger.json and
+// swagger.yaml files that swag init writes (or any Swagger 2.0 or OpenAPI 3
+// file), rewriting them in place. Run it after swag init:
+//
+//	//go:generate swag init
+//	//go:generate go run github.com/idem-go/idem/swagger/cmd/idemswag -dir docs -required -op "POST /api/v1/orders"
+//
+// Flags:
+//
+//	-dir dir            directory of swagger.json and swagger.yaml (default docs)
+//	-files a,b          files to rewrite instead; each must exist
+//	-key-header name    key header (default Idempotency-Key)
+//	-required           document the header as required (Config.Required)
+//	-max-key-length n   documented maximum key length (default 255)
+//	-methods list       covered methods (default POST,PUT,PATCH,DELETE)
+//	-op "METHOD /path"  a covered operation, repeatable; full route path in any
+//	                    router's syntax; without -op, every operation of a
+//	                    covered method is covered
+//	-base-path path     prefix of the document's paths (default its basePath)
+//
+// The flags mirror the Engine's Config; keep them in step with it. The
+// template in docs/docs.go is left alone: rewrite it at run time with
+// swagger.InjectTemplate.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/swagger"
+)
+
+// errUsage reports bad flags, which the flag package has printed already.
+var errUsage = errors.New("usage")
+
+func main() {
+	err := run(os.Args[1:], os.Stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "idemswag:", err)
+		os.Exit(1)
+	}
+}
+
+// operations is the repeatable -op flag.
+type operations []swagger.Operation
+
+func (o *operations) String() string { return fmt.Sprint(*o) }
+
+func (o *operations) Set(s string) error {
+	op, err := swagger.ParseOperation(s)
+	if err != nil {
+		return err
+	}
+	*o = append(*o, op)
+	return nil
+}
+
+func run(args []string, stderr io.Writer) error {
+	fset := flag.NewFlagSet("idemswag", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	var (
+		opts    swagger.Options
+		ops     operations
+		dir     = fset.String("dir", "docs", "directory of swagger.json and swagger.yaml")
+		files   = fset.String("files", "", "comma-separated files to rewrite instead of those in -dir")
+		methods = fset.String("methods", strings.Join(core.DefaultMethods, ","), "comma-separated covered methods")
+	)
+	fset.StringVar(&opts.KeyHeader, "key-header", core.DefaultKeyHeader, "key header")
+	fset.BoolVar(&opts.Required, "required", false, "document the key header as required")
+	fset.IntVar(&opts.MaxKeyLength, "max-key-length", core.DefaultMaxKeyLength, "documented maximum key length")
+	fset.StringVar(&opts.BasePath, "base-path", "", "prefix of the document's paths (default: its basePath or server URL)")
+	fset.Var(&ops, "op", `covered operation "METHOD /path", repeatable (default: every operation of a covered method)`)
+	if err := fset.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fset.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fset.Args())
+	}
+	opts.Methods = strings.Split(*methods, ",")
+	if len(ops) > 0 {
+		opts.Operations = ops
+	}
+
+	paths := []string{filepath.Join(*dir, "swagger.json"), filepath.Join(*dir, "swagger.yaml")}
+	optional := *files == ""
+	if !optional {
+		paths = strings.Split(*files, ",")
+	}
+	done := 0
+	for _, path := range paths {
+		err := rewrite(path, opts)
+		switch {
+		case optional && errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
+			return err
+		}
+		done++
+	}
+	if done == 0 {
+		return fmt.Errorf("no swagger.json or swagger.yaml in %s (run swag init first)", *dir)
+	}
+	return nil
+}
+
+// rewrite injects into one file, writing it only if it changed.
+func rewrite(path string, opts swagger.Options) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	in, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	out, err := swagger.Inject(in, opts)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if string(out) == string(in) {
+		return nil
+	}
+	return os.WriteFile(path, out, info.Mode().Perm())
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func copyTestdata(t *testing.T, names ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range names {
+		data, err := os.ReadFile(filepath.Join("..", "..", "testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+	dir := copyTestdata(t, "swagger.json", "swagger.yaml")
+	args := []string{"-dir", dir, "-required", "-max-key-length", "64",
+		"-op", "POST /api/v1/orders", "-op", "PUT /api/v1/orders/:orderID", "-op", "DELETE /api/v1/orders/:orderID"}
+	if err := run(args, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"swagger.json", "swagger.yaml"} {
+		got, _ := os.ReadFile(filepath.Join(dir, name))
+		want, err := os.ReadFile(filepath.Join("..", "..", "testdata", name+".golden"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from testdata/%s.golden:\n%s", name, name, got)
+		}
+	}
+	// A second run (go generate again) changes nothing.
+	before, _ := os.ReadFile(filepath.Join(dir, "swagger.yaml"))
+	if err := run(args, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, "swagger.yaml")); !bytes.Equal(before, after) {
+		t.Error("a second run changed swagger.yaml")
+	}
+}
+
+func TestRunFiles(t *testing.T) {
+	t.Parallel()
+	dir := copyTestdata(t, "openapi.json", "openapi.yaml")
+	files := filepath.Join(dir, "openapi.json") + "," + filepath.Join(dir, "openapi.yaml")
+	if err := run([]string{"-files", files}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"openapi.json", "openapi.yaml"} {
+		got, _ := os.ReadFile(filepath.Join(dir, name))
+		want, _ := os.ReadFile(filepath.Join("..", "..", "testdata", name+".golden"))
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from testdata/%s.golden", name, name)
+		}
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	t.Parallel()
+	empty := t.TempDir()
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "swagger.json"), []byte(`{"swagger": "2.0", "paths": [`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-dir", empty}, "run swag init first"},
+		{[]string{"-files", filepath.Join(empty, "openapi.json")}, "no such file"},
+		{[]string{"-dir", bad}, "swagger: invalid JSON"},
+		{[]string{"-op", "POST /a /b"}, "usage"},
+		{[]string{"-dir", empty, "extra"}, "unexpected arguments"},
+	} {
+		err := run(tc.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("run(%q) = %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+}
