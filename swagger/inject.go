@@ -395,7 +395,7 @@ func (in *injector) produceProblem(op *yaml.Node) {
 		for _, t := range global.Content {
 			produces.Content = append(produces.Content, str(t.Value))
 		}
-		insertBefore(op, "produces", produces, "tags", "summary", "description", "operationId", "parameters", "responses")
+		insertBefore(op, "produces", produces, "tags", "summary", "operationId", "parameters", "responses")
 	}
 	if produces.Kind != yaml.SequenceNode || produces.Anchor != "" {
 		return

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"text/template"
@@ -420,6 +421,55 @@ func TestParseOperation(t *testing.T) {
 	for _, in := range []string{"", "POST /a /b"} {
 		if _, err := ParseOperation(in); err == nil {
 			t.Errorf("ParseOperation(%q): no error", in)
+		}
+	}
+}
+
+func TestProduces(t *testing.T) {
+	t.Parallel()
+	doc := `{"swagger": "2.0", "produces": ["application/json"], "paths": {"/o": {
+		"get": {"responses": {"200": {"description": "OK"}}},
+		"post": {"summary": "s", "responses": {"201": {"description": "Created"}}},
+		"put": {"produces": ["text/plain"], "responses": {"200": {"description": "OK"}}}}}}`
+	var pretty bytes.Buffer // as swag writes it
+	if err := json.Indent(&pretty, []byte(doc), "", "    "); err != nil {
+		t.Fatal(err)
+	}
+	out, err := Inject(pretty.Bytes(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := operations(t, out)["/o"]
+	for m, want := range map[string][]any{
+		"get":  nil,
+		"post": {"application/json", "application/problem+json"},
+		"put":  {"text/plain", "application/problem+json"},
+	} {
+		if got, _ := ops[m]["produces"].([]any); !reflect.DeepEqual(got, want) && len(want) > 0 {
+			t.Errorf("%s produces %v, want %v", m, got, want)
+		} else if len(want) == 0 && got != nil {
+			t.Errorf("%s produces %v, want none", m, got)
+		}
+	}
+	if !strings.Contains(string(out), `"produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "summary": "s",`) {
+		t.Errorf("produces not put before summary:\n%s", out)
+	}
+}
+
+func TestYAMLStyle(t *testing.T) {
+	t.Parallel()
+	doc := "# keep me\nopenapi: 3.1.0\npaths:\n  /o:\n    post: # and me\n      responses:\n        200: {description: ok}\n"
+	out, err := Inject([]byte(doc), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"# keep me\n", "post: # and me\n", "        400:\n", "        422:\n"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("no %q in:\n%s", want, out)
 		}
 	}
 }
