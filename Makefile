@@ -44,6 +44,19 @@ bench:
 		(cd $$m && GOWORK=off $(GO) test -run '^$$' -bench . -benchmem ./...); \
 	done
 
+## loadtest: wrk against idem on the Redis store at $(REDIS_URL): first requests
+## (fresh key), replays (fixed key) and requests without a key, each as a ratio
+## to the same handler without the middleware, measured in the same run.
+REDIS_URL            ?= redis://$(IDEM_REDIS_ADDR)/0
+LOADTEST_DURATION    ?= 5s
+LOADTEST_CONNECTIONS ?= 32
+LOADTEST_ROUNDS      ?= 2
+.PHONY: loadtest
+loadtest:
+	@command -v wrk >/dev/null 2>&1 || (apt-get update && apt-get install -y wrk)
+	GOWORK=off $(GO) run ./loadtest -redis '$(REDIS_URL)' -duration $(LOADTEST_DURATION) \
+		-connections $(LOADTEST_CONNECTIONS) -rounds $(LOADTEST_ROUNDS)
+
 ## lint: gofmt, go vet and staticcheck over every module.
 lint: $(STATICCHECK)
 	@unformatted=$$(gofmt -l $(MODULES)); \

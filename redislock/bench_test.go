@@ -1,0 +1,137 @@
+package redislock_test
+
+import (
+	"context"
+	"crypto/rand"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/redislock"
+)
+
+// The benchmarks need a real Redis (miniredis says nothing about timing):
+// the one at IDEM_REDIS_ADDR (default 127.0.0.1:6379), under a key prefix
+// of their own that they delete afterwards. Without one they skip.
+//
+// Each runs on RESP2 and RESP3 connections (Protocol 2 and 3), serially (one
+// request at a time: latency) and in parallel (GOMAXPROCS×4 goroutines:
+// throughput). RawGET is the baseline: one GET round trip of go-redis.
+// Bare is the handler without the middleware, NoKey the handler behind it
+// without a key, First a fresh key per request (two round trips), Replay
+// one key (one round trip).
+
+func benchClient(b *testing.B, protocol int) (*redis.Client, string) {
+	b.Helper()
+	addr := os.Getenv("IDEM_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: protocol, PoolSize: 64, MaxRetries: -1, DialerRetries: 1})
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		c.Close()
+		b.Skipf("no Redis at IDEM_REDIS_ADDR=%s: %v", addr, err)
+	}
+	prefix := "idembench:" + rand.Text()
+	b.Cleanup(func() {
+		defer c.Close()
+		ctx := context.Background()
+		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+			if len(keys) == 1000 {
+				c.Unlink(ctx, keys...)
+				keys = keys[:0]
+			}
+		}
+		if len(keys) > 0 {
+			c.Unlink(ctx, keys...)
+		}
+	})
+	return c, prefix
+}
+
+var benchBody = []byte(`{"id":"ord_1","item":"book","qty":2}`)
+
+func benchHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.Write(benchBody)
+	})
+}
+
+func BenchmarkRedis(b *testing.B) {
+	for _, protocol := range []int{2, 3} {
+		b.Run("resp"+strconv.Itoa(protocol), func(b *testing.B) {
+			c, prefix := benchClient(b, protocol)
+			eng, err := core.New(core.Config{
+				Store:       redislock.New(c, &redislock.Options{Prefix: prefix}),
+				ResponseTTL: time.Minute,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			protected := eng.Middleware(benchHandler())
+			bare := benchHandler()
+			ctx := context.Background()
+			c.Set(ctx, prefix+":get", benchBody, time.Minute)
+			var fresh atomic.Int64
+			run := prefix // keys of this run
+			cases := []struct {
+				name string
+				op   func(i int64)
+			}{
+				{"RawGET", func(int64) {
+					if err := c.Get(ctx, prefix+":get").Err(); err != nil {
+						b.Fatal(err)
+					}
+				}},
+				{"Bare", func(int64) { serve(b, bare, "") }},
+				{"NoKey", func(int64) { serve(b, protected, "") }},
+				{"First", func(int64) { serve(b, protected, run+"-"+strconv.FormatInt(fresh.Add(1), 10)) }},
+				{"Replay", func(int64) { serve(b, protected, run+"-replay") }},
+			}
+			for _, tc := range cases {
+				b.Run(tc.name+"/serial", func(b *testing.B) {
+					b.ReportAllocs()
+					for i := range b.N {
+						tc.op(int64(i))
+					}
+				})
+				b.Run(tc.name+"/parallel", func(b *testing.B) {
+					b.ReportAllocs()
+					b.SetParallelism(4)
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							tc.op(0)
+						}
+					})
+				})
+			}
+		})
+	}
+}
+
+// serve runs one POST through h; a key of "" sends none.
+func serve(b *testing.B, h http.Handler, key string) {
+	r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"item":"book","qty":2}`))
+	r.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		r.Header.Set("Idempotency-Key", key)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusCreated {
+		b.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+}
