@@ -1,7 +1,6 @@
 package core
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -276,14 +275,25 @@ func (e *Engine) readBody(req *Request) ([]byte, error) {
 	if req.ContentLength > limit {
 		return nil, errBodyTooLarge
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, max(min(req.ContentLength, limit)+1, 512)))
-	if _, err := buf.ReadFrom(io.LimitReader(req.Body, limit+1)); err != nil {
-		return nil, err
+	// One allocation when the length is declared; read one byte past the
+	// limit to tell "exactly the limit" from "over it".
+	buf := make([]byte, 0, max(min(req.ContentLength, limit)+1, 512))
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := req.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, errBodyTooLarge
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	if int64(buf.Len()) > limit {
-		return nil, errBodyTooLarge
-	}
-	return buf.Bytes(), nil
 }
 
 // key returns the request's key: from KeyHeader or LegacyKeyHeader (which
@@ -320,14 +330,16 @@ func (e *Engine) key(h HeaderGetter) (key string, present bool, err error) {
 // length-prefixed parts, so no key, whatever it holds, can reach another
 // scope's record or break a store's key layout.
 func (e *Engine) id(scope, key, route string) string {
-	h := sha256.New()
-	writeField(h, scope)
-	writeField(h, key)
+	var buf [512]byte
+	b := appendField(buf[:0], scope)
+	b = appendField(b, key)
 	if e.cfg.ScopeRoute {
-		writeField(h, route)
+		b = appendField(b, route)
 	}
-	var sum [32]byte
-	return hex.EncodeToString(h.Sum(sum[:0]))
+	sum := sha256.Sum256(b)
+	var out [64]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
 }
 
 // Flight is a request that holds its key's lock while the handler runs.

@@ -1,12 +1,8 @@
 package core
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
-	"hash"
-	"mime"
 	"net/url"
 	"strings"
 )
@@ -16,41 +12,39 @@ import (
 // the canonical body and the critical headers. Every part is length-prefixed,
 // so no two different requests hash the same input.
 func fingerprint(method, route, contentType string, body []byte, critical []string, header HeaderGetter) [32]byte {
-	h := sha256.New()
-	writeField(h, method)
-	writeField(h, route)
-	writeField(h, string(CanonicalBody(contentType, body)))
+	canon := CanonicalBody(contentType, body)
+	b := make([]byte, 0, len(method)+len(route)+len(canon)+64)
+	b = appendField(b, method)
+	b = appendField(b, route)
+	b = binary.AppendUvarint(b, uint64(len(canon)))
+	b = append(b, canon...)
 	for _, name := range critical {
-		writeField(h, name)
-		writeField(h, header.Get(name))
+		b = appendField(b, name)
+		b = appendField(b, header.Get(name))
 	}
-	var sum [32]byte
-	h.Sum(sum[:0])
-	return sum
+	return sha256.Sum256(b)
 }
 
-func writeField(h hash.Hash, s string) {
-	var n [binary.MaxVarintLen64]byte
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
-	h.Write([]byte(s))
+func appendField(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
 }
 
 // CanonicalBody returns the form of body that the fingerprint hashes, so
 // that two encodings of the same content count as the same request:
 //
-//   - JSON (application/json or any +json type): object keys sorted,
-//     insignificant whitespace removed, numbers kept as written;
+//   - JSON (application/json or any +json type): object members sorted by
+//     key, insignificant whitespace removed, strings re-encoded with the
+//     fewest escapes, numbers kept as written (1.0 and 1 differ);
 //   - form data (application/x-www-form-urlencoded): keys sorted, the order
 //     of the values of one key kept;
 //   - anything else, or a JSON or form body that does not parse: the raw bytes.
 func CanonicalBody(contentType string, body []byte) []byte {
-	if len(body) == 0 || contentType == "" {
+	if len(body) == 0 {
 		return body
 	}
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return body
-	}
+	mt, _, _ := strings.Cut(contentType, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
 	switch {
 	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
 		if c, ok := canonicalJSON(body); ok {
@@ -62,26 +56,4 @@ func CanonicalBody(contentType string, body []byte) []byte {
 		}
 	}
 	return body
-}
-
-// canonicalJSON decodes body with numbers kept as their literal text and
-// encodes it again: encoding/json writes object keys sorted and no
-// whitespace. It reports false for anything but exactly one JSON value.
-func canonicalJSON(body []byte) ([]byte, bool) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, false
-	}
-	if len(bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n")) != 0 {
-		return nil, false
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, false
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), true
 }

@@ -1,0 +1,260 @@
+package core
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"unicode/utf8"
+)
+
+// maxJSONDepth bounds the nesting canonicalJSON follows; deeper documents are
+// fingerprinted as raw bytes rather than risk the stack.
+const maxJSONDepth = 512
+
+// canonicalJSON returns the canonical form of one JSON value: object members
+// sorted by key (byte order of the decoded key), no insignificant whitespace,
+// strings re-encoded with only the escapes JSON requires, numbers kept as
+// written. It reports false for anything that is not exactly one valid JSON
+// value. It is a small single-pass parser rather than a decode into
+// map[string]any and back, which costs dozens of allocations per request.
+func canonicalJSON(body []byte) ([]byte, bool) {
+	p := jsonCanon{in: body}
+	out, ok := p.value(make([]byte, 0, len(body)), 0)
+	if !ok {
+		return nil, false
+	}
+	p.ws()
+	return out, p.pos == len(p.in)
+}
+
+type jsonCanon struct {
+	in  []byte
+	pos int
+}
+
+func (p *jsonCanon) ws() {
+	for p.pos < len(p.in) {
+		switch p.in[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *jsonCanon) value(dst []byte, depth int) ([]byte, bool) {
+	p.ws()
+	if p.pos >= len(p.in) || depth > maxJSONDepth {
+		return nil, false
+	}
+	switch c := p.in[p.pos]; {
+	case c == '{':
+		return p.object(dst, depth)
+	case c == '[':
+		return p.array(dst, depth)
+	case c == '"':
+		s, ok := p.str()
+		if !ok {
+			return nil, false
+		}
+		return appendJSONString(dst, s), true
+	case c == 't':
+		return p.literal(dst, "true")
+	case c == 'f':
+		return p.literal(dst, "false")
+	case c == 'n':
+		return p.literal(dst, "null")
+	default:
+		return p.number(dst)
+	}
+}
+
+func (p *jsonCanon) literal(dst []byte, lit string) ([]byte, bool) {
+	if !bytes.HasPrefix(p.in[p.pos:], []byte(lit)) {
+		return nil, false
+	}
+	p.pos += len(lit)
+	return append(dst, lit...), true
+}
+
+// number checks the JSON number grammar and copies the number as written.
+func (p *jsonCanon) number(dst []byte) ([]byte, bool) {
+	start, in := p.pos, p.in
+	i := p.pos
+	if i < len(in) && in[i] == '-' {
+		i++
+	}
+	digits := func() bool {
+		j := i
+		for i < len(in) && '0' <= in[i] && in[i] <= '9' {
+			i++
+		}
+		return i > j
+	}
+	switch {
+	case i < len(in) && in[i] == '0':
+		i++
+	case !digits():
+		return nil, false
+	}
+	if i < len(in) && in[i] == '.' {
+		i++
+		if !digits() {
+			return nil, false
+		}
+	}
+	if i < len(in) && (in[i] == 'e' || in[i] == 'E') {
+		i++
+		if i < len(in) && (in[i] == '+' || in[i] == '-') {
+			i++
+		}
+		if !digits() {
+			return nil, false
+		}
+	}
+	p.pos = i
+	return append(dst, in[start:i]...), true
+}
+
+// str parses a string token and returns its decoded value. Without escapes
+// the value aliases the input.
+func (p *jsonCanon) str() ([]byte, bool) {
+	start := p.pos
+	i := p.pos + 1
+	escaped := false
+	for ; i < len(p.in); i++ {
+		switch c := p.in[i]; {
+		case c == '"':
+			p.pos = i + 1
+			if !escaped {
+				s := p.in[start+1 : i]
+				return s, utf8.Valid(s)
+			}
+			var s string
+			if json.Unmarshal(p.in[start:i+1], &s) != nil {
+				return nil, false
+			}
+			return []byte(s), true
+		case c == '\\':
+			escaped = true
+			i++
+		case c < 0x20:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+func (p *jsonCanon) array(dst []byte, depth int) ([]byte, bool) {
+	p.pos++ // [
+	dst = append(dst, '[')
+	p.ws()
+	if p.pos < len(p.in) && p.in[p.pos] == ']' {
+		p.pos++
+		return append(dst, ']'), true
+	}
+	for {
+		var ok bool
+		if dst, ok = p.value(dst, depth+1); !ok {
+			return nil, false
+		}
+		p.ws()
+		if p.pos >= len(p.in) {
+			return nil, false
+		}
+		switch p.in[p.pos] {
+		case ',':
+			p.pos++
+			dst = append(dst, ',')
+		case ']':
+			p.pos++
+			return append(dst, ']'), true
+		default:
+			return nil, false
+		}
+	}
+}
+
+type jsonMember struct {
+	key []byte // decoded
+	val []byte // canonical
+}
+
+func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
+	p.pos++ // {
+	p.ws()
+	if p.pos < len(p.in) && p.in[p.pos] == '}' {
+		p.pos++
+		return append(dst, '{', '}'), true
+	}
+	var members []jsonMember
+	var vals []byte // canonical values, back to back
+	var ends []int
+	for {
+		p.ws()
+		if p.pos >= len(p.in) || p.in[p.pos] != '"' {
+			return nil, false
+		}
+		key, ok := p.str()
+		if !ok {
+			return nil, false
+		}
+		p.ws()
+		if p.pos >= len(p.in) || p.in[p.pos] != ':' {
+			return nil, false
+		}
+		p.pos++
+		if vals, ok = p.value(vals, depth+1); !ok {
+			return nil, false
+		}
+		members = append(members, jsonMember{key: key})
+		ends = append(ends, len(vals))
+		p.ws()
+		if p.pos >= len(p.in) {
+			return nil, false
+		}
+		if c := p.in[p.pos]; c == ',' {
+			p.pos++
+			continue
+		} else if c != '}' {
+			return nil, false
+		}
+		p.pos++
+		break
+	}
+	start := 0
+	for i := range members {
+		members[i].val = vals[start:ends[i]]
+		start = ends[i]
+	}
+	slices.SortStableFunc(members, func(a, b jsonMember) int { return bytes.Compare(a.key, b.key) })
+	dst = append(dst, '{')
+	for i, m := range members {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, m.key)
+		dst = append(dst, ':')
+		dst = append(dst, m.val...)
+	}
+	return append(dst, '}'), true
+}
+
+// appendJSONString appends s as a JSON string with the fewest escapes:
+// the quote, the backslash and control characters.
+func appendJSONString(dst, s []byte) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for _, c := range s {
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c < 0x20:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return append(dst, '"')
+}

@@ -1,0 +1,91 @@
+package core_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/idem-go/idem/core"
+)
+
+// The first request with a key runs the handler; a retry with the same key
+// gets the stored response back, marked as a replay; the same key with a
+// different body is refused.
+func Example() {
+	eng, err := core.New(core.Config{
+		// Keys of different users never meet.
+		Scope: func(r *core.Request) string { return r.Header.Get("X-User-ID") },
+	})
+	if err != nil {
+		panic(err)
+	}
+	orders := 0
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		orders++
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%d}`, orders)
+	})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	send := func(body string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-User-ID", "alice")
+		req.Header.Set("Idempotency-Key", "9b2f8c1e-3d4a-4f6b-8c7d-1e2f3a4b5c6d")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			panic(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.Header.Get("Content-Type") == core.ContentTypeProblem {
+			fmt.Println(resp.StatusCode, core.ContentTypeProblem)
+			return
+		}
+		fmt.Printf("%d replay=%q %s\n", resp.StatusCode, resp.Header.Get(core.HeaderReplay), b)
+	}
+	send(`{"item":"book","qty":2}`)
+	send(`{"qty": 2, "item": "book"}`) // the same JSON, written differently
+	send(`{"item":"book","qty":3}`)
+	fmt.Println("orders created:", orders)
+	// Output:
+	// 201 replay="" {"id":1}
+	// 201 replay="true" {"id":1}
+	// 422 application/problem+json
+	// orders created: 1
+}
+
+// Validators restrict the keys a route accepts; a bad key gets 400.
+func ExampleConfig_validateKey() {
+	eng, _ := core.New(core.Config{ValidateKey: core.ValidateUUIDv4, Required: true})
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for _, key := range []string{"", "not-a-uuid", "9b2f8c1e-3d4a-4f6b-8c7d-1e2f3a4b5c6d"} {
+		r := httptest.NewRequest(http.MethodPost, "/payments", nil)
+		if key != "" {
+			r.Header.Set("Idempotency-Key", key)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(w.Code, w.Header().Get("Content-Type"))
+	}
+	// Output:
+	// 400 application/problem+json
+	// 400 application/problem+json
+	// 200
+}
+
+// A structured key ties a key to a user, an operation and a resource.
+func ExampleStructuredKey() {
+	k := core.StructuredKey{UserID: "u-42", Operation: "refund", ResourceID: "inv_7", ClientTime: time.UnixMilli(1795000000000)}
+	fmt.Println(k)
+	fmt.Println(core.ValidateStructuredKey(k.String()))
+	// Output:
+	// u-42:refund:inv_7:1795000000000
+	// <nil>
+}
