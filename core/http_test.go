@@ -39,4 +39,3 @@ func recoverer(next http.Handler) http.Handler {
 func TestHTTPConformance(t *testing.T) {
 	idemtest.TestHTTP(t, serveMux, nil)
 }
-
