@@ -37,11 +37,12 @@ test-integration:
 		(cd $$m && GOWORK=off $(GO) test -race -count=1 -tags integration ./...); \
 	done
 
-## bench: Go benchmarks of every module, with allocations.
+## bench: Go benchmarks of every module, with allocations; each case also
+## as a throughput ratio to the "bare" baseline of the same run.
 bench:
 	@set -e; for m in $(MODULES); do \
 		echo "==> bench $$m"; \
-		(cd $$m && GOWORK=off $(GO) test -run '^$$' -bench . -benchmem ./...); \
+		(cd $$m && GOWORK=off $(GO) test -run '^$$' -bench . -benchmem ./...) | awk -f $(CURDIR)/scripts/benchratio.awk; \
 	done
 
 ## loadtest: wrk against idem on the Redis store at $(REDIS_URL): first requests
