@@ -1,0 +1,66 @@
+// Package ginidem is the Gin adapter of idem: it makes retried mutations
+// safe with an Idempotency-Key header, a lock and a stored response replayed
+// with X-Idempotency-Replay: true.
+//
+// Build one core.Engine (all idempotency settings live in core.Config) and
+// use it as middleware:
+//
+//	eng, err := core.New(core.Config{
+//		Store: redislock.New(rdb, nil),
+//		Scope: func(r *core.Request) string {
+//			user, _ := r.Context.Value("user").(string) // set by your auth middleware: c.Set("user", id)
+//			return user
+//		},
+//	})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	r := gin.New()
+//	r.Use(gin.Recovery(), auth, ginidem.New(eng))
+//	r.POST("/orders", createOrder)
+//
+// # Ordering
+//
+// Put gin.Recovery() and the authentication middleware before ginidem, and
+// the handlers it protects after it: ginidem sees the request as the
+// handlers do and captures what the handlers after it write. A middleware
+// after ginidem is part of the protected response: if it answers with
+// c.AbortWithStatusJSON (say 403), that response is stored and replayed
+// like any other. To protect only some routes, use it on a group
+// (api := r.Group("/api", ginidem.New(eng))) or on a route.
+//
+// The route template that joins the fingerprint is c.FullPath()
+// ("/orders/:id"), so /orders/1 and /orders/2 with one key and one body are
+// the same request. A request that matched no route (NoRoute, NoMethod) has
+// no template: its path is used instead.
+//
+// # Scope
+//
+// core.Request.Context reads the values of the gin.Context (c.Keys, where
+// c.Set puts them; gin.ContextKey gives the *gin.Context itself) and of the
+// request's context (typed keys of net/http middleware), and carries the
+// request's cancellation whatever gin.Engine.ContextWithFallback says. A
+// core.Config.Scope function scopes keys per authenticated user with
+// r.Context.Value("user").
+//
+// # Responses
+//
+// A replay or an idem error (400, 409, 413, 422, 503 as
+// application/problem+json) is written with the status, headers and body the
+// engine returns, and the chain is aborted: later handlers do not run, while
+// the middleware before ginidem (logger, metrics) see the response as usual.
+//
+// After the handlers, the response is stored (per core.Config.Storable)
+// unless:
+//
+//   - a handler panicked: the lock is released and nothing stored, so a
+//     retry runs the handler again; the panic goes on to gin.Recovery();
+//   - the response was flushed (c.Stream, SSE) or the connection hijacked;
+//   - the handlers recorded an error with c.Error and wrote nothing, leaving
+//     the response to an error-rendering middleware before ginidem: that
+//     response is not known when the handlers return, so the lock is
+//     released without storing and a retry runs the handlers again. An
+//     error middleware placed after ginidem, or a handler that writes its
+//     error itself (c.JSON(400, …), c.AbortWithError), has its response
+//     stored.
+package ginidem

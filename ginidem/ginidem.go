@@ -1,0 +1,131 @@
+package ginidem
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idem-go/idem/core"
+)
+
+// New returns a Gin middleware that protects the handlers after it with
+// eng: r.Use(ginidem.New(eng)), or on a group or a single route.
+//
+// A replay or an error (problem+json) is written and the chain aborted, so
+// no later handler runs. Otherwise the rest of the chain runs and its
+// response is stored, unless a handler panicked, the response was streamed
+// (Flush) or hijacked, or it is not known yet (c.Error with nothing
+// written); see the package documentation.
+func New(eng *core.Engine) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		r := c.Request
+		if !eng.Covers(r.Method) {
+			c.Next()
+			return
+		}
+		st := &state{ctx: requestContext{Context: r.Context(), c: c}}
+		st.req = core.Request{
+			Context:       &st.ctx,
+			Method:        r.Method,
+			Route:         c.FullPath(), // "" for an unmatched route: the engine uses Path
+			Path:          r.URL.Path,
+			Header:        r.Header,
+			Body:          r.Body,
+			ContentLength: r.ContentLength,
+		}
+		f, resp := eng.Begin(&st.req)
+		switch {
+		case resp != nil:
+			resp.Write(c.Writer) // a replay is not a handler result: later handlers do not run
+			c.Abort()
+			return
+		case f == nil:
+			c.Next()
+			return
+		}
+
+		st.w = writer{ResponseWriter: c.Writer, f: f}
+		defer func() {
+			// Also on a panic, before gin.Recovery writes its 500: c.Writer
+			// is Gin's again, the lock released and nothing stored.
+			c.Writer = st.w.ResponseWriter
+			f.Abort() // a no-op once Complete ran
+		}()
+		st.body.Reset(f.Body())
+		r.Body = &st.body
+		c.Writer = &st.w
+		c.Next()
+		if st.w.streamed || len(c.Errors) > 0 && !st.w.Written() {
+			// Streamed, or an error left for a middleware before this one to
+			// render: what the client gets is not what was captured.
+			return
+		}
+		f.Complete(st.w.Status(), st.w.Header())
+	}
+}
+
+// state is what one protected request needs, in one allocation.
+type state struct {
+	req  core.Request
+	ctx  requestContext
+	w    writer
+	body body
+}
+
+// requestContext is the core.Request's Context: the request's deadline and
+// cancellation, and the values of both the gin.Context (c.Keys, where c.Set
+// puts them, and gin.ContextKey) and the request's context. A *gin.Context
+// alone is cancelled only when gin.Engine.ContextWithFallback is set.
+type requestContext struct {
+	context.Context
+	c *gin.Context
+}
+
+func (x *requestContext) Value(key any) any {
+	if v := x.c.Value(key); v != nil {
+		return v
+	}
+	return x.Context.Value(key)
+}
+
+// body is the request body that the Engine read, given back to the handlers.
+type body struct{ bytes.Reader }
+
+func (*body) Close() error { return nil }
+
+// writer passes the response through to Gin's writer, which keeps the
+// status, size and Written state, and copies the body into the Flight.
+type writer struct {
+	gin.ResponseWriter
+	f        *core.Flight
+	streamed bool
+}
+
+func (w *writer) Write(p []byte) (int, error) {
+	w.f.Write(p) //nolint:errcheck // never fails
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *writer) WriteString(s string) (int, error) {
+	w.f.Write([]byte(s)) //nolint:errcheck // never fails
+	return w.ResponseWriter.WriteString(s)
+}
+
+// Flush marks the response as streamed: it is not stored.
+func (w *writer) Flush() {
+	w.streamed = true
+	w.ResponseWriter.Flush()
+}
+
+// Hijack marks the response as hijacked: it is not stored.
+func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.streamed = true
+	return w.ResponseWriter.Hijack()
+}
+
+// Unwrap lets http.ResponseController reach the writer below.
+func (w *writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
