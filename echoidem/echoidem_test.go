@@ -1,0 +1,270 @@
+package echoidem_test
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/echoidem"
+)
+
+const order = `{"item":"book","qty":2}`
+
+// send serves one request in-process; headers are name/value pairs.
+func send(e *echo.Echo, method, path, key string, headers ...string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(order))
+	req.Header.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, req)
+	return rec
+}
+
+func newEngine(t *testing.T, cfg core.Config) *core.Engine {
+	t.Helper()
+	eng, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+func wantResponse(t *testing.T, what string, rec *httptest.ResponseRecorder, status int, body string, replay bool) {
+	t.Helper()
+	if rec.Code != status || rec.Body.String() != body {
+		t.Fatalf("%s: %d %q, want %d %q", what, rec.Code, rec.Body.String(), status, body)
+	}
+	if got := rec.Header().Get(core.HeaderReplay) == "true"; got != replay {
+		t.Fatalf("%s: replayed = %v, want %v", what, got, replay)
+	}
+}
+
+func wantRuns(t *testing.T, runs *atomic.Int64, want int64) {
+	t.Helper()
+	if got := runs.Load(); got != want {
+		t.Fatalf("handler ran %d times, want %d", got, want)
+	}
+}
+
+// A handler's error is rendered by Echo's HTTPErrorHandler while the
+// middleware captures: a 400 is stored and replayed byte for byte, a 500
+// is not stored.
+func TestEchoHandlerErrorRenderedAndStored(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	e := newEcho()
+	e.Use(echoidem.New(newEngine(t, core.Config{})))
+	e.POST("/bad", func(c echo.Context) error {
+		runs.Add(1)
+		return echo.NewHTTPError(http.StatusBadRequest, "qty must be positive")
+	})
+	e.POST("/fail", func(c echo.Context) error {
+		runs.Add(1)
+		return errors.New("database down")
+	})
+
+	first := send(e, http.MethodPost, "/bad", "k-400")
+	wantResponse(t, "first 400", first, http.StatusBadRequest, `{"message":"qty must be positive"}`+"\n", false)
+	wantResponse(t, "replayed 400", send(e, http.MethodPost, "/bad", "k-400"), http.StatusBadRequest, first.Body.String(), true)
+	wantRuns(t, &runs, 1)
+
+	const internal = `{"message":"Internal Server Error"}` + "\n"
+	wantResponse(t, "first 500", send(e, http.MethodPost, "/fail", "k-500"), http.StatusInternalServerError, internal, false)
+	wantResponse(t, "retried 500", send(e, http.MethodPost, "/fail", "k-500"), http.StatusInternalServerError, internal, false)
+	wantRuns(t, &runs, 3)
+}
+
+var errOutOfStock = errors.New("out of stock")
+
+// The app's own HTTPErrorHandler decides the status, the headers and the
+// body; those are what is stored and replayed.
+func TestEchoCustomHTTPErrorHandler(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	e := newEcho()
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		status := http.StatusInternalServerError
+		if errors.Is(err, errOutOfStock) {
+			status = http.StatusConflict
+		}
+		c.Response().Header().Set("X-Error-Code", "E"+http.StatusText(status)[:3])
+		c.JSON(status, map[string]string{"error": err.Error()}) //nolint:errcheck
+	}
+	e.Use(echoidem.New(newEngine(t, core.Config{})))
+	e.POST("/orders", func(c echo.Context) error {
+		runs.Add(1)
+		return errOutOfStock
+	})
+
+	first := send(e, http.MethodPost, "/orders", "k-custom")
+	wantResponse(t, "first", first, http.StatusConflict, `{"error":"out of stock"}`+"\n", false)
+	if first.Header().Get("X-Error-Code") != "ECon" {
+		t.Fatalf("first response headers %v", first.Header())
+	}
+	replay := send(e, http.MethodPost, "/orders", "k-custom")
+	wantResponse(t, "replay", replay, http.StatusConflict, first.Body.String(), true)
+	if got := replay.Header().Get("X-Error-Code"); got != "ECon" {
+		t.Fatalf("replayed X-Error-Code %q, want ECon", got)
+	}
+	wantRuns(t, &runs, 1)
+}
+
+// middleware.Recover outside the idem middleware: after a panic the lock
+// is released and nothing is stored, so the retry runs the handler. With
+// Recover inside, the 500 it renders is not stored either.
+func TestEchoRecoverReleasesLock(t *testing.T) {
+	t.Parallel()
+	for _, recoverInside := range []bool{false, true} {
+		var runs atomic.Int64
+		e := newEcho()
+		mws := []echo.MiddlewareFunc{middleware.Recover(), echoidem.New(newEngine(t, core.Config{}))}
+		if recoverInside {
+			mws[0], mws[1] = mws[1], mws[0]
+		}
+		e.Use(mws...)
+		e.POST("/orders", func(c echo.Context) error {
+			if runs.Add(1) == 1 {
+				panic("first run fails")
+			}
+			return c.String(http.StatusCreated, "created")
+		})
+		if rec := send(e, http.MethodPost, "/orders", "k-panic"); rec.Code != http.StatusInternalServerError {
+			t.Fatalf("recover inside %v: the panic answered %d", recoverInside, rec.Code)
+		}
+		wantResponse(t, "retry", send(e, http.MethodPost, "/orders", "k-panic"), http.StatusCreated, "created", false)
+		wantResponse(t, "replay", send(e, http.MethodPost, "/orders", "k-panic"), http.StatusCreated, "created", true)
+		wantRuns(t, &runs, 2)
+	}
+}
+
+// A request the Skipper skips is untouched: no key check, no replay.
+func TestEchoSkipper(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	e := newEcho()
+	e.Use(echoidem.NewWithConfig(echoidem.Config{
+		Engine:  newEngine(t, core.Config{Required: true}),
+		Skipper: func(c echo.Context) bool { return c.Path() == "/webhooks" },
+	}))
+	h := func(c echo.Context) error {
+		runs.Add(1)
+		return c.String(http.StatusCreated, "ok")
+	}
+	e.POST("/webhooks", h)
+	e.POST("/orders", h)
+	for _, key := range []string{"k-skip", "k-skip", "", strings.Repeat("k", 300)} {
+		wantResponse(t, "skipped key "+key, send(e, http.MethodPost, "/webhooks", key), http.StatusCreated, "ok", false)
+	}
+	wantRuns(t, &runs, 4)
+	// Not skipped: the required key is enforced.
+	if rec := send(e, http.MethodPost, "/orders", ""); rec.Code != http.StatusBadRequest {
+		t.Fatalf("missing key on a covered route: %d", rec.Code)
+	}
+	wantRuns(t, &runs, 4)
+}
+
+// Config.ErrorHandler routes the Engine's refusals through the app's
+// HTTPErrorHandler; headers such as Retry-After survive.
+func TestEchoErrorHandlerHTTPError(t *testing.T) {
+	t.Parallel()
+	started, release := make(chan struct{}), make(chan struct{})
+	e := newEcho()
+	e.Use(echoidem.NewWithConfig(echoidem.Config{
+		Engine: newEngine(t, core.Config{}),
+		ErrorHandler: func(c echo.Context, p *core.Problem) error {
+			return echo.NewHTTPError(p.Status, p.Title).SetInternal(p)
+		},
+	}))
+	e.POST("/orders", func(c echo.Context) error {
+		close(started)
+		<-release
+		return c.String(http.StatusCreated, "created")
+	})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		send(e, http.MethodPost, "/orders", "k-flight")
+	}()
+	<-started
+	rec := send(e, http.MethodPost, "/orders", "k-flight")
+	close(release)
+	wg.Wait()
+	wantResponse(t, "in flight", rec, http.StatusConflict, `{"message":"Request in flight"}`+"\n", false)
+	if got := rec.Header().Get(echo.HeaderContentType); got != echo.MIMEApplicationJSON {
+		t.Fatalf("Content-Type %q, want the app's %q", got, echo.MIMEApplicationJSON)
+	}
+	if got := rec.Header().Get("Retry-After"); got != "1" {
+		t.Fatalf("Retry-After %q, want 1", got)
+	}
+}
+
+// A flushed (streamed) response is passed through but not stored.
+func TestEchoStreamedNotStored(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	e := newEcho()
+	e.Use(echoidem.New(newEngine(t, core.Config{})))
+	e.POST("/events", func(c echo.Context) error {
+		runs.Add(1)
+		c.Response().WriteHeader(http.StatusOK)
+		c.Response().Write([]byte("data: 1\n\n")) //nolint:errcheck
+		c.Response().Flush()
+		return nil
+	})
+	for range 2 {
+		wantResponse(t, "stream", send(e, http.MethodPost, "/events", "k-stream"), http.StatusOK, "data: 1\n\n", false)
+	}
+	wantRuns(t, &runs, 2)
+}
+
+// A Scope function reads, through the request's context, what an earlier
+// middleware stored with c.Set.
+func TestEchoScopeFromContextSet(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	e := newEcho()
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc { // a stand-in for auth
+		return func(c echo.Context) error {
+			c.Set("user", c.Request().Header.Get("X-Token"))
+			return next(c)
+		}
+	})
+	e.Use(echoidem.New(newEngine(t, core.Config{
+		Scope: func(r *core.Request) string { s, _ := r.Context.Value("user").(string); return s },
+	})))
+	e.POST("/orders", func(c echo.Context) error {
+		return c.String(http.StatusCreated, strings.Repeat("+", int(runs.Add(1))))
+	})
+	wantResponse(t, "alice", send(e, http.MethodPost, "/orders", "k-scope", "X-Token", "alice"), http.StatusCreated, "+", false)
+	wantResponse(t, "bob", send(e, http.MethodPost, "/orders", "k-scope", "X-Token", "bob"), http.StatusCreated, "++", false)
+	wantResponse(t, "alice again", send(e, http.MethodPost, "/orders", "k-scope", "X-Token", "alice"), http.StatusCreated, "+", true)
+	wantRuns(t, &runs, 2)
+}
+
+func TestNewWithConfigPanicsWithoutEngine(t *testing.T) {
+	t.Parallel()
+	defer func() {
+		if r := recover(); r != "echoidem: Config.Engine is required" {
+			t.Fatalf("recovered %v", r)
+		}
+	}()
+	echoidem.NewWithConfig(echoidem.Config{})
+	t.Fatal("no panic")
+}
