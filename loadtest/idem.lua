@@ -2,7 +2,9 @@
 -- request (first requests), one fixed key (replays), no key, or POST /bare
 -- (the same handler without the middleware: the baseline).
 --
---   wrk -s idem.lua http://127.0.0.1:8080 -- fresh|fixed|none|bare <run-id>
+--   wrk -s idem.lua http://127.0.0.1:8080 -- fresh|fixed|none|bare <key-prefix> <fixed-key>
+--
+-- Fresh keys are <key-prefix>-<thread>-<n>: give every run its own prefix.
 
 local threads = 0
 
@@ -14,6 +16,7 @@ end
 function init(args)
 	mode = args[1] or "none"
 	run = args[2] or tostring(os.time())
+	fixed = args[3] or (run .. "-fixed")
 	counter = 0
 	wrk.method = "POST"
 	wrk.body = '{"item":"book","qty":2}'
@@ -22,7 +25,7 @@ function init(args)
 	if mode == "bare" then
 		wrk.path = "/bare"
 	elseif mode == "fixed" then
-		wrk.headers["Idempotency-Key"] = run .. "-fixed"
+		wrk.headers["Idempotency-Key"] = fixed
 	end
 	static = wrk.format()
 end

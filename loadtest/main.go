@@ -56,15 +56,16 @@ func main() {
 	connections := flag.Int("connections", 32, "wrk connections")
 	threads := flag.Int("threads", 1, "wrk threads")
 	rounds := flag.Int("rounds", 2, "rounds of the four phases")
+	autopipeline := flag.Bool("autopipeline", false, "run the store on go-redis's (experimental) AutoPipeline of a single-node client")
 	flag.Parse()
-	if err := run(*redisURL, *duration, *connections, *threads, *rounds); err != nil {
+	if err := run(*redisURL, *duration, *connections, *threads, *rounds, *autopipeline); err != nil {
 		log.Fatal(err)
 	}
 }
 
 type outcomes [core.OutcomeLockLost + 1]atomic.Int64
 
-func run(redisURL string, duration time.Duration, connections, threads, rounds int) error {
+func run(redisURL string, duration time.Duration, connections, threads, rounds int, autopipeline bool) error {
 	wrk, err := exec.LookPath("wrk")
 	if err != nil {
 		return fmt.Errorf("wrk not found (apt-get install wrk): %w", err)
@@ -94,9 +95,22 @@ func run(redisURL string, duration time.Duration, connections, threads, rounds i
 	var (
 		seen     outcomes
 		canceled atomic.Int64
+		scripter redis.Scripter = client
 	)
+	if autopipeline {
+		c, ok := client.(*redis.Client)
+		if !ok {
+			return errors.New("-autopipeline needs a single-node redis:// URL")
+		}
+		ap, err := c.AutoPipeline()
+		if err != nil {
+			return err
+		}
+		defer ap.Close()
+		scripter = ap
+	}
 	eng, err := core.New(core.Config{
-		Store:       redislock.New(client, &redislock.Options{Prefix: prefix}),
+		Store:       redislock.New(scripter, &redislock.Options{Prefix: prefix}),
 		ResponseTTL: 2 * time.Minute,
 		Observer: func(ev core.Event) {
 			if ev.Outcome == core.OutcomeStoreError && errors.Is(ev.Err, context.Canceled) {
@@ -136,9 +150,11 @@ func run(redisURL string, duration time.Duration, connections, threads, rounds i
 	}
 	resp.Body.Close()
 
+	var phase int
 	wrkPhase := func(mode string, d time.Duration) (float64, error) {
+		phase++ // fresh keys of their own in every phase
 		out, err := exec.Command(wrk, "-t", strconv.Itoa(threads), "-c", strconv.Itoa(connections),
-			"-d", d.String(), "-s", scriptPath, base, "--", mode, prefix).CombinedOutput()
+			"-d", d.String(), "-s", scriptPath, base, "--", mode, prefix+"-"+strconv.Itoa(phase), prefix+"-fixed").CombinedOutput()
 		if err != nil {
 			return 0, fmt.Errorf("wrk %s: %v\n%s", mode, err, out)
 		}
@@ -152,8 +168,8 @@ func run(redisURL string, duration time.Duration, connections, threads, rounds i
 		return strconv.ParseFloat(string(m[1]), 64)
 	}
 
-	fmt.Printf("idem load test: Redis %s, wrk -t%d -c%d, %v per phase, %d rounds, GOMAXPROCS %d\n",
-		redactURL(redisURL), threads, connections, duration, rounds, runtime.GOMAXPROCS(0))
+	fmt.Printf("idem load test: Redis %s (autopipeline %v), wrk -t%d -c%d, %v per phase, %d rounds, GOMAXPROCS %d\n",
+		redactURL(redisURL), autopipeline, threads, connections, duration, rounds, runtime.GOMAXPROCS(0))
 	for _, mode := range []string{"bare", "none", "fresh", "fixed"} { // warm-up
 		if _, err := wrkPhase(mode, time.Second); err != nil {
 			return err

@@ -23,6 +23,18 @@ func TestConformanceMiniredis(t *testing.T) {
 	idemtest.TestStore(t, func(*testing.T) core.Store { return redislock.New(c, nil) })
 }
 
+// TestConformanceAutoPipeline runs the store on go-redis's AutoPipeliner,
+// which batches the scripts of concurrent requests into pipelines.
+func TestConformanceAutoPipeline(t *testing.T) {
+	_, c := newMiniredis(t, true)
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ap.Close() })
+	idemtest.TestStore(t, func(*testing.T) core.Store { return redislock.New(ap, nil) })
+}
+
 func TestKeys(t *testing.T) {
 	_, c := newMiniredis(t, false)
 	id := idemtest.Key(t)
