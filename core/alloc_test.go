@@ -17,6 +17,7 @@ import (
 const (
 	replayAllocBudget   = 20
 	firstRunAllocBudget = 24
+	noKeyAllocBudget    = 2
 )
 
 // discardWriter is a minimal http.ResponseWriter that allocates nothing.
@@ -40,31 +41,54 @@ func orderHandler() http.Handler {
 	})
 }
 
-// newRequests prepares n requests with the given keys, so that building
-// them is not counted.
-func newRequests(n int, key func(i int) string) []*http.Request {
-	reqs := make([]*http.Request, n)
-	for i := range reqs {
-		r, _ := http.NewRequest(http.MethodPost, "/orders", bytes.NewReader(orderBody))
-		r.Pattern = "POST /orders"
-		r.Header.Set("Content-Type", "application/json")
-		if key != nil {
-			r.Header.Set("Idempotency-Key", key(i))
-		}
-		reqs[i] = r
-	}
-	return reqs
+// rewindBody is a request body that can be read again, so one request
+// serves every iteration of a benchmark or an allocation count.
+type rewindBody struct{ bytes.Reader }
+
+func (*rewindBody) Close() error { return nil }
+
+// reusableRequest sends the same order again and again, each time with the
+// key key(i) (none if key is nil), without allocating.
+type reusableRequest struct {
+	r    *http.Request
+	body *rewindBody
+	w    *discardWriter
+	key  func(i int) string
+	i    int
 }
 
-func allocsPerRequest(t *testing.T, h http.Handler, reqs []*http.Request) float64 {
-	w := &discardWriter{h: make(http.Header, 8)}
-	i := 0
-	return testing.AllocsPerRun(len(reqs)-1, func() {
-		clear(w.h)
-		h.ServeHTTP(w, reqs[i])
-		i++
-	})
+func newReusableRequest(key func(i int) string) *reusableRequest {
+	r, _ := http.NewRequest(http.MethodPost, "/orders", nil)
+	r.Pattern = "POST /orders"
+	r.Header.Set("Content-Type", "application/json")
+	if key != nil {
+		r.Header.Set("Idempotency-Key", "")
+	}
+	return &reusableRequest{r: r, body: &rewindBody{}, w: &discardWriter{h: make(http.Header, 8)}, key: key}
 }
+
+func (q *reusableRequest) serve(h http.Handler) {
+	q.body.Reset(orderBody)
+	q.r.Body = q.body
+	q.r.ContentLength = int64(len(orderBody))
+	if q.key != nil {
+		q.r.Header["Idempotency-Key"][0] = q.key(q.i)
+	}
+	q.i++
+	clear(q.w.h)
+	h.ServeHTTP(q.w, q.r)
+}
+
+// keys returns n distinct keys, made before the measurement.
+func keys(n int) func(i int) string {
+	ks := make([]string, n)
+	for i := range ks {
+		ks[i] = "key-" + strconv.Itoa(i)
+	}
+	return func(i int) string { return ks[i] }
+}
+
+func replayed(int) string { return "replayed" }
 
 func TestAllocationBudget(t *testing.T) {
 	if testing.Short() {
@@ -73,16 +97,23 @@ func TestAllocationBudget(t *testing.T) {
 	eng, _ := core.New(core.Config{})
 	h := eng.Middleware(orderHandler())
 	const runs = 200
-
-	first := allocsPerRequest(t, h, newRequests(runs+1, func(i int) string { return "first-" + strconv.Itoa(i) }))
-	h.ServeHTTP(&discardWriter{h: http.Header{}}, newRequests(1, func(int) string { return "replayed" })[0])
-	replay := allocsPerRequest(t, h, newRequests(runs+1, func(int) string { return "replayed" }))
-	bare := allocsPerRequest(t, orderHandler(), newRequests(runs+1, nil))
-	t.Logf("allocs/request: bare handler %.0f, first run %.0f, replay %.0f", bare, first, replay)
+	count := func(h http.Handler, key func(int) string) float64 {
+		q := newReusableRequest(key)
+		return testing.AllocsPerRun(runs, func() { q.serve(h) })
+	}
+	first := count(h, keys(runs+1))
+	newReusableRequest(replayed).serve(h)
+	replay := count(h, replayed)
+	noKey := count(h, nil)
+	bare := count(orderHandler(), nil)
+	t.Logf("allocs/request: bare handler %.0f, no key %.0f, first run %.0f, replay %.0f", bare, noKey, first, replay)
 	if first > firstRunAllocBudget {
 		t.Errorf("first run: %.0f allocs/request, budget %d", first, firstRunAllocBudget)
 	}
 	if replay > replayAllocBudget {
 		t.Errorf("replay: %.0f allocs/request, budget %d", replay, replayAllocBudget)
+	}
+	if noKey > noKeyAllocBudget {
+		t.Errorf("no key: %.0f allocs/request, budget %d", noKey, noKeyAllocBudget)
 	}
 }

@@ -2,7 +2,6 @@ package core_test
 
 import (
 	"net/http"
-	"strconv"
 	"testing"
 
 	"github.com/idem-go/idem/core"
@@ -13,13 +12,11 @@ import (
 // middleware's own cost. `make bench` prints each case as a ratio to bare.
 func BenchmarkMiddleware(b *testing.B) {
 	run := func(b *testing.B, h http.Handler, key func(i int) string) {
-		reqs := newRequests(b.N, key)
-		w := &discardWriter{h: make(http.Header, 8)}
+		q := newReusableRequest(key)
 		b.ReportAllocs()
 		b.ResetTimer()
-		for i := range b.N {
-			clear(w.h)
-			h.ServeHTTP(w, reqs[i])
+		for range b.N {
+			q.serve(h)
 		}
 	}
 	b.Run("bare", func(b *testing.B) { run(b, orderHandler(), nil) })
@@ -28,13 +25,13 @@ func BenchmarkMiddleware(b *testing.B) {
 		run(b, eng.Middleware(orderHandler()), nil)
 	})
 	b.Run("first-run", func(b *testing.B) {
-		eng, _ := core.New(core.Config{Store: core.NewMemoryStore(1 << 24)})
-		run(b, eng.Middleware(orderHandler()), func(i int) string { return "k-" + strconv.Itoa(i) })
+		eng, _ := core.New(core.Config{Store: core.NewMemoryStore(b.N + 1)})
+		run(b, eng.Middleware(orderHandler()), keys(b.N))
 	})
 	b.Run("replay", func(b *testing.B) {
 		eng, _ := core.New(core.Config{})
 		h := eng.Middleware(orderHandler())
-		h.ServeHTTP(&discardWriter{h: http.Header{}}, newRequests(1, func(int) string { return "replayed" })[0])
-		run(b, h, func(int) string { return "replayed" })
+		newReusableRequest(replayed).serve(h)
+		run(b, h, replayed)
 	})
 }
