@@ -7,6 +7,8 @@ require (
 	github.com/redis/go-redis/v9 v9.22.0
 )
 
+require golang.org/x/time v0.15.0 // indirect
+
 require (
 	github.com/KyleBanks/depth v1.2.1 // indirect
 	github.com/PuerkitoBio/purell v1.1.1 // indirect
@@ -33,6 +35,7 @@ require (
 	github.com/gofiber/fiber/v2 v2.52.15 // indirect
 	github.com/gofiber/swagger v1.1.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/idem-go/idem/echoidem v0.0.0
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.17.9 // indirect
@@ -76,3 +79,5 @@ require (
 )
 
 replace github.com/idem-go/idem => ../
+
+replace github.com/idem-go/idem/echoidem => ../echoidem
