@@ -71,7 +71,9 @@ func main() {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	stopped := make(chan struct{})
 	go func() {
+		defer close(stopped)
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -81,4 +83,5 @@ func main() {
 	if err := srv.Serve(ln); err != http.ErrServerClosed {
 		log.Fatal(err)
 	}
+	<-stopped
 }
