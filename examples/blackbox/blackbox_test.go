@@ -1,0 +1,380 @@
+// Package blackbox drives every example server from outside, as a client
+// would, per the examples contract of DESIGN.md: it builds each server,
+// starts it on a loopback port and checks replays, conflicts, bad keys,
+// concurrency and the served OpenAPI spec. The integration variant
+// (-tags integration) runs three instances of each on one real Redis.
+package blackbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// frameworks are the example servers, one folder each under examples/.
+var frameworks = []string{"nethttp", "gin", "echo", "fiber"}
+
+// build compiles examples/<name> into a temporary binary.
+func build(t *testing.T, name string) string {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join("..", name)); err != nil {
+		t.Skipf("examples/%s does not exist", name)
+	}
+	bin := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = filepath.Join("..", name)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build examples/%s: %v\n%s", name, err, out)
+	}
+	return bin
+}
+
+// server is a running example process.
+type server struct {
+	url    string
+	client *http.Client
+	t      *testing.T
+}
+
+// start runs bin on a free loopback port with the extra environment and
+// stops it when the test ends.
+func start(t *testing.T, bin string, env ...string) *server {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin)
+	cmd.Env = append(append(os.Environ(), "ADDR="+addr), env...)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }() //nolint:errcheck
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill() //nolint:errcheck
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", filepath.Base(bin), logs.String())
+		}
+	})
+	s := &server{url: "http://" + addr, t: t, client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 100}}}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if resp, err := s.client.Get(s.url + "/orders"); err == nil {
+			resp.Body.Close()
+			return s
+		}
+		select {
+		case <-done:
+			t.Fatalf("%s exited at start:\n%s", bin, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready after 30s", bin)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type result struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (s *server) post(user, key, body string) result {
+	s.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, s.url+"/orders", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-User-ID", user)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	return s.do(req)
+}
+
+func (s *server) do(req *http.Request) result {
+	s.t.Helper()
+	resp, err := s.client.Do(req)
+	if err != nil {
+		s.t.Errorf("%s %s: %v", req.Method, req.URL.Path, err)
+		return result{}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return result{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+func (s *server) count() int {
+	s.t.Helper()
+	r := s.do(mustRequest(http.MethodGet, s.url+"/orders"))
+	var l struct {
+		Count  int               `json:"count"`
+		Orders []json.RawMessage `json:"orders"`
+	}
+	if err := json.Unmarshal(r.body, &l); err != nil || r.status != http.StatusOK || l.Count != len(l.Orders) {
+		s.t.Fatalf("GET /orders = %d %s (%v)", r.status, r.body, err)
+	}
+	return l.Count
+}
+
+func mustRequest(method, url string) *http.Request {
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		panic(err)
+	}
+	return req
+}
+
+var keySeq struct {
+	sync.Mutex
+	n int
+}
+
+// newKey returns a key no earlier run used (the Redis store outlives runs).
+func newKey(t *testing.T) string {
+	keySeq.Lock()
+	defer keySeq.Unlock()
+	keySeq.n++
+	return fmt.Sprintf("bb-%s-%d-%d", t.Name(), time.Now().UnixNano(), keySeq.n)
+}
+
+func wantStatus(t *testing.T, what string, r result, status int) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("%s: status %d, want %d; body %s", what, r.status, status, r.body)
+	}
+}
+
+func wantProblem(t *testing.T, what string, r result, status int, typ string) {
+	t.Helper()
+	wantStatus(t, what, r, status)
+	var p struct {
+		Type   string `json:"type"`
+		Status int    `json:"status"`
+	}
+	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
+		t.Fatalf("%s: Content-Type %q, want application/problem+json", what, ct)
+	}
+	if err := json.Unmarshal(r.body, &p); err != nil || !strings.HasSuffix(p.Type, "#"+typ) || p.Status != status {
+		t.Fatalf("%s: problem %s, want type #%s", what, r.body, typ)
+	}
+}
+
+func wantReplay(t *testing.T, what string, got, first result) {
+	t.Helper()
+	if got.status != first.status || !bytes.Equal(got.body, first.body) || got.header.Get("X-Idempotency-Replay") != "true" {
+		t.Fatalf("%s: got %d %s (replay=%q), want the replay of %d %s", what, got.status, got.body,
+			got.header.Get("X-Idempotency-Replay"), first.status, first.body)
+	}
+	for _, h := range []string{"Location", "Content-Type"} {
+		if got.header.Get(h) != first.header.Get(h) {
+			t.Fatalf("%s: replayed %s %q, want %q", what, h, got.header.Get(h), first.header.Get(h))
+		}
+	}
+}
+
+func TestExamples(t *testing.T) {
+	for _, fw := range frameworks {
+		t.Run(fw, func(t *testing.T) {
+			t.Parallel()
+			s := start(t, build(t, fw))
+			testContract(t, s)
+			testSpec(t, s)
+		})
+	}
+}
+
+// testContract checks the examples contract on one server.
+func testContract(t *testing.T, s *server) {
+	before := s.count()
+	order := `{"item": "book", "qty": 2}`
+
+	key := newKey(t)
+	first := s.post("alice", key, order)
+	wantStatus(t, "first request", first, http.StatusCreated)
+	var o struct {
+		ID   string `json:"id"`
+		Item string `json:"item"`
+		Qty  int    `json:"qty"`
+	}
+	if err := json.Unmarshal(first.body, &o); err != nil || o.ID == "" || o.Item != "book" || o.Qty != 2 {
+		t.Fatalf("first body %s: %v", first.body, err)
+	}
+	if loc := first.header.Get("Location"); loc != "/orders/"+o.ID {
+		t.Fatalf("Location %q, want /orders/%s", loc, o.ID)
+	}
+	if first.header.Get("X-Idempotency-Replay") != "" {
+		t.Fatal("the first response is marked as a replay")
+	}
+	wantReplay(t, "retry", s.post("alice", key, order), first)
+	wantReplay(t, "retry with reordered JSON", s.post("alice", key, `{"qty":2,"item":"book"}`), first)
+	wantProblem(t, "changed body", s.post("alice", key, `{"item": "book", "qty": 3}`), http.StatusUnprocessableEntity, "key-reused")
+
+	// Scope: bob's key is his own.
+	bob := s.post("bob", key, order)
+	wantStatus(t, "other user", bob, http.StatusCreated)
+	if bob.header.Get("X-Idempotency-Replay") != "" || bytes.Equal(bob.body, first.body) {
+		t.Fatalf("bob got alice's order: %s", bob.body)
+	}
+
+	// Bad keys.
+	wantProblem(t, "300-character key", s.post("alice", strings.Repeat("k", 300), order), http.StatusBadRequest, "invalid-key")
+	wantProblem(t, "non-ASCII key", s.post("alice", "clé-"+newKey(t), order), http.StatusBadRequest, "invalid-key")
+
+	// The handler's own 400s are stored and replayed.
+	for name, body := range map[string]string{"qty 0": `{"item": "book", "qty": 0}`, "broken JSON": `{"item": `} {
+		k := newKey(t)
+		r := s.post("alice", k, body)
+		wantStatus(t, name, r, http.StatusBadRequest)
+		if strings.HasPrefix(r.header.Get("Content-Type"), "application/problem+json") {
+			t.Fatalf("%s: the handler's 400 looks like idem's: %s", name, r.body)
+		}
+		wantReplay(t, name+" replayed", s.post("alice", k, body), r)
+	}
+
+	// 500 is not stored: the retry runs again.
+	k := newKey(t)
+	boom := `{"item": "boom", "qty": 1}`
+	wantStatus(t, "boom", s.post("alice", k, boom), http.StatusInternalServerError)
+	if r := s.post("alice", k, boom); r.status != http.StatusInternalServerError || r.header.Get("X-Idempotency-Replay") != "" {
+		t.Fatalf("boom retry: %d replay=%q, want a fresh 500", r.status, r.header.Get("X-Idempotency-Replay"))
+	}
+
+	// In flight: 409 with Retry-After, then the replay.
+	k = newKey(t)
+	slow := `{"item": "pen", "qty": 1, "delay_ms": 700}`
+	done := make(chan result)
+	go func() { done <- s.post("alice", k, slow) }()
+	time.Sleep(200 * time.Millisecond) // the first request is inside its 700 ms handler
+	conflict := s.post("alice", k, slow)
+	wantProblem(t, "in flight", conflict, http.StatusConflict, "key-in-flight")
+	if conflict.header.Get("Retry-After") == "" {
+		t.Fatal("409 without Retry-After")
+	}
+	slowFirst := <-done
+	wantStatus(t, "slow first", slowFirst, http.StatusCreated)
+	wantReplay(t, "after the slow first", s.post("alice", k, slow), slowFirst)
+
+	// Concurrent duplicates: one order.
+	k = newKey(t)
+	results := concurrently(t, []*server{s}, 50, k, `{"item": "cup", "qty": 1, "delay_ms": 100}`)
+	checkDuplicates(t, results)
+
+	// Without a key nothing is protected: two orders.
+	wantStatus(t, "no key", s.post("alice", "", order), http.StatusCreated)
+	wantStatus(t, "no key again", s.post("alice", "", order), http.StatusCreated)
+
+	if got := s.count() - before; got != 6 {
+		t.Fatalf("%d orders created, want 6 (alice's book, bob's book, the pen, the cup, two without a key)", got)
+	}
+}
+
+// concurrently sends n duplicates at once, spread over the servers.
+func concurrently(t *testing.T, servers []*server, n int, key, body string) []result {
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			results[i] = servers[i%len(servers)].post("carol", key, body)
+		}()
+	}
+	close(gate)
+	wg.Wait()
+	return results
+}
+
+// checkDuplicates: exactly one first 201; every other response is a 409 or
+// the byte-identical replay of it.
+func checkDuplicates(t *testing.T, results []result) {
+	t.Helper()
+	var first *result
+	for i, r := range results {
+		if r.status == http.StatusCreated && r.header.Get("X-Idempotency-Replay") == "" {
+			if first != nil {
+				t.Fatalf("two first responses: %s and %s", first.body, r.body)
+			}
+			first = &results[i]
+		}
+	}
+	if first == nil {
+		t.Fatal("no first response among the duplicates")
+	}
+	for _, r := range results {
+		switch {
+		case r.status == http.StatusConflict:
+		case r.header.Get("X-Idempotency-Replay") == "true":
+			if r.status != first.status || !bytes.Equal(r.body, first.body) {
+				t.Fatalf("replay %d %s differs from the first %d %s", r.status, r.body, first.status, first.body)
+			}
+		case r.status != http.StatusCreated:
+			t.Fatalf("unexpected %d %s", r.status, r.body)
+		}
+	}
+}
+
+// testSpec checks the served OpenAPI document: POST /orders documents the
+// Idempotency-Key header, GET /orders does not.
+func testSpec(t *testing.T, s *server) {
+	r := s.do(mustRequest(http.MethodGet, s.url+"/swagger/doc.json"))
+	if r.status == http.StatusNotFound {
+		t.Skip("no /swagger/doc.json yet")
+	}
+	wantStatus(t, "GET /swagger/doc.json", r, http.StatusOK)
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Parameters []struct {
+				Name string `json:"name"`
+				In   string `json:"in"`
+			} `json:"parameters"`
+			Responses map[string]json.RawMessage `json:"responses"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(r.body, &doc); err != nil {
+		t.Fatalf("spec is not JSON: %v\n%s", err, r.body)
+	}
+	has := func(method string) bool {
+		for _, p := range doc.Paths["/orders"][method].Parameters {
+			if p.In == "header" && strings.EqualFold(p.Name, "Idempotency-Key") {
+				return true
+			}
+		}
+		return false
+	}
+	if !has("post") {
+		t.Fatalf("POST /orders does not document Idempotency-Key:\n%s", r.body)
+	}
+	if has("get") {
+		t.Fatal("GET /orders documents Idempotency-Key")
+	}
+	for _, code := range []string{"400", "409", "422"} {
+		if _, ok := doc.Paths["/orders"]["post"].Responses[code]; !ok {
+			t.Fatalf("POST /orders does not document %s", code)
+		}
+	}
+}
