@@ -412,7 +412,7 @@ func (f *Flight) Complete(status int, header http.Header) {
 		ExpiresAt:   now.Add(f.ttl),
 	}
 	for k, v := range header {
-		if !f.e.denied[k] {
+		if !f.e.denied[http.CanonicalHeaderKey(k)] {
 			rec.Header[k] = v
 		}
 	}

@@ -54,9 +54,17 @@ func (r *Response) Write(w http.ResponseWriter) {
 	for k, v := range r.Header {
 		h[k] = v
 	}
-	h.Set("Content-Length", strconv.Itoa(len(r.Body)))
+	if bodyAllowed(r.StatusCode) {
+		h.Set("Content-Length", strconv.Itoa(len(r.Body)))
+	}
 	w.WriteHeader(r.StatusCode)
 	w.Write(r.Body) //nolint:errcheck // the client went away; nothing to do
+}
+
+// bodyAllowed reports whether a response with this status may have a body
+// and so a Content-Length (RFC 9110: not 1xx, 204 or 304).
+func bodyAllowed(status int) bool {
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
 }
 
 func problemResponse(p *Problem, header http.Header) *Response {
