@@ -1,0 +1,297 @@
+package ginidem_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/ginidem"
+)
+
+const order = `{"item":"book","qty":2}`
+
+func newEngine(t *testing.T, cfg core.Config) *core.Engine {
+	t.Helper()
+	eng, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+// post sends POST path with the key (none if "") and extra header pairs
+// through h in-process.
+func post(h http.Handler, path, key string, headers ...string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(order))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func wantResponse(t *testing.T, rec *httptest.ResponseRecorder, status int, body string, replay bool) {
+	t.Helper()
+	if rec.Code != status || rec.Body.String() != body {
+		t.Fatalf("got %d %s, want %d %s", rec.Code, rec.Body, status, body)
+	}
+	if got := rec.Header().Get(core.HeaderReplay) == "true"; got != replay {
+		t.Fatalf("replay header %q, want replay=%v", rec.Header().Get(core.HeaderReplay), replay)
+	}
+}
+
+func wantRuns(t *testing.T, name string, n *atomic.Int64, want int64) {
+	t.Helper()
+	if got := n.Load(); got != want {
+		t.Fatalf("%s ran %d times, want %d", name, got, want)
+	}
+}
+
+// created is a handler that counts its runs and answers 201 with the body
+// it read.
+func created(runs *atomic.Int64) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		b, err := io.ReadAll(c.Request.Body)
+		if err != nil {
+			c.AbortWithStatus(http.StatusBadRequest)
+			return
+		}
+		runs.Add(1)
+		c.Data(http.StatusCreated, "application/json", b)
+	}
+}
+
+// A middleware after ginidem that aborts with AbortWithStatusJSON answers
+// for the request: its response is the one stored and replayed, and the
+// handler behind it never runs.
+func TestGinAbortWithStatusJSONStored(t *testing.T) {
+	t.Parallel()
+	var guards, runs atomic.Int64
+	r := gin.New()
+	r.Use(ginidem.New(newEngine(t, core.Config{})), func(c *gin.Context) {
+		guards.Add(1)
+		c.AbortWithStatusJSON(http.StatusForbidden, gin.H{"error": "forbidden"})
+	})
+	r.POST("/orders", created(&runs))
+
+	const want = `{"error":"forbidden"}`
+	wantResponse(t, post(r, "/orders", "abort-1"), http.StatusForbidden, want, false)
+	rec := post(r, "/orders", "abort-1")
+	wantResponse(t, rec, http.StatusForbidden, want, true)
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json; charset=utf-8" {
+		t.Fatalf("replayed Content-Type %q", ct)
+	}
+	wantRuns(t, "the aborting middleware", &guards, 1)
+	wantRuns(t, "the handler", &runs, 0)
+}
+
+// A handler that records c.Error and writes nothing leaves its response to
+// an error middleware before ginidem, after ginidem has returned: nothing is
+// stored, the lock is released, and the retry runs the handler again.
+func TestGinErrorWithoutResponseNotStored(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	r := gin.New()
+	r.Use(func(c *gin.Context) { // renders c.Errors, as error middlewares do
+		c.Next()
+		if len(c.Errors) > 0 && !c.Writer.Written() {
+			c.JSON(http.StatusConflict, gin.H{"error": c.Errors.Last().Error()})
+		}
+	}, ginidem.New(newEngine(t, core.Config{})))
+	r.POST("/orders", func(c *gin.Context) {
+		runs.Add(1)
+		c.Error(errors.New("out of stock")) //nolint:errcheck // the *gin.Error is not needed
+	})
+
+	for range 2 {
+		wantResponse(t, post(r, "/orders", "error-1"), http.StatusConflict, `{"error":"out of stock"}`, false)
+	}
+	wantRuns(t, "the handler", &runs, 2)
+
+	// An error that the handler writes itself is its response: stored.
+	r.POST("/written", func(c *gin.Context) {
+		runs.Add(1)
+		c.AbortWithError(http.StatusConflict, errors.New("out of stock")) //nolint:errcheck
+	})
+	wantResponse(t, post(r, "/written", "error-2"), http.StatusConflict, "", false)
+	wantResponse(t, post(r, "/written", "error-2"), http.StatusConflict, "", true)
+	wantRuns(t, "the handlers", &runs, 3)
+}
+
+// gin.Recovery before ginidem turns a panic into a 500: the lock was
+// released and nothing stored, so the retry runs the handler, and that
+// response is stored.
+func TestGinRecoveryReleasesLock(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	r := gin.New()
+	r.Use(gin.RecoveryWithWriter(io.Discard), ginidem.New(newEngine(t, core.Config{})))
+	r.POST("/orders", func(c *gin.Context) {
+		if runs.Add(1) == 1 {
+			panic("first run fails")
+		}
+		c.String(http.StatusCreated, "run %d", runs.Load())
+	})
+
+	wantResponse(t, post(r, "/orders", "panic-1"), http.StatusInternalServerError, "", false)
+	wantResponse(t, post(r, "/orders", "panic-1"), http.StatusCreated, "run 2", false)
+	wantResponse(t, post(r, "/orders", "panic-1"), http.StatusCreated, "run 2", true)
+	wantRuns(t, "the handler", &runs, 2)
+}
+
+// A streamed response (c.Stream flushes) is not stored.
+func TestGinStreamedNotStored(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	r := gin.New()
+	r.Use(ginidem.New(newEngine(t, core.Config{})))
+	r.POST("/orders", func(c *gin.Context) {
+		runs.Add(1)
+		c.Status(http.StatusCreated)
+		c.Stream(func(w io.Writer) bool {
+			io.WriteString(w, "chunk") //nolint:errcheck
+			return false
+		})
+	})
+	srv := httptest.NewServer(r) // c.Stream needs a real connection (CloseNotify)
+	t.Cleanup(srv.Close)
+	for range 2 {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(order))
+		req.Header.Set("Idempotency-Key", "stream-1")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusCreated || string(b) != "chunk" || resp.Header.Get(core.HeaderReplay) != "" {
+			t.Fatalf("got %d %q %v (%v), want a fresh 201 chunk", resp.StatusCode, b, resp.Header, err)
+		}
+	}
+	wantRuns(t, "the handler", &runs, 2)
+}
+
+// A request that matched no route has no c.FullPath: its path is the route,
+// so two paths are two requests (a reused key is refused with 422).
+func TestGinUnmatchedRouteUsesPath(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	r := gin.New()
+	r.Use(ginidem.New(newEngine(t, core.Config{})))
+	r.NoRoute(func(c *gin.Context) {
+		runs.Add(1)
+		c.String(http.StatusNotFound, "no such page")
+	})
+	wantResponse(t, post(r, "/nowhere/1", "noroute-1"), http.StatusNotFound, "no such page", false)
+	wantResponse(t, post(r, "/nowhere/1", "noroute-1"), http.StatusNotFound, "no such page", true)
+	if rec := post(r, "/nowhere/2", "noroute-1"); rec.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("same key on another unmatched path: %d %s, want 422", rec.Code, rec.Body)
+	}
+	wantRuns(t, "NoRoute", &runs, 1)
+}
+
+type ctxKey struct{}
+
+// The Scope function reads what the authentication middleware put in the
+// gin.Context (c.Set) and in the request's context, whose cancellation it
+// carries although the gin.Engine has no ContextWithFallback.
+func TestGinScopeFromContext(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	eng := newEngine(t, core.Config{Scope: func(r *core.Request) string {
+		user, _ := r.Context.Value("user").(string)
+		tenant, _ := r.Context.Value(ctxKey{}).(string)
+		if c, _ := r.Context.Value(gin.ContextKey).(*gin.Context); c == nil {
+			t.Error("no *gin.Context under gin.ContextKey")
+		}
+		if r.Context.Done() == nil {
+			t.Error("the request's cancellation is lost")
+		}
+		return tenant + "/" + user
+	}})
+	r := gin.New()
+	r.Use(func(c *gin.Context) {
+		c.Set("user", c.GetHeader("X-User-ID"))
+		ctx, cancel := context.WithCancel(context.WithValue(c.Request.Context(), ctxKey{}, "acme"))
+		defer cancel()
+		c.Request = c.Request.WithContext(ctx)
+		c.Next()
+	}, ginidem.New(eng))
+	r.POST("/orders", created(&runs))
+
+	alice := post(r, "/orders", "scope-1", "X-User-ID", "alice")
+	wantResponse(t, alice, http.StatusCreated, order, false)
+	wantResponse(t, post(r, "/orders", "scope-1", "X-User-ID", "bob"), http.StatusCreated, order, false)
+	wantResponse(t, post(r, "/orders", "scope-1", "X-User-ID", "alice"), http.StatusCreated, order, true)
+	wantRuns(t, "the handler", &runs, 2)
+}
+
+// Routes outside the group that uses ginidem, and methods it does not
+// cover, are untouched.
+func TestGinRouteOutsideGroupUntouched(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	r := gin.New()
+	api := r.Group("/api", ginidem.New(newEngine(t, core.Config{Required: true})))
+	api.POST("/orders", created(&runs))
+	api.GET("/orders", created(&runs))
+	r.POST("/public", created(&runs))
+
+	for range 2 {
+		wantResponse(t, post(r, "/public", "outside-1"), http.StatusCreated, order, false)
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/orders", nil))
+		wantResponse(t, rec, http.StatusCreated, "", false)
+	}
+	wantRuns(t, "the handlers", &runs, 4)
+	if rec := post(r, "/api/orders", ""); rec.Code != http.StatusBadRequest {
+		t.Fatalf("POST /api/orders without a key: %d, want 400", rec.Code)
+	}
+	wantRuns(t, "the handlers", &runs, 4)
+}
+
+// The response is captured whichever way it is written (Write, WriteString,
+// io.Copy) and the status and size that Gin reports stay right, for the
+// middlewares before ginidem.
+func TestGinCaptureKeepsStatusAndSize(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	var status, size []int
+	r := gin.New()
+	r.Use(func(c *gin.Context) {
+		c.Next()
+		status, size = append(status, c.Writer.Status()), append(size, c.Writer.Size())
+	}, ginidem.New(newEngine(t, core.Config{})))
+	r.POST("/orders", func(c *gin.Context) {
+		runs.Add(1)
+		c.Header("X-Order-Id", "42")
+		c.Status(http.StatusAccepted)
+		c.Writer.WriteString("ab")                 //nolint:errcheck
+		c.Writer.Write([]byte("cd"))               //nolint:errcheck
+		io.Copy(c.Writer, strings.NewReader("ef")) //nolint:errcheck
+	})
+	first := post(r, "/orders", "capture-1")
+	wantResponse(t, first, http.StatusAccepted, "abcdef", false)
+	replay := post(r, "/orders", "capture-1")
+	wantResponse(t, replay, http.StatusAccepted, "abcdef", true)
+	if replay.Header().Get("X-Order-Id") != "42" {
+		t.Fatalf("replay headers %v", replay.Header())
+	}
+	wantRuns(t, "the handler", &runs, 1)
+	if len(status) != 2 || status[0] != 202 || status[1] != 202 || size[0] != 6 || size[1] != 6 {
+		t.Fatalf("outer middleware saw statuses %v and sizes %v, want 202 and 6 twice", status, size)
+	}
+}
