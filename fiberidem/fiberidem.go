@@ -1,0 +1,165 @@
+package fiberidem
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/utils"
+	"github.com/valyala/fasthttp"
+
+	"github.com/idem-go/idem/core"
+)
+
+// New returns the idempotency middleware; see the package documentation
+// for where to mount it.
+func New(config ...Config) fiber.Handler {
+	cfg := configDefault(config...)
+	eng := cfg.Engine
+	return func(c *fiber.Ctx) error {
+		if cfg.Next != nil && cfg.Next(c) {
+			return c.Next()
+		}
+		method := c.Method()
+		if !eng.Covers(method) {
+			return c.Next() // nothing to read or copy for a GET
+		}
+		req := c.Request()
+		var body io.Reader
+		if req.IsBodyStream() { // Fiber's StreamRequestBody: read once, bounded
+			body = req.BodyStream()
+		} else if b := req.Body(); len(b) > 0 {
+			body = bytes.NewReader(b)
+		}
+		contentLength := int64(req.Header.ContentLength())
+		if contentLength < 0 {
+			contentLength = -1 // chunked or unknown
+		}
+		f, resp := eng.Begin(&core.Request{
+			Context:       localsContext{Context: c.UserContext(), c: c},
+			Method:        stableMethod(method),
+			Route:         routeTemplate(c),
+			Path:          utils.CopyString(c.Path()),
+			Header:        requestHeader{&req.Header},
+			Body:          body,
+			ContentLength: contentLength,
+		})
+		switch {
+		case resp != nil:
+			writeResponse(c, resp)
+			return nil // a replay or an error: later handlers do not run
+		case f == nil:
+			return c.Next()
+		}
+		defer f.Abort() // a panic: the lock is released, nothing stored
+		if req.IsBodyStream() {
+			req.SetBodyRaw(f.Body()) // Begin consumed the stream
+		}
+
+		if err := c.Next(); err != nil {
+			// Render the error now, as Fiber would after the chain, so that
+			// what the client receives is what is stored.
+			if c.App().ErrorHandler(c, err) != nil {
+				_ = c.SendStatus(fiber.StatusInternalServerError)
+			}
+		}
+		res := c.Response()
+		if res.IsBodyStream() || c.Context().Hijacked() {
+			return nil // streamed: the deferred Abort releases the lock
+		}
+		f.Write(res.Body()) //nolint:errcheck // never fails; Write copies
+		f.Complete(res.StatusCode(), responseHeader(&res.Header))
+		return nil
+	}
+}
+
+// routeTemplate returns the template of the route being served
+// ("/orders/:id"), or "" (the Engine then uses the path) when the
+// middleware runs as an app.Use or Group middleware: c.Route() is then the
+// Use route, a prefix, not the route of the handler to come.
+func routeTemplate(c *fiber.Ctx) string {
+	if r := c.Route(); r.Method != "USE" {
+		return r.Path // registered at start-up: not a request buffer
+	}
+	return ""
+}
+
+// stableMethod returns method as a constant string: Fiber's c.Method()
+// points into fasthttp's request buffer, reused by the next request.
+func stableMethod(method string) string {
+	switch method {
+	case http.MethodPost:
+		return http.MethodPost
+	case http.MethodPut:
+		return http.MethodPut
+	case http.MethodPatch:
+		return http.MethodPatch
+	case http.MethodDelete:
+		return http.MethodDelete
+	}
+	return utils.CopyString(method)
+}
+
+// requestHeader is the Engine's view of fasthttp's request headers. It
+// returns copies: the Engine keeps the key and the scope past the request.
+type requestHeader struct{ h *fasthttp.RequestHeader }
+
+func (h requestHeader) Get(name string) string { return string(h.h.Peek(name)) }
+
+func (h requestHeader) Values(name string) []string {
+	all := h.h.PeekAll(name)
+	if len(all) == 0 {
+		return nil
+	}
+	vs := make([]string, len(all))
+	for i, v := range all {
+		vs[i] = string(v)
+	}
+	return vs
+}
+
+// responseHeader copies the response headers into an http.Header with
+// canonical keys, as the Engine stores them.
+func responseHeader(rh *fasthttp.ResponseHeader) http.Header {
+	h := make(http.Header, rh.Len()+2)
+	rh.VisitAll(func(k, v []byte) {
+		key := http.CanonicalHeaderKey(string(k))
+		h[key] = append(h[key], string(v))
+	})
+	return h
+}
+
+// writeResponse writes an Engine response (a replay or a problem) the
+// Fiber way. The body is copied into fasthttp's buffer, not aliased: it may
+// be the store's own bytes.
+func writeResponse(c *fiber.Ctx, r *core.Response) {
+	res := c.Response()
+	res.SetStatusCode(r.StatusCode)
+	for k, vs := range r.Header {
+		for i, v := range vs {
+			if i == 0 {
+				res.Header.Set(k, v)
+			} else {
+				res.Header.Add(k, v)
+			}
+		}
+	}
+	res.SetBody(r.Body)
+}
+
+// localsContext is the request's user context (c.UserContext()) whose
+// Value falls back to c.Locals, so that a core.Config.Scope function can
+// read what an authentication middleware stored with c.Locals.
+type localsContext struct {
+	context.Context
+	c *fiber.Ctx
+}
+
+func (l localsContext) Value(key any) any {
+	if v := l.Context.Value(key); v != nil {
+		return v
+	}
+	return l.c.Locals(key)
+}
