@@ -2,6 +2,8 @@
 # a go.mod). Tests run with GOWORK=off, as a user who imports one module
 # alone would build it; the committed go.work is for development only.
 
+SHELL       := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 GO          ?= go
 MODULES     := $(shell find . -name go.mod -not -path './.tools/*' -exec dirname {} \; | sort)
 TOOLS       := $(CURDIR)/.tools
@@ -11,7 +13,9 @@ FRAMEWORK   ?= nethttp
 IDEM_REDIS_ADDR ?= 127.0.0.1:6379
 export IDEM_REDIS_ADDR
 
-.PHONY: all demo test test-integration bench lint fmt tools clean
+SWAG        := $(GO) run github.com/swaggo/swag/cmd/swag@v1.16.6
+
+.PHONY: all demo test test-integration bench lint fmt tools clean swagger
 
 all: lint test
 
@@ -66,6 +70,15 @@ lint: $(STATICCHECK)
 		echo "==> lint $$m"; \
 		(cd $$m && GOWORK=off $(GO) vet ./... && GOWORK=off $(STATICCHECK) ./...); \
 		(cd $$m && GOWORK=off $(GO) vet -tags integration ./... && GOWORK=off $(STATICCHECK) -tags integration ./...); \
+	done
+
+## swagger: regenerate the examples' OpenAPI docs from their annotations with
+## swag, then document the Idempotency-Key header with idemswag.
+swagger:
+	@set -e; for fw in nethttp gin echo fiber; do \
+		echo "==> swagger examples/$$fw"; \
+		(cd examples/$$fw && $(SWAG) init -q -g main.go -d ./,../internal/orders -o docs && \
+		 GOWORK=off $(GO) run github.com/idem-go/idem/swagger/cmd/idemswag -dir docs -op "POST /orders"); \
 	done
 
 fmt:

@@ -1,5 +1,10 @@
 // Command nethttp is the order API of the examples on net/http's ServeMux,
 // protected by idem's net/http middleware.
+//
+//	@title			idem example: orders (net/http)
+//	@version		1.0
+//	@description	A small order API whose POST /orders is protected by idem: send an Idempotency-Key and retry safely.
+//	@BasePath		/
 package main
 
 import (
@@ -9,8 +14,12 @@ import (
 	"log"
 	"net/http"
 
+	httpSwagger "github.com/swaggo/http-swagger/v2"
+
 	"github.com/idem-go/idem/examples/internal/exampleapp"
 	"github.com/idem-go/idem/examples/internal/orders"
+	"github.com/idem-go/idem/examples/nethttp/docs"
+	"github.com/idem-go/idem/swagger"
 )
 
 func main() {
@@ -26,6 +35,13 @@ func main() {
 	// route template (r.Pattern).
 	mux.Handle("POST /orders", app.Engine.Middleware(http.HandlerFunc(h.create)))
 	mux.HandleFunc("GET /orders", h.list)
+
+	// The served spec documents the header on the routes the middleware
+	// covers; net/http has no route table to read, so they are listed.
+	if err := app.Document(docs.SwaggerInfo, []swagger.Operation{{Method: http.MethodPost, Path: "/orders"}}); err != nil {
+		log.Fatal(err)
+	}
+	mux.Handle("GET /swagger/", httpSwagger.Handler(httpSwagger.URL("/swagger/doc.json")))
 
 	srv := &http.Server{Addr: app.Addr, Handler: mux}
 	ctx, stop := exampleapp.SignalContext()

@@ -12,10 +12,12 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/swaggo/swag"
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/examples/internal/orders"
 	"github.com/idem-go/idem/redislock"
+	"github.com/idem-go/idem/swagger"
 )
 
 // UserHeader carries the user a request acts for: a stand-in for real
@@ -62,6 +64,19 @@ func Setup() (*App, error) {
 	a.Engine = eng
 	a.Orders = orders.NewService(a.rdb)
 	return a, nil
+}
+
+// Document adds the Idempotency-Key header and idem's responses to the
+// operations ops of the swag-generated spec, once, before it is served.
+func (a *App) Document(spec *swag.Spec, ops []swagger.Operation) error {
+	opts := swagger.OptionsFor(a.Engine.Config(), ops...)
+	opts.BasePath = spec.BasePath
+	tmpl, err := swagger.InjectTemplate(spec.SwaggerTemplate, opts)
+	if err != nil {
+		return err
+	}
+	spec.SwaggerTemplate = tmpl
+	return nil
 }
 
 // Close releases the Redis client, if any.
