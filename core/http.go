@@ -43,17 +43,11 @@ func (e *Engine) Middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		defer f.Abort()
+		defer f.Abort() // after a panic; a no-op once Finish ran
 		r.Body = io.NopCloser(bytes.NewReader(f.Body()))
-		cw := &captureWriter{ResponseWriter: w, f: f}
+		cw := &CaptureWriter{ResponseWriter: w, Flight: f}
 		next.ServeHTTP(cw, r)
-		if cw.streamed {
-			return // the deferred Abort releases the lock
-		}
-		if cw.status == 0 {
-			cw.status = http.StatusOK
-		}
-		f.Complete(cw.status, w.Header())
+		cw.Finish(w.Header())
 	})
 }
 
@@ -73,41 +67,66 @@ func patternRoute(p string) string {
 	return p
 }
 
-// captureWriter passes the response through to the client and copies it
-// into the Flight.
-type captureWriter struct {
+// CaptureWriter is the http.ResponseWriter an adapter hands the handler
+// while a Flight is open: it passes the response through to the client and
+// copies its body into the Flight, notes the status, and marks the response
+// as streamed when the handler flushes or hijacks it. The net/http
+// middleware and the adapters of net/http-based frameworks share it.
+type CaptureWriter struct {
 	http.ResponseWriter
-	f        *Flight
+	Flight *Flight
+
 	status   int
 	streamed bool
 }
 
-func (w *captureWriter) WriteHeader(code int) {
+// WriteHeader notes the first final status and passes it on.
+func (w *CaptureWriter) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
 		w.status = code
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
-func (w *captureWriter) Write(p []byte) (int, error) {
+// Write copies p into the Flight and passes it on.
+func (w *CaptureWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	w.f.Write(p) //nolint:errcheck // never fails
+	w.Flight.Write(p) //nolint:errcheck // never fails
 	return w.ResponseWriter.Write(p)
 }
 
-// Flush marks the response as streamed: it is not stored.
-func (w *captureWriter) Flush() {
+// FlushError marks the response as streamed (it is not stored) and flushes.
+// http.ResponseController and Echo's Response.Flush call it.
+func (w *CaptureWriter) FlushError() error {
 	w.streamed = true
-	http.NewResponseController(w.ResponseWriter).Flush() //nolint:errcheck // as http.Flusher, no error to report
+	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 
-// Hijack marks the response as hijacked: it is not stored.
-func (w *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+// Flush is FlushError for code that asserts http.Flusher.
+func (w *CaptureWriter) Flush() { w.FlushError() } //nolint:errcheck // as http.Flusher, no error to report
+
+// Hijack marks the response as hijacked (it is not stored) and hijacks.
+func (w *CaptureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	w.streamed = true
 	return http.NewResponseController(w.ResponseWriter).Hijack()
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.
-func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *CaptureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Finish ends the Flight after the handler: Abort if the response was
+// streamed or hijacked, else Complete with the status written (200 if the
+// handler wrote nothing, as net/http then sends) and header.
+func (w *CaptureWriter) Finish(header http.Header) {
+	if w.streamed {
+		w.Flight.Abort()
+		return
+	}
+	status := w.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	w.Flight.Complete(status, header)
+}

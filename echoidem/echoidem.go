@@ -1,11 +1,8 @@
 package echoidem
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"net"
-	"net/http"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -100,7 +97,7 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 			}
 
 			res := c.Response()
-			st.w = captureWriter{ResponseWriter: res.Writer, f: f}
+			st.w = core.CaptureWriter{ResponseWriter: res.Writer, Flight: f}
 			res.Writer = &st.w
 			defer func() {
 				res.Writer = st.w.ResponseWriter
@@ -114,14 +111,7 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 				// so that what the client gets is what is stored.
 				c.Error(err)
 			}
-			if st.w.streamed {
-				return nil // the deferred Abort releases the lock
-			}
-			status := st.w.status
-			if status == 0 {
-				status = res.Status
-			}
-			f.Complete(status, res.Header())
+			st.w.Finish(res.Header())
 			return nil
 		}
 	}
@@ -131,7 +121,7 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 type state struct {
 	req  core.Request
 	ctx  scopeContext
-	w    captureWriter
+	w    core.CaptureWriter
 	body body
 }
 
@@ -156,46 +146,3 @@ func (s *scopeContext) Value(key any) any {
 type body struct{ bytes.Reader }
 
 func (*body) Close() error { return nil }
-
-// captureWriter passes the response through to the client and copies its
-// body into the Flight.
-type captureWriter struct {
-	http.ResponseWriter
-	f        *core.Flight
-	status   int
-	streamed bool
-}
-
-func (w *captureWriter) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *captureWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	w.f.Write(p) //nolint:errcheck // never fails
-	return w.ResponseWriter.Write(p)
-}
-
-// FlushError marks the response as streamed, so it is not stored. Echo's
-// Response.Flush calls it through http.ResponseController.
-func (w *captureWriter) FlushError() error {
-	w.streamed = true
-	return http.NewResponseController(w.ResponseWriter).Flush()
-}
-
-// Flush is FlushError for code that asserts http.Flusher.
-func (w *captureWriter) Flush() { w.FlushError() } //nolint:errcheck // as http.Flusher, no error to report
-
-// Hijack marks the response as hijacked, so it is not stored.
-func (w *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	w.streamed = true
-	return http.NewResponseController(w.ResponseWriter).Hijack()
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
