@@ -76,11 +76,14 @@ func New(config ...Config) fiber.Handler {
 }
 
 // routeTemplate returns the template of the route being served
-// ("/orders/:id"), or "" (the Engine then uses the path) when the
-// middleware runs as an app.Use or Group middleware: c.Route() is then the
-// Use route, a prefix, not the route of the handler to come.
+// ("/orders/:id"), or "" (the Engine then uses the path) when c.Route() is
+// not the handler's route. That is the case of app.Use and of Group
+// middleware: c.Route() is then the Use route, a path prefix such as "/",
+// which Fiber's public API does not tell from a route but by whether its
+// pattern matches the whole path.
 func routeTemplate(c *fiber.Ctx) string {
-	if r := c.Route(); r.Method != "USE" {
+	r := c.Route()
+	if r.Path == c.Path() || fiber.RoutePatternMatch(c.Path(), r.Path, c.App().Config()) {
 		return r.Path // registered at start-up: not a request buffer
 	}
 	return ""

@@ -1,0 +1,367 @@
+package fiberidem_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/recover"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/fiberidem"
+)
+
+const order = `{"item":"book","qty":2}`
+
+// client sends requests to a test server over loopback, one header map per
+// request.
+type client struct {
+	t    *testing.T
+	url  string
+	http *http.Client
+}
+
+func newClient(t *testing.T, url string) *client {
+	tr := &http.Transport{MaxConnsPerHost: 1} // one keep-alive connection
+	t.Cleanup(tr.CloseIdleConnections)
+	return &client{t: t, url: url, http: &http.Client{Transport: tr}}
+}
+
+type result struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (c *client) post(path, body string, headers ...string) result {
+	c.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, c.url+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return result{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+func newEngine(t *testing.T, cfg core.Config) *core.Engine {
+	t.Helper()
+	eng, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+func want(t *testing.T, r result, status int, body string, replay bool) {
+	t.Helper()
+	if r.status != status || (body != "" && r.body != body) {
+		t.Fatalf("got %d %s, want %d %s", r.status, r.body, status, body)
+	}
+	if got := r.header.Get(core.HeaderReplay) == "true"; got != replay {
+		t.Fatalf("replayed = %v, want %v (headers %v)", got, replay, r.header)
+	}
+}
+
+func wantRuns(t *testing.T, runs *atomic.Int64, n int64) {
+	t.Helper()
+	if got := runs.Load(); got != n {
+		t.Fatalf("handler ran %d times, want %d", got, n)
+	}
+}
+
+// errorApp is a Fiber app with a custom ErrorHandler, which renders
+// {"error": msg} with the status of a *fiber.Error (500 otherwise) and
+// counts its calls.
+func errorApp(calls *atomic.Int64) *fiber.App {
+	return fiber.New(fiber.Config{
+		DisableStartupMessage: true,
+		ErrorHandler: func(c *fiber.Ctx, err error) error {
+			calls.Add(1)
+			status := fiber.StatusInternalServerError
+			var fe *fiber.Error
+			if errors.As(err, &fe) {
+				status = fe.Code
+			}
+			c.Set("X-Rendered-By", "custom")
+			return c.Status(status).JSON(fiber.Map{"error": err.Error()})
+		},
+	})
+}
+
+func TestFiberHandlerErrorRenderedAndStored(t *testing.T) {
+	t.Parallel()
+	var calls, runs atomic.Int64
+	app := errorApp(&calls)
+	app.Post("/orders", fiberidem.New(fiberidem.Config{Engine: newEngine(t, core.Config{})}), func(c *fiber.Ctx) error {
+		runs.Add(1)
+		return fiber.NewError(fiber.StatusBadRequest, "qty must be positive")
+	})
+	c := newClient(t, listen(t, app))
+
+	first := c.post("/orders", order, "Idempotency-Key", "err-400")
+	want(t, first, 400, `{"error":"qty must be positive"}`, false)
+	if first.header.Get("X-Rendered-By") != "custom" {
+		t.Fatalf("the app's ErrorHandler did not render the error: %v", first.header)
+	}
+	replay := c.post("/orders", order, "Idempotency-Key", "err-400")
+	want(t, replay, 400, first.body, true)
+	if replay.header.Get("X-Rendered-By") != "custom" {
+		t.Fatalf("the replay lost the rendered headers: %v", replay.header)
+	}
+	wantRuns(t, &runs, 1)
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("ErrorHandler called %d times, want once (the replay does not call it)", n)
+	}
+}
+
+func TestFiberPlainErrorRendered500NotStored(t *testing.T) {
+	t.Parallel()
+	var calls, runs atomic.Int64
+	app := errorApp(&calls)
+	app.Post("/orders", fiberidem.New(fiberidem.Config{Engine: newEngine(t, core.Config{})}), func(c *fiber.Ctx) error {
+		runs.Add(1)
+		return errors.New("database down")
+	})
+	c := newClient(t, listen(t, app))
+	for range 2 {
+		want(t, c.post("/orders", order, "Idempotency-Key", "err-500"), 500, `{"error":"database down"}`, false)
+	}
+	wantRuns(t, &runs, 2) // 500 is not stored: the retry runs again
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("ErrorHandler called %d times, want once per request", n)
+	}
+}
+
+func TestFiberRecoverAfterPanic(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(recover.New())
+	app.Post("/orders", fiberidem.New(fiberidem.Config{Engine: newEngine(t, core.Config{})}), func(c *fiber.Ctx) error {
+		if runs.Add(1) == 1 {
+			panic("first run fails")
+		}
+		return c.Status(fiber.StatusCreated).SendString("created")
+	})
+	c := newClient(t, listen(t, app))
+
+	want(t, c.post("/orders", order, "Idempotency-Key", "panic-1"), 500, "", false)
+	// The lock was released and nothing stored: the retry runs the handler.
+	want(t, c.post("/orders", order, "Idempotency-Key", "panic-1"), 201, "created", false)
+	want(t, c.post("/orders", order, "Idempotency-Key", "panic-1"), 201, "created", true)
+	wantRuns(t, &runs, 2)
+}
+
+func TestFiberStreamedBodyNotStored(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Post("/orders", fiberidem.New(fiberidem.Config{Engine: newEngine(t, core.Config{})}), func(c *fiber.Ctx) error {
+		n := runs.Add(1)
+		c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+			fmt.Fprintf(w, "chunk 1 of run %d\n", n)
+			w.Flush() //nolint:errcheck
+			fmt.Fprintf(w, "chunk 2 of run %d\n", n)
+		})
+		return nil
+	})
+	c := newClient(t, listen(t, app))
+	for i := 1; i <= 2; i++ {
+		want(t, c.post("/orders", order, "Idempotency-Key", "stream-1"), 200,
+			fmt.Sprintf("chunk 1 of run %d\nchunk 2 of run %d\n", i, i), false)
+	}
+	wantRuns(t, &runs, 2)
+}
+
+// TestFiberBufferReuse stores a response built from fasthttp's reused
+// buffers (the body is the request body, a header echoes a request header,
+// with no copy in the handler), sends thousands of other requests through
+// the same connection, and replays the key: the replay must hold the
+// original bytes. The Observer's events keep their strings too.
+func TestFiberBufferReuse(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var events []core.Event
+	eng := newEngine(t, core.Config{
+		Scope: func(r *core.Request) string { return r.Header.Get("X-User-ID") },
+		Observer: func(e core.Event) {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+		},
+	})
+	var runs atomic.Int64
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Post("/orders/:id", fiberidem.New(fiberidem.Config{Engine: eng}), func(c *fiber.Ctx) error {
+		runs.Add(1)
+		c.Set("X-Echo", c.Get("X-Client"))  // unsafe string into fasthttp's buffers
+		c.Set("X-Order", c.Params("id"))    // same
+		return c.Status(201).Send(c.Body()) // SetBodyRaw: aliases the request body
+	})
+	c := newClient(t, listen(t, app))
+
+	const original = `{"item":"the original order","qty":1}`
+	first := c.post("/orders/1", original, "Idempotency-Key", "keep-me", "X-User-ID", "alice", "X-Client", "original-client")
+	want(t, first, 201, original, false)
+
+	const others = 5000
+	for i := range others {
+		body := fmt.Sprintf(`{"item":"OTHER%030d","qty":%d}`, i, i+2)
+		headers := []string{"X-User-ID", "mallory" + strconv.Itoa(i), "X-Client", "client-" + strings.Repeat("z", i%40)}
+		if i%2 == 0 { // half with keys, half unprotected
+			headers = append(headers, "Idempotency-Key", "other-"+strconv.Itoa(i))
+		}
+		if r := c.post("/orders/"+strconv.Itoa(i+2), body, headers...); r.status != 201 || r.body != body {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
+	}
+
+	replay := c.post("/orders/1", original, "Idempotency-Key", "keep-me", "X-User-ID", "alice", "X-Client", "another-client")
+	want(t, replay, 201, original, true)
+	for _, h := range []string{"X-Echo", "X-Order", "Content-Type"} {
+		if got, w := replay.header.Get(h), first.header.Get(h); got != w {
+			t.Fatalf("replayed %s = %q, want %q", h, got, w)
+		}
+	}
+	wantRuns(t, &runs, 1+others)
+
+	mu.Lock()
+	defer mu.Unlock()
+	e := events[0]
+	if e.Key != "keep-me" || e.Scope != "alice" || e.Route != "/orders/:id" || e.Method != "POST" || e.Outcome != core.OutcomeStored {
+		t.Fatalf("first event changed after %d requests: %+v", others, e)
+	}
+}
+
+func TestFiberNextSkips(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	mw := fiberidem.New(fiberidem.Config{
+		Engine: newEngine(t, core.Config{}),
+		Next:   func(c *fiber.Ctx) bool { return c.Get("X-Skip") != "" },
+	})
+	app.Post("/orders", mw, func(c *fiber.Ctx) error {
+		return c.Status(201).SendString("run " + strconv.FormatInt(runs.Add(1), 10))
+	})
+	c := newClient(t, listen(t, app))
+	want(t, c.post("/orders", order, "Idempotency-Key", "skip-1", "X-Skip", "1"), 201, "run 1", false)
+	want(t, c.post("/orders", order, "Idempotency-Key", "skip-1", "X-Skip", "1"), 201, "run 2", false)
+	// Not skipped: the key was never seen, it runs, then replays.
+	want(t, c.post("/orders", order, "Idempotency-Key", "skip-1"), 201, "run 3", false)
+	want(t, c.post("/orders", order, "Idempotency-Key", "skip-1"), 201, "run 3", true)
+	wantRuns(t, &runs, 3)
+}
+
+// TestFiberUseFallsBackToPath pins the documented behaviour of
+// app.Use(fiberidem.New(…)): c.Route() is the Use route there, so the
+// route that joins the fingerprint is the path.
+func TestFiberUseFallsBackToPath(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var routes []string
+	eng := newEngine(t, core.Config{Observer: func(e core.Event) {
+		mu.Lock()
+		routes = append(routes, e.Route)
+		mu.Unlock()
+	}})
+	var runs atomic.Int64
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(fiberidem.New(fiberidem.Config{Engine: eng}))
+	app.Post("/orders/:id", func(c *fiber.Ctx) error {
+		runs.Add(1)
+		return c.Status(201).SendString("created")
+	})
+	c := newClient(t, listen(t, app))
+	want(t, c.post("/orders/1", order, "Idempotency-Key", "use-1"), 201, "created", false)
+	want(t, c.post("/orders/1", order, "Idempotency-Key", "use-1"), 201, "created", true)
+	if r := c.post("/orders/2", order, "Idempotency-Key", "use-1"); r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("another path with app.Use: %d %s, want 422 (the path is the route)", r.status, r.body)
+	}
+	wantRuns(t, &runs, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	if routes[0] != "/orders/1" {
+		t.Fatalf("route %q, want the path /orders/1", routes[0])
+	}
+}
+
+func TestFiberScopeFromLocals(t *testing.T) {
+	t.Parallel()
+	eng := newEngine(t, core.Config{Scope: func(r *core.Request) string {
+		user, _ := r.Context.Value("user").(string)
+		return user
+	}})
+	var runs atomic.Int64
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(func(c *fiber.Ctx) error { // an authentication middleware
+		c.Locals("user", strings.TrimPrefix(c.Get("Authorization"), "Bearer "))
+		return c.Next()
+	})
+	app.Post("/orders", fiberidem.New(fiberidem.Config{Engine: eng}), func(c *fiber.Ctx) error {
+		return c.Status(201).SendString("order " + strconv.FormatInt(runs.Add(1), 10))
+	})
+	c := newClient(t, listen(t, app))
+	want(t, c.post("/orders", order, "Idempotency-Key", "scope-1", "Authorization", "Bearer alice"), 201, "order 1", false)
+	want(t, c.post("/orders", order, "Idempotency-Key", "scope-1", "Authorization", "Bearer bob"), 201, "order 2", false)
+	want(t, c.post("/orders", order, "Idempotency-Key", "scope-1", "Authorization", "Bearer alice"), 201, "order 1", true)
+	wantRuns(t, &runs, 2)
+}
+
+// TestFiberStreamRequestBody: with Fiber's StreamRequestBody the request
+// body is a stream that the Engine reads once; the handler still sees it.
+func TestFiberStreamRequestBody(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	app := fiber.New(fiber.Config{DisableStartupMessage: true, StreamRequestBody: true})
+	app.Post("/orders", fiberidem.New(fiberidem.Config{Engine: newEngine(t, core.Config{})}), func(c *fiber.Ctx) error {
+		runs.Add(1)
+		return c.Status(201).Send(c.Body())
+	})
+	c := newClient(t, listen(t, app))
+	body := `{"item":"` + strings.Repeat("s", 100_000) + `","qty":1}`
+	want(t, c.post("/orders", body, "Idempotency-Key", "stream-in"), 201, body, false)
+	want(t, c.post("/orders", body, "Idempotency-Key", "stream-in"), 201, body, true)
+	if r := c.post("/orders", order, "Idempotency-Key", "stream-in"); r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("changed body: %d, want 422", r.status)
+	}
+	wantRuns(t, &runs, 1)
+}
+
+func TestFiberDefaultEngine(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Post("/orders", fiberidem.New(), func(c *fiber.Ctx) error {
+		runs.Add(1)
+		return c.Status(201).SendString("created")
+	})
+	c := newClient(t, listen(t, app))
+	want(t, c.post("/orders", order, "Idempotency-Key", "default-1"), 201, "created", false)
+	want(t, c.post("/orders", order, "Idempotency-Key", "default-1"), 201, "created", true)
+	if r := c.post("/orders", order, "Idempotency-Key", strings.Repeat("k", 300)); r.status != 400 ||
+		r.header.Get("Content-Type") != core.ContentTypeProblem {
+		t.Fatalf("bad key: %d %s %s", r.status, r.header.Get("Content-Type"), r.body)
+	}
+	wantRuns(t, &runs, 1)
+}
