@@ -99,29 +99,28 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 	if !e.Covers(req.Method) {
 		return nil, nil
 	}
+	key, present, err := e.key(req.Header)
+	if !present && !e.cfg.Required {
+		return nil, nil // the common unprotected case costs no more than this
+	}
 	start := time.Now()
 	route := req.Route
 	if route == "" {
 		route = req.Path
 	}
-	ev := Event{Method: req.Method, Route: route}
+	ev := Event{Method: req.Method, Route: route, Key: key}
 	fail := func(o Outcome, p *Problem, err error) (*Flight, *Response) {
 		ev.Outcome, ev.Status, ev.Err = o, p.Status, err
 		e.observe(ev, start)
 		return nil, problemResponse(p, nil)
 	}
-
-	key, present, err := e.key(req.Header)
-	ev.Key = key
 	switch {
 	case err != nil:
 		return fail(OutcomeInvalidKey, &Problem{Type: ProblemInvalidKey, Title: "Invalid idempotency key",
 			Status: http.StatusBadRequest, Detail: err.Error()}, err)
-	case !present && e.cfg.Required:
+	case !present:
 		return fail(OutcomeInvalidKey, &Problem{Type: ProblemMissingKey, Title: "Missing idempotency key",
 			Status: http.StatusBadRequest, Detail: "this request requires an " + e.cfg.KeyHeader + " header"}, nil)
-	case !present:
-		return nil, nil
 	}
 
 	body, err := e.readBody(req)
