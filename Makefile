@@ -9,7 +9,7 @@ MODULES     := $(shell find . -name go.mod -not -path './.tools/*' -exec dirname
 TOOLS       := $(CURDIR)/.tools
 STATICCHECK := $(TOOLS)/staticcheck
 STATICCHECK_VERSION := v0.8.2
-FRAMEWORK   ?= nethttp
+FRAMEWORK   ?= gin
 IDEM_REDIS_ADDR ?= 127.0.0.1:6379
 export IDEM_REDIS_ADDR
 
