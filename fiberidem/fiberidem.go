@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"reflect"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
@@ -77,16 +78,35 @@ func New(config ...Config) fiber.Handler {
 
 // routeTemplate returns the template of the route being served
 // ("/orders/:id"), or "" (the Engine then uses the path) when c.Route() is
-// not the handler's route. That is the case of app.Use and of Group
-// middleware: c.Route() is then the Use route, a path prefix such as "/",
-// which Fiber's public API does not tell from a route but by whether its
-// pattern matches the whole path.
+// a Use route: under app.Use or Group middleware, Fiber v2 runs the
+// middleware before it has picked the handler's route, and c.Route() is the
+// Use route, a path prefix such as "/".
 func routeTemplate(c *fiber.Ctx) string {
 	r := c.Route()
-	if r.Path == c.Path() || fiber.RoutePatternMatch(c.Path(), r.Path, c.App().Config()) {
-		return r.Path // registered at start-up: not a request buffer
+	if isUseRoute(c, r) {
+		return ""
 	}
-	return ""
+	return r.Path // registered at start-up: not a request buffer
+}
+
+// useField is the index of fiber.Route's unexported "use" flag. Fiber v2
+// has no public way to tell a Use route: its Method is the request's and
+// its Path a prefix.
+var useField = func() []int {
+	f, ok := reflect.TypeOf(fiber.Route{}).FieldByName("use")
+	if !ok || f.Type.Kind() != reflect.Bool {
+		return nil
+	}
+	return f.Index
+}()
+
+func isUseRoute(c *fiber.Ctx, r *fiber.Route) bool {
+	if useField != nil {
+		return reflect.ValueOf(r).Elem().FieldByIndex(useField).Bool() // reads, allocates nothing
+	}
+	// A Fiber without the flag: a route whose pattern does not match the
+	// whole path is a Use prefix (slower: parses the pattern).
+	return r.Path != c.Path() && !fiber.RoutePatternMatch(c.Path(), r.Path, c.App().Config())
 }
 
 // stableMethod returns method as a constant string: Fiber's c.Method()

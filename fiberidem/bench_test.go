@@ -1,0 +1,123 @@
+package fiberidem_test
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/idempotency"
+	"github.com/valyala/fasthttp"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/fiberidem"
+)
+
+// The benchmarks drive the app in-process (app.Handler() on a reused
+// fasthttp.RequestCtx), so that they measure the middleware, not the
+// network: the bare handler, idem's middleware on the memory store, and
+// Fiber's own middleware/idempotency on its memory storage, each for the
+// replay of a stored key and for a first run (a fresh key per iteration).
+
+var (
+	benchRequest  = []byte(`{"item":"book","qty":2}`)
+	benchResponse = []byte(`{"id":"ord_1","item":"book","qty":2}`)
+)
+
+func benchHandler(mw fiber.Handler) fasthttp.RequestHandler {
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	h := func(c *fiber.Ctx) error {
+		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+		c.Set(fiber.HeaderLocation, "/orders/ord_1")
+		return c.Status(fiber.StatusCreated).Send(benchResponse)
+	}
+	if mw == nil {
+		app.Post("/orders/:id", h)
+	} else {
+		app.Post("/orders/:id", mw, h)
+	}
+	return app.Handler()
+}
+
+// benchKey writes i as a 36-character key (the length Fiber's middleware
+// insists on) into buf, without allocating.
+func benchKey(buf []byte, i int) []byte {
+	buf = buf[:0]
+	n := strconv.AppendInt(make([]byte, 0, 20), int64(i), 10) // small: on the stack
+	for range 36 - len(n) {
+		buf = append(buf, '0')
+	}
+	return append(buf, n...)
+}
+
+// run sends b.N requests; fresh gives every request its own key, a nil
+// fresh sends no key, otherwise every request has key 0.
+func run(b *testing.B, h fasthttp.RequestHandler, withKey, fresh bool) {
+	var ctx fasthttp.RequestCtx
+	key := make([]byte, 0, 36)
+	send := func(i int) {
+		ctx.Request.Reset()
+		ctx.Response.Reset()
+		ctx.Request.Header.SetMethod(fiber.MethodPost)
+		ctx.Request.SetRequestURI("/orders/7")
+		ctx.Request.Header.SetContentType(fiber.MIMEApplicationJSON)
+		if withKey {
+			key = benchKey(key, i)
+			ctx.Request.Header.SetBytesV("Idempotency-Key", key)
+		}
+		ctx.Request.SetBody(benchRequest)
+		h(&ctx)
+		if s := ctx.Response.StatusCode(); s != fiber.StatusCreated {
+			b.Fatalf("status %d: %s", s, ctx.Response.Body())
+		}
+	}
+	send(0) // store key 0 for the replays
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 1; i <= b.N; i++ {
+		if fresh {
+			send(i)
+		} else {
+			send(0)
+		}
+	}
+}
+
+func benchEngine(b *testing.B) *core.Engine {
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return eng
+}
+
+func BenchmarkBare(b *testing.B) {
+	run(b, benchHandler(nil), false, false)
+}
+
+func BenchmarkFiberidem(b *testing.B) {
+	b.Run("replay", func(b *testing.B) {
+		run(b, benchHandler(fiberidem.New(fiberidem.Config{Engine: benchEngine(b)})), true, false)
+	})
+	b.Run("first-run", func(b *testing.B) {
+		run(b, benchHandler(fiberidem.New(fiberidem.Config{Engine: benchEngine(b)})), true, true)
+	})
+	b.Run("no-key", func(b *testing.B) {
+		run(b, benchHandler(fiberidem.New(fiberidem.Config{Engine: benchEngine(b)})), false, false)
+	})
+}
+
+// BenchmarkFiberIdempotency is Fiber's own middleware/idempotency on its
+// default memory storage and lock, for comparison. It does less: no
+// fingerprint (a reused key with another body gets the first response),
+// no scope, no distributed lock.
+func BenchmarkFiberIdempotency(b *testing.B) {
+	mw := func() fiber.Handler {
+		return idempotency.New(idempotency.Config{KeyHeader: "Idempotency-Key"})
+	}
+	b.Run("replay", func(b *testing.B) {
+		run(b, benchHandler(mw()), true, false)
+	})
+	b.Run("first-run", func(b *testing.B) {
+		run(b, benchHandler(mw()), true, true)
+	})
+}

@@ -1,0 +1,72 @@
+// Package fiberidem is idem's middleware for Fiber v2: it makes retried
+// POST, PUT, PATCH and DELETE requests safe with an Idempotency-Key header.
+// The first request with a key runs the handler once and its response is
+// stored; a retry with the same key gets that response back, marked
+// "X-Idempotency-Replay: true", and the handler does not run again. All the
+// idempotency logic is core's: build a core.Engine once and hand it over.
+//
+//	eng, err := core.New(core.Config{
+//		Store: redislock.New(rdb, nil), // or the default in-memory store
+//		Scope: func(r *core.Request) string { u, _ := r.Context.Value("user").(string); return u },
+//	})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	idem := fiberidem.New(fiberidem.Config{Engine: eng})
+//	app.Post("/orders", idem, createOrder)
+//	app.Put("/orders/:id", idem, updateOrder)
+//
+// # Where to mount it
+//
+// Mount the middleware on the routes it protects, as above, or on each
+// route of a group (g.Post("/:id", idem, h)). There c.Route().Path is the
+// route template ("/orders/:id"), which joins the request's fingerprint
+// instead of the path, as core.Engine expects. app.Use(fiberidem.New(…)) and app.Group("/orders", fiberidem.New(…))
+// work too, but in Fiber v2 a Use middleware runs before the router has
+// picked the handler's route: c.Route() is then the Use route ("/"), so the
+// path stands in for the template and /orders/7 and /orders/8 count as
+// different requests (the same key on both: 422). That is what core's
+// net/http middleware does outside a ServeMux.
+//
+// Install it after recover.New() and after the authentication middleware
+// (so that the scope is known), and before any middleware whose output
+// should be stored and replayed, such as compress. Requests that Next skips,
+// methods the Engine does not cover and requests without a key (unless
+// core.Config.Required) go on untouched.
+//
+// # Scope
+//
+// core.Request.Context is the request's c.UserContext() whose Value falls
+// back to c.Locals, so a core.Config.Scope function reads what an
+// authentication middleware stored: after c.Locals("user", id), Scope may
+// return r.Context.Value("user").(string), and the same key from two users
+// is two records. Keys from the X-User-ID header alone, as the examples do,
+// are for demonstrations only.
+//
+// # Errors, panics, streams
+//
+// A handler's error is rendered by the app's ErrorHandler inside the
+// middleware (c.App().ErrorHandler, which honours mounted sub-apps), so
+// that the status the client receives is the one stored: a
+// fiber.NewError(400, …) is stored and replayed, a plain error rendered as
+// 500 is not, and a retry runs the handler again. The middleware then
+// returns nil: middleware mounted before it sees the rendered response, not
+// the error value. A replay or one of idem's own errors (RFC 9457
+// application/problem+json: 400 bad key, 409 in flight, 422 key reused,
+// 413, 503) is written directly; later handlers do not run.
+//
+// After a panic the lock is released and nothing is stored; the panic goes
+// on to recover.New(). A streamed response (c.Context().SetBodyStreamWriter,
+// c.SendStream, c.SendFile) or a hijacked connection is passed through and
+// not stored either.
+//
+// # fasthttp buffers
+//
+// fasthttp reuses request and response buffers once a handler returns, and
+// Fiber's strings (c.Get, c.Path, c.Method) point into them. Whatever the
+// Engine keeps past the request (key, scope, method, path, stored headers
+// and body) is copied first; a replay's body is copied into fasthttp's
+// buffer, not aliased. With Fiber's StreamRequestBody, a request with a key
+// has its body read once (bounded by core.Config.MaxBodyBytes) and set back
+// on the request for the handler.
+package fiberidem

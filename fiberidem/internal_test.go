@@ -1,0 +1,53 @@
+package fiberidem
+
+import (
+	"net/http/httptest"
+	"testing"
+
+	"github.com/gofiber/fiber/v2"
+)
+
+// TestUseFieldFound fails if a Fiber upgrade renamed Route's "use" flag:
+// the middleware would still work, on the slower public fallback.
+func TestUseFieldFound(t *testing.T) {
+	if useField == nil {
+		t.Fatal(`fiber.Route has no bool field "use" any more: routeTemplate falls back to fiber.RoutePatternMatch`)
+	}
+}
+
+// TestRouteTemplate checks routeTemplate with the "use" flag and with the
+// public fallback. Not parallel: it swaps useField.
+func TestRouteTemplate(t *testing.T) {
+	saved := useField
+	defer func() { useField = saved }()
+	for _, flag := range []bool{true, false} {
+		if !flag {
+			useField = nil
+		}
+		var got []string
+		record := func(c *fiber.Ctx) error {
+			got = append(got, routeTemplate(c))
+			return c.Next()
+		}
+		app := fiber.New()
+		app.Use(record)                // the Use route "/": no template
+		app.Use("/orders", record)     // the Use route "/orders": no template
+		g := app.Group("/api", record) // a Group's Use route: no template
+		app.Post("/orders/:id", record, func(c *fiber.Ctx) error { return nil })
+		g.Post("/orders/:id", record, func(c *fiber.Ctx) error { return nil })
+		for _, path := range []string{"/orders/7", "/api/orders/8"} {
+			if _, err := app.Test(httptest.NewRequest("POST", path, nil)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := []string{"", "", "/orders/:id", "", "", "/api/orders/:id"}
+		if len(got) != len(want) {
+			t.Fatalf("flag %v: templates %q, want %q", flag, got, want)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("flag %v: templates %q, want %q", flag, got, want)
+			}
+		}
+	}
+}
