@@ -63,4 +63,18 @@
 //     error middleware placed after ginidem, or a handler that writes its
 //     error itself (c.JSON(400, …), c.AbortWithError), has its response
 //     stored.
+//
+// # OpenAPI
+//
+// Operations lists the routes the middleware covers, from Gin's route
+// table, for package swagger to document the Idempotency-Key header and
+// idem's responses on them (and on nothing else: GET routes stay as they
+// are). Call it once every route is registered:
+//
+//	opts := swagger.OptionsFor(eng.Config(), ginidem.Operations(eng, r.Routes())...)
+//	opts.BasePath = docs.SwaggerInfo.BasePath
+//	tmpl, err := swagger.InjectTemplate(docs.SwaggerInfo.SwaggerTemplate, opts)
+//
+// Gin does not record which middleware a route runs: when ginidem is used
+// on a group, pass only that group's routes (Operations shows how).
 package ginidem
