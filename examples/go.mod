@@ -40,6 +40,7 @@ require (
 	github.com/gofiber/swagger v1.1.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/idem-go/idem/echoidem v0.0.0
+	github.com/idem-go/idem/fiberidem v0.0.0
 	github.com/idem-go/idem/ginidem v0.0.0
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
@@ -88,3 +89,5 @@ replace github.com/idem-go/idem => ../
 replace github.com/idem-go/idem/echoidem => ../echoidem
 
 replace github.com/idem-go/idem/ginidem => ../ginidem
+
+replace github.com/idem-go/idem/fiberidem => ../fiberidem

@@ -1,0 +1,105 @@
+// Command fiber is the order API of the examples on Fiber v2, protected by
+// idem's Fiber middleware (fiberidem).
+package main
+
+import (
+	"errors"
+	"log"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/recover"
+
+	"github.com/idem-go/idem/examples/internal/exampleapp"
+	"github.com/idem-go/idem/examples/internal/orders"
+	"github.com/idem-go/idem/fiberidem"
+)
+
+func main() {
+	app, err := exampleapp.Setup()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer app.Close()
+
+	h := &handlers{svc: app.Orders}
+	f := fiber.New(fiber.Config{
+		DisableStartupMessage: true,
+		// Handlers return errors; this renders them as {"error": …}. For a
+		// request with a key, fiberidem calls it itself, so that a 400 is
+		// stored and replayed like any 4xx, and a 500 is not stored.
+		ErrorHandler: renderError,
+	})
+	// recover.New() outside idem: a panic releases the key's lock, nothing
+	// is stored, and the client's retry runs the handler again.
+	f.Use(recover.New())
+	// The middleware is mounted on the route, where c.Route().Path is the
+	// route template that joins the fingerprint (under app.Use, Fiber v2
+	// has not routed the request yet and the path stands in for it).
+	f.Post("/orders", fiberidem.New(fiberidem.Config{Engine: app.Engine}), h.create)
+	f.Get("/orders", h.list)
+
+	ctx, stop := exampleapp.SignalContext()
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		f.ShutdownWithTimeout(10 * time.Second) //nolint:errcheck
+	}()
+	app.Logger.Info("listening", "addr", app.Addr, "framework", "fiber")
+	if err := f.Listen(app.Addr); err != nil {
+		log.Fatal(err)
+	}
+}
+
+type handlers struct{ svc *orders.Service }
+
+// create godoc
+//
+//	@Summary	Create an order
+//	@Tags		orders
+//	@Accept		json
+//	@Produce	json
+//	@Param		X-User-ID	header		string					false	"user the request acts for"
+//	@Param		order		body		orders.CreateRequest	true	"the order"
+//	@Success	201			{object}	orders.Order
+//	@Failure	400			{object}	orders.Error
+//	@Failure	500			{object}	orders.Error
+//	@Router		/orders [post]
+func (h *handlers) create(c *fiber.Ctx) error {
+	req, err := orders.Decode(c.Body())
+	if err != nil {
+		return fiber.NewError(fiber.StatusBadRequest, err.Error())
+	}
+	o, err := h.svc.Create(c.UserContext(), req)
+	if err != nil {
+		return err // 500
+	}
+	c.Location("/orders/" + o.ID)
+	return c.Status(fiber.StatusCreated).JSON(o)
+}
+
+// list godoc
+//
+//	@Summary	List the orders really created
+//	@Tags		orders
+//	@Produce	json
+//	@Success	200	{object}	orders.List
+//	@Router		/orders [get]
+func (h *handlers) list(c *fiber.Ctx) error {
+	l, err := h.svc.List(c.UserContext())
+	if err != nil {
+		return err
+	}
+	return c.JSON(l)
+}
+
+// renderError is the app's ErrorHandler: the status of a *fiber.Error (500
+// for any other error) and the body {"error": message}.
+func renderError(c *fiber.Ctx, err error) error {
+	status := fiber.StatusInternalServerError
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		status = fe.Code
+	}
+	return c.Status(status).JSON(orders.Error{Error: err.Error()})
+}
