@@ -29,7 +29,7 @@
 // trip:
 //
 //	acquire.lua   GET the record; if there is none, SET the lock NX PX with a
-//	              new random token. Returns the record, "locked" or "in flight".
+//	              new token. Returns the record, "locked" or "in flight".
 //	complete.lua  if the lock still holds our token: SET the record PX ttl and
 //	              DEL the lock, atomically. Otherwise change nothing: ErrLockLost.
 //	release.lua   if the lock still holds our token, DEL it (5xx, panic, stream).
@@ -51,9 +51,10 @@
 // # Why not bsm/redislock's Obtain
 //
 // bsm/redislock is the usual Redis lock for go-redis, and this store keeps
-// its conventions: the lock key holds nothing but a 16-byte random base64url
-// token, released and refreshed by the same get-compare-del and
-// get-compare-pexpire scripts. Its API cannot be used as such, though:
+// its conventions: the lock key holds nothing but an owner token (a random
+// per-process prefix and a counter: unique, and cheaper than a crypto/rand
+// read on every request, replays included), released and refreshed by the
+// same get-compare-del and get-compare-pexpire scripts. Its API cannot be used as such, though:
 //
 //   - Obtain locks one key: it cannot look at the response key in the same
 //     script, so a first request would cost a GET plus an Obtain (three round

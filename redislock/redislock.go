@@ -7,7 +7,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -118,10 +120,7 @@ func (s *Store) Acquire(ctx context.Context, key string, lockTTL time.Duration) 
 	if err != nil {
 		return nil, "", err
 	}
-	token, err := newToken()
-	if err != nil {
-		return nil, "", err
-	}
+	token := newToken()
 	res, err := acquireScript.Run(ctx, s.client, []string{resp, lock}, token, millis(lockTTL)).Result()
 	if err != nil {
 		return nil, "", fmt.Errorf("redislock: acquire: %w", err)
@@ -189,14 +188,23 @@ func millis(d time.Duration) int64 {
 	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
 }
 
-// newToken returns a fresh owner token: 16 random bytes, base64url, as
-// bsm/redislock makes them.
-func newToken() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("redislock: token: %w", err)
-	}
-	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+// tokenPrefix makes tokens unique across processes: 16 random bytes drawn
+// once; tokenSeq makes them unique within the process.
+var (
+	tokenPrefix = func() string {
+		var b [16]byte
+		rand.Read(b[:]) //nolint:errcheck // crypto/rand.Read never fails (Go 1.24+)
+		return base64.RawURLEncoding.EncodeToString(b[:]) + "."
+	}()
+	tokenSeq atomic.Uint64
+)
+
+// newToken returns a fresh owner token. Every Acquire sends one, replays
+// included, so it is a counter behind a random per-process prefix rather
+// than a read of crypto/rand per request: fencing needs tokens that never
+// repeat, not tokens that cannot be guessed.
+func newToken() string {
+	return tokenPrefix + strconv.FormatUint(tokenSeq.Add(1), 36)
 }
 
 // NewClient returns a Redis client for redisURL, so that every program
