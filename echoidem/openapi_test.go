@@ -1,0 +1,211 @@
+package echoidem_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"log"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/echoidem"
+	"github.com/idem-go/idem/swagger"
+)
+
+func TestOperations(t *testing.T) {
+	t.Parallel()
+	noop := func(echo.Context) error { return nil }
+	routes := func() *echo.Echo {
+		e := echo.New()
+		e.POST("/orders", noop)
+		e.GET("/orders", noop)
+		e.PUT("/orders/:id", noop)
+		e.DELETE("/files/*", noop)
+		e.POST("/internal/reindex", noop)
+		e.OPTIONS("/orders", noop)
+		g := e.Group("/admin")
+		g.Use(passThrough)
+		g.PATCH("/users/:id", noop)
+		return e
+	}().Routes()
+	eng := newEngine(t, core.Config{})
+	skipInternal := func(c echo.Context) bool { return strings.HasPrefix(c.Path(), "/internal/") }
+	skipPatchURL := func(c echo.Context) bool {
+		return c.Request().Method == http.MethodPatch && c.Request().URL.Path == "/admin/users/:id"
+	}
+	skipByHeader := func(c echo.Context) bool { return c.Request().Header.Get("X-Internal") != "" }
+	skipPanics := func(c echo.Context) bool { return c.Get("user").(string) == "root" }
+
+	all := []string{ // sorted by path
+		"PATCH /admin/users/{id}", "DELETE /files/{wildcard}", "POST /internal/reindex", "POST /orders", "PUT /orders/{id}"}
+	for _, tc := range []struct {
+		name string
+		cfg  echoidem.Config
+		want []string
+	}{
+		{"no skipper", echoidem.Config{Engine: eng}, all},
+		{"default config", withEngine(echoidem.DefaultConfig, eng), all},
+		{"skipper on the route path", echoidem.Config{Engine: eng, Skipper: skipInternal},
+			[]string{"PATCH /admin/users/{id}", "DELETE /files/{wildcard}", "POST /orders", "PUT /orders/{id}"}},
+		{"skipper on method and URL", echoidem.Config{Engine: eng, Skipper: skipPatchURL},
+			[]string{"DELETE /files/{wildcard}", "POST /internal/reindex", "POST /orders", "PUT /orders/{id}"}},
+		{"skipper on a header: not evaluated", echoidem.Config{Engine: eng, Skipper: skipByHeader}, all},
+		{"skipper panics: not skipped", echoidem.Config{Engine: eng, Skipper: skipPanics}, all},
+		{"engine covering POST only", echoidem.Config{Engine: newEngine(t, core.Config{Methods: []string{http.MethodPost}}), Skipper: skipInternal},
+			[]string{"POST /orders"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, op := range tc.cfg.Operations(routes) {
+				got = append(got, op.Method+" "+op.Path)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("Operations = %q, want %q", got, tc.want)
+			}
+		})
+	}
+
+	// The covered POST gets the header in a document, the GET and the
+	// skipped POST do not.
+	cfg := echoidem.Config{Engine: eng, Skipper: skipInternal}
+	documented := injected(t, eng, cfg.Operations(routes), routes)
+	for op, want := range map[string]bool{
+		"POST /orders":           true,
+		"PUT /orders/{id}":       true,
+		"GET /orders":            false,
+		"OPTIONS /orders":        false,
+		"POST /internal/reindex": false,
+	} {
+		if documented[op] != want {
+			t.Errorf("%s documents the key header: %v, want %v", op, documented[op], want)
+		}
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func passThrough(next echo.HandlerFunc) echo.HandlerFunc { return next }
+
+func withEngine(cfg echoidem.Config, eng *core.Engine) echoidem.Config {
+	cfg.Engine = eng
+	return cfg
+}
+
+func TestOperationsNothingCovered(t *testing.T) {
+	t.Parallel()
+	e := echo.New()
+	e.GET("/orders", func(echo.Context) error { return nil })
+	eng := newEngine(t, core.Config{})
+	ops := echoidem.Config{Engine: eng}.Operations(e.Routes())
+	if ops == nil || len(ops) != 0 {
+		t.Fatalf("Operations = %#v, want an empty, non-nil slice", ops)
+	}
+	e.POST("/orders", func(echo.Context) error { return nil })
+	if documented := injected(t, eng, ops, e.Routes()); len(documented) != 0 {
+		t.Fatalf("documented %v, want nothing", documented)
+	}
+}
+
+func TestOperationsSkipperSeesRoute(t *testing.T) {
+	t.Parallel()
+	e := echo.New()
+	e.PUT("/orders/:id", func(echo.Context) error { return nil })
+	var seen []string
+	echoidem.Config{Engine: newEngine(t, core.Config{}), Skipper: func(c echo.Context) bool {
+		seen = append(seen, c.Request().Method+" "+c.Request().URL.Path+" "+c.Path())
+		return false
+	}}.Operations(e.Routes())
+	if want := []string{"PUT /orders/:id /orders/:id"}; !slices.Equal(seen, want) {
+		t.Fatalf("Skipper saw %q, want %q", seen, want)
+	}
+}
+
+func TestOperationsWithoutEngine(t *testing.T) {
+	t.Parallel()
+	defer func() {
+		if recover() == nil {
+			t.Fatal("no panic without an Engine")
+		}
+	}()
+	echoidem.Config{}.Operations(nil)
+}
+
+// injected documents ops in a Swagger 2.0 document holding every route and
+// returns the "METHOD /path" of the operations that got the key header.
+func injected(t *testing.T, eng *core.Engine, ops []swagger.Operation, routes []*echo.Route) map[string]bool {
+	t.Helper()
+	paths := map[string]map[string]any{}
+	for _, rt := range routes {
+		if strings.HasPrefix(rt.Method, "echo_") { // RouteNotFound
+			continue
+		}
+		p := swagger.NormalizePath(rt.Path)
+		if paths[p] == nil {
+			paths[p] = map[string]any{}
+		}
+		paths[p][strings.ToLower(rt.Method)] = map[string]any{"responses": map[string]any{"200": map[string]any{"description": "OK"}}}
+	}
+	doc := fmt.Sprintf(`{"swagger": "2.0", "info": {"title": "t", "version": "1"}, "paths": %s}`, string(must(json.Marshal(paths))))
+	out, err := swagger.Inject([]byte(doc), swagger.OptionsFor(eng.Config(), ops...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed struct {
+		Paths map[string]map[string]struct {
+			Parameters []struct{ Name, In string }
+		}
+	}
+	if err := json.Unmarshal(out, &parsed); err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for p, item := range parsed.Paths {
+		for m, op := range item {
+			for _, prm := range op.Parameters {
+				if prm.In == "header" && prm.Name == core.DefaultKeyHeader {
+					documented[strings.ToUpper(m)+" "+p] = true
+				}
+			}
+		}
+	}
+	return documented
+}
+
+func ExampleConfig_Operations() {
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg := echoidem.Config{
+		Engine:  eng,
+		Skipper: func(c echo.Context) bool { return strings.HasPrefix(c.Path(), "/internal/") },
+	}
+	e := echo.New()
+	e.Use(echoidem.NewWithConfig(cfg))
+	e.POST("/orders", func(echo.Context) error { return nil })
+	e.GET("/orders", func(echo.Context) error { return nil })
+	e.DELETE("/orders/:id", func(echo.Context) error { return nil })
+	e.POST("/internal/reindex", func(echo.Context) error { return nil })
+
+	// After the routes: the covered operations, to document the header on.
+	ops := cfg.Operations(e.Routes())
+	fmt.Println(ops)
+	// With the spec swag generated (package docs):
+	//
+	//	opts := swagger.OptionsFor(eng.Config(), ops...)
+	//	opts.BasePath = docs.SwaggerInfo.BasePath
+	//	tmpl, err := swagger.InjectTemplate(docs.SwaggerInfo.SwaggerTemplate, opts)
+	//	...
+	//	docs.SwaggerInfo.SwaggerTemplate = tmpl
+	// Output:
+	// [{POST /orders} {DELETE /orders/{id}}]
+}
