@@ -29,8 +29,9 @@
 // net/http middleware does outside a ServeMux.
 //
 // Install it after recover.New() and after the authentication middleware
-// (so that the scope is known), and before any middleware whose output
-// should be stored and replayed, such as compress. Requests that Next skips,
+// (so that the scope is known). Middleware that shapes the response per
+// client, such as compress, belongs before it too, so that what is stored
+// does not depend on one client's Accept-Encoding. Requests that Next skips,
 // methods the Engine does not cover and requests without a key (unless
 // core.Config.Required) go on untouched.
 //
