@@ -1,5 +1,10 @@
 // Command echo is the order API of the examples on Echo v4, protected by
 // idem's Echo middleware (echoidem).
+//
+//	@title			idem example: orders (Echo)
+//	@version		1.0
+//	@description	A small order API whose POST /orders is protected by idem: send an Idempotency-Key and retry safely.
+//	@BasePath		/
 package main
 
 import (
@@ -12,8 +17,10 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	echoSwagger "github.com/swaggo/echo-swagger"
 
 	"github.com/idem-go/idem/echoidem"
+	"github.com/idem-go/idem/examples/echo/docs"
 	"github.com/idem-go/idem/examples/internal/exampleapp"
 	"github.com/idem-go/idem/examples/internal/orders"
 )
@@ -35,9 +42,17 @@ func main() {
 	e.Use(middleware.Recover()) // outside idem: a panic releases the key's lock
 	// After routing, so the middleware sees the route template (c.Path());
 	// GET is not covered and passes through.
-	e.Use(echoidem.New(app.Engine))
+	idem := echoidem.Config{Engine: app.Engine}
+	e.Use(echoidem.NewWithConfig(idem))
 	e.POST("/orders", h.create)
 	e.GET("/orders", h.list)
+	e.GET("/swagger/*", echoSwagger.WrapHandler) // UI, and the spec at /swagger/doc.json
+
+	// Once every route is registered: the served spec documents the header
+	// on the routes echoidem covers, read from Echo's route table.
+	if err := app.Document(docs.SwaggerInfo, idem.Operations(e.Routes())); err != nil {
+		log.Fatal(err)
+	}
 
 	ctx, stop := exampleapp.SignalContext()
 	defer stop()
