@@ -36,11 +36,13 @@ var DefaultMethods = []string{http.MethodPost, http.MethodPut, http.MethodPatch,
 
 // DefaultDeniedHeaders are the response headers never stored: hop-by-hop
 // headers, Set-Cookie (a session must not be handed to whoever replays the
-// key), and Content-Length and Date, which the server writes anew.
+// key), Content-Length and Date, which the server writes anew, and
+// X-Request-Id, which a request-id middleware sets on every request: a
+// replay keeps the id of the request that asked for it, for tracing.
 var DefaultDeniedHeaders = []string{
 	"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 	"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-	"Set-Cookie", "Content-Length", "Date",
+	"Set-Cookie", "Content-Length", "Date", "X-Request-Id",
 }
 
 // DefaultStorable is the default store policy: every status below 500

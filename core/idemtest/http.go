@@ -143,9 +143,13 @@ func (h *harness) start(t *testing.T, cfg core.Config) *server {
 		t.Fatalf("core.New: %v", err)
 	}
 	a := &app{}
+	url := h.serve(t, eng, a)
 	tr := &http.Transport{MaxIdleConnsPerHost: 256}
+	// Registered after serve, so it runs before the server's own cleanup:
+	// a server that waits for idle connections on shutdown (fasthttp) is
+	// not left waiting for ours.
 	t.Cleanup(tr.CloseIdleConnections)
-	return &server{t: t, url: h.serve(t, eng, a), app: a, client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	return &server{t: t, url: url, app: a, client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 }
 
 type response struct {
