@@ -64,7 +64,7 @@ loadtest:
 
 ## lint: gofmt, go vet and staticcheck over every module.
 lint: $(STATICCHECK)
-	@unformatted=$$(gofmt -l $(MODULES)); \
+	@unformatted=$$(gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	@set -e; for m in $(MODULES); do \
 		echo "==> lint $$m"; \
@@ -82,7 +82,7 @@ swagger:
 	done
 
 fmt:
-	gofmt -w $(MODULES)
+	gofmt -w .
 
 $(STATICCHECK):
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

@@ -26,8 +26,8 @@ const UserHeader = "X-User-ID"
 
 // App is what an example server needs.
 type App struct {
-	Addr   string         // $ADDR, default 127.0.0.1:8080
-	Engine *core.Engine   // scoped per user (UserHeader)
+	Addr   string       // $ADDR, default 127.0.0.1:8080
+	Engine *core.Engine // scoped per user (UserHeader)
 	Orders *orders.Service
 	Logger *slog.Logger
 	rdb    redis.UniversalClient
