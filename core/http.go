@@ -3,7 +3,6 @@ package core
 import (
 	"bufio"
 	"bytes"
-	"io"
 	"net"
 	"net/http"
 )
@@ -44,7 +43,9 @@ func (e *Engine) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		defer f.Abort() // after a panic; a no-op once Finish ran
-		r.Body = io.NopCloser(bytes.NewReader(f.Body()))
+		body := &Body{}
+		body.Reset(f.Body())
+		r.Body = body
 		cw := &CaptureWriter{ResponseWriter: w, Flight: f}
 		next.ServeHTTP(cw, r)
 		cw.Finish(w.Header())
@@ -66,6 +67,13 @@ func patternRoute(p string) string {
 	}
 	return p
 }
+
+// Body gives the handler the request body that Engine.Begin read
+// (Flight.Body): an io.ReadCloser over the bytes, with Reset to reuse it.
+type Body struct{ bytes.Reader }
+
+// Close does nothing: the bytes are in memory.
+func (*Body) Close() error { return nil }
 
 // CaptureWriter is the http.ResponseWriter an adapter hands the handler
 // while a Flight is open: it passes the response through to the client and

@@ -1,7 +1,6 @@
 package echoidem
 
 import (
-	"bytes"
 	"context"
 
 	"github.com/labstack/echo/v4"
@@ -122,7 +121,7 @@ type state struct {
 	req  core.Request
 	ctx  scopeContext
 	w    core.CaptureWriter
-	body body
+	body core.Body
 }
 
 // scopeContext is the request's context whose Value(string) also reads
@@ -141,8 +140,3 @@ func (s *scopeContext) Value(key any) any {
 	}
 	return s.Context.Value(key)
 }
-
-// body is the request body that the Engine read, given back to the handler.
-type body struct{ bytes.Reader }
-
-func (*body) Close() error { return nil }

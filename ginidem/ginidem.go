@@ -2,7 +2,6 @@ package ginidem
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -73,7 +72,7 @@ type state struct {
 	req  core.Request
 	ctx  requestContext
 	w    writer
-	body body
+	body core.Body
 }
 
 // requestContext is the core.Request's Context: the request's deadline and
@@ -91,11 +90,6 @@ func (x *requestContext) Value(key any) any {
 	}
 	return x.Context.Value(key)
 }
-
-// body is the request body that the Engine read, given back to the handlers.
-type body struct{ bytes.Reader }
-
-func (*body) Close() error { return nil }
 
 // writer passes the response through to Gin's writer, which keeps the
 // status, size and Written state, and copies the body into the Flight.
