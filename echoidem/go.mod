@@ -5,7 +5,6 @@ go 1.25.0
 require (
 	github.com/idem-go/idem v0.0.0
 	github.com/labstack/echo/v4 v4.16.0
-	github.com/redis/go-redis/v9 v9.22.0
 )
 
 require (
@@ -14,6 +13,7 @@ require (
 	github.com/labstack/gommon v0.5.0 // indirect
 	github.com/mattn/go-colorable v0.1.15 // indirect
 	github.com/mattn/go-isatty v0.0.22 // indirect
+	github.com/redis/go-redis/v9 v9.22.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fasttemplate v1.2.2 // indirect
 	go.uber.org/atomic v1.11.0 // indirect

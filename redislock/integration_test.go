@@ -6,12 +6,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -26,52 +24,11 @@ import (
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/core/idemtest"
 	"github.com/idem-go/idem/redislock"
+	"github.com/idem-go/idem/redislock/redistest"
 )
 
-// redisAddr is the shared Redis of the integration tests.
-func redisAddr() string {
-	if a := os.Getenv("IDEM_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
-
-// sharedRedis returns a client of the shared Redis and a key prefix of the
-// test's own; t.Cleanup deletes the keys under that prefix, and only those.
-func sharedRedis(t testing.TB) (*redis.Client, string) {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: redisAddr()})
-	if err := c.Ping(context.Background()).Err(); err != nil {
-		c.Close()
-		t.Fatalf("Redis at IDEM_REDIS_ADDR=%s: %v", redisAddr(), err)
-	}
-	prefix := "idemtest:" + rand.Text()
-	t.Cleanup(func() {
-		defer c.Close()
-		deleteKeys(t, c, prefix+"*")
-	})
-	return c, prefix
-}
-
-func deleteKeys(t testing.TB, c redis.UniversalClient, pattern string) {
-	ctx := context.Background()
-	var keys []string
-	iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Errorf("cleanup: SCAN %s: %v", pattern, err)
-	}
-	for _, k := range keys { // one by one: keys of a Cluster live in many slots
-		if err := c.Del(ctx, k).Err(); err != nil {
-			t.Errorf("cleanup: DEL %s: %v", k, err)
-		}
-	}
-}
-
 func TestIntegrationConformance(t *testing.T) {
-	c, prefix := sharedRedis(t)
+	c, prefix := redistest.Client(t)
 	idemtest.TestStore(t, func(*testing.T) core.Store {
 		return redislock.New(c, &redislock.Options{Prefix: prefix})
 	})
@@ -80,7 +37,7 @@ func TestIntegrationConformance(t *testing.T) {
 // TestIntegrationTTLs reads the TTLs back with PTTL.
 func TestIntegrationTTLs(t *testing.T) {
 	ctx := context.Background()
-	c, prefix := sharedRedis(t)
+	c, prefix := redistest.Client(t)
 	s := redislock.New(c, &redislock.Options{Prefix: prefix})
 	key := idemtest.Key(t)
 	resp, lock, _ := s.Keys(key)
@@ -130,7 +87,7 @@ func TestIntegrationTTLs(t *testing.T) {
 // completion is fenced.
 func TestIntegrationTakeoverFenced(t *testing.T) {
 	ctx := context.Background()
-	c, prefix := sharedRedis(t)
+	c, prefix := redistest.Client(t)
 	store := redislock.New(c, &redislock.Options{Prefix: prefix})
 	slow := newApp(t, store, core.Config{})
 	slow.block, slow.started = make(chan struct{}), make(chan struct{}, 1)
@@ -163,7 +120,7 @@ func TestIntegrationTakeoverFenced(t *testing.T) {
 
 // TestIntegrationRoundTrips counts round trips on a real Redis.
 func TestIntegrationRoundTrips(t *testing.T) {
-	c, prefix := sharedRedis(t)
+	c, prefix := redistest.Client(t)
 	var cnt counter
 	c.AddHook(&cnt)
 	a := newApp(t, redislock.New(c, &redislock.Options{Prefix: prefix}), core.Config{})
@@ -187,12 +144,12 @@ func TestIntegrationRoundTrips(t *testing.T) {
 // Redis and sends each of 50 keys 20 times at once, spread over the three.
 func TestIntegrationExactlyOnceAcrossProcesses(t *testing.T) {
 	const keys, dups = 50, 20
-	c, prefix := sharedRedis(t)
+	c, prefix := redistest.Client(t)
 	bin := buildTestServer(t)
 	counterKey := prefix + ":count"
 	var urls []string
 	for i := range 3 {
-		urls = append(urls, startTestServer(t, bin, "-redis", "redis://"+redisAddr(), "-prefix", prefix,
+		urls = append(urls, startTestServer(t, bin, "-redis", "redis://"+redistest.Addr(), "-prefix", prefix,
 			"-counter", counterKey, "-name", "s"+strconv.Itoa(i)))
 	}
 
