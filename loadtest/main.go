@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -57,8 +58,20 @@ func main() {
 	threads := flag.Int("threads", 1, "wrk threads")
 	rounds := flag.Int("rounds", 2, "rounds of the four phases")
 	autopipeline := flag.Bool("autopipeline", false, "run the store on go-redis's (experimental) AutoPipeline of a single-node client")
+	cpuprofile := flag.String("cpuprofile", "", "write the server's CPU profile over the whole run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(*redisURL, *duration, *connections, *threads, *rounds, *autopipeline); err != nil {
+		pprof.StopCPUProfile()
 		log.Fatal(err)
 	}
 }
