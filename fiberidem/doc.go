@@ -71,4 +71,19 @@
 // buffer, not aliased. With Fiber's StreamRequestBody, a request with a key
 // has its body read once (bounded by core.Config.MaxBodyBytes) and set back
 // on the request for the handler.
+//
+// # OpenAPI
+//
+// Operations lists the routes the middleware covers, from Fiber's route
+// table, for package swagger to document the Idempotency-Key header and
+// idem's responses on them: the routes whose method the Engine covers and
+// that Config.Next does not skip (asked with a synthetic *fiber.Ctx, as
+// Operations explains). GET routes stay as they are. Call it once every
+// route is registered, with the routes the middleware is mounted on:
+//
+//	ops := fiberidem.Operations(app, app.GetRoutes(true), cfg)
+//	opts := swagger.OptionsFor(eng.Config(), ops...)
+//	opts.BasePath = docs.SwaggerInfo.BasePath
+//	tmpl, err := swagger.InjectTemplate(docs.SwaggerInfo.SwaggerTemplate, opts)
 package fiberidem
+
