@@ -86,4 +86,3 @@
 //	opts.BasePath = docs.SwaggerInfo.BasePath
 //	tmpl, err := swagger.InjectTemplate(docs.SwaggerInfo.SwaggerTemplate, opts)
 package fiberidem
-
