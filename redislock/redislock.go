@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -224,6 +225,15 @@ func newToken() string {
 // redis.ParseFailoverURL): dial_timeout, read_timeout, pool_size,
 // protocol and so on. The client connects lazily: NewClient does no I/O.
 // Close the client when done.
+//
+// One default differs from go-redis's: before every command, go-redis's
+// pool peeks at the connection with a non-blocking recvfrom to find a
+// connection the server closed, one system call per command that costs as
+// much as a third of a replay's Redis round trip. NewClient's connections
+// skip that check (see skipHealthCheck); a connection the server closed is
+// then found by the command itself, which go-redis retries on a new
+// connection, as it does for any network error. TLS connections never had
+// the check.
 func NewClient(redisURL string) (redis.UniversalClient, error) {
 	scheme, rest, ok := strings.Cut(redisURL, "://")
 	if !ok {
@@ -239,11 +249,17 @@ func NewClient(redisURL string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redislock: %w", err)
 		}
+		if opt.Dialer == nil {
+			opt.Dialer = skipHealthCheck(redis.NewDialer(opt))
+		}
 		return redis.NewClient(opt), nil
 	case "cluster":
 		opt, err := redis.ParseClusterURL(base + "://" + rest)
 		if err != nil {
 			return nil, fmt.Errorf("redislock: %w", err)
+		}
+		if opt.Dialer == nil {
+			opt.Dialer = skipHealthCheck(redis.NewDialer(&redis.Options{DialTimeout: opt.DialTimeout, TLSConfig: opt.TLSConfig}))
 		}
 		return redis.NewClusterClient(opt), nil
 	case "sentinel":
@@ -254,7 +270,28 @@ func NewClient(redisURL string) (redis.UniversalClient, error) {
 		if opt.MasterName == "" {
 			return nil, errors.New("redislock: a sentinel URL needs master_name")
 		}
+		if opt.Dialer == nil {
+			opt.Dialer = skipHealthCheck(redis.NewDialer(&redis.Options{DialTimeout: opt.DialTimeout, TLSConfig: opt.TLSConfig}))
+		}
 		return redis.NewFailoverClient(opt), nil
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnsupportedURL, scheme)
 }
+
+// skipHealthCheck wraps dial so that the connections it returns do not
+// implement syscall.Conn: go-redis's pool health check peeks only at
+// connections that do, so each command is one write and one read instead of
+// those plus a recvfrom. Measured with strace on 2000 replays: 2000 fewer
+// system calls, one per command.
+func skipHealthCheck(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return uncheckedConn{c}, nil
+	}
+}
+
+// uncheckedConn is a net.Conn and nothing more: no SyscallConn method.
+type uncheckedConn struct{ net.Conn }
