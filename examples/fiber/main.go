@@ -1,5 +1,10 @@
 // Command fiber is the order API of the examples on Fiber v2, protected by
 // idem's Fiber middleware (fiberidem).
+//
+//	@title			idem example: orders (Fiber)
+//	@version		1.0
+//	@description	A small order API whose POST /orders is protected by idem: send an Idempotency-Key and retry safely.
+//	@BasePath		/
 package main
 
 import (
@@ -9,7 +14,9 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/recover"
+	fiberSwagger "github.com/gofiber/swagger"
 
+	"github.com/idem-go/idem/examples/fiber/docs"
 	"github.com/idem-go/idem/examples/internal/exampleapp"
 	"github.com/idem-go/idem/examples/internal/orders"
 	"github.com/idem-go/idem/fiberidem"
@@ -36,8 +43,18 @@ func main() {
 	// The middleware is mounted on the route, where c.Route().Path is the
 	// route template that joins the fingerprint (under app.Use, Fiber v2
 	// has not routed the request yet and the path stands in for it).
-	f.Post("/orders", fiberidem.New(fiberidem.Config{Engine: app.Engine}), h.create)
+	idem := fiberidem.Config{Engine: app.Engine}
+	f.Post("/orders", fiberidem.New(idem), h.create)
 	f.Get("/orders", h.list)
+	f.Get("/swagger/*", fiberSwagger.HandlerDefault) // UI, and the spec at /swagger/doc.json
+
+	// Once every route is registered: the served spec documents the header
+	// on the routes fiberidem covers, read from Fiber's route table (every
+	// route but those of f.Use; each POST, PUT, PATCH and DELETE route here
+	// is mounted with fiberidem).
+	if err := app.Document(docs.SwaggerInfo, fiberidem.Operations(f, f.GetRoutes(true), idem)); err != nil {
+		log.Fatal(err)
+	}
 
 	ctx, stop := exampleapp.SignalContext()
 	defer stop()
