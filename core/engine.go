@@ -46,11 +46,16 @@ type Request struct {
 // stored response or refuse. It is safe for concurrent use; build one with
 // New and share it between all the routes that need it.
 type Engine struct {
-	cfg      Config
-	denied   map[string]bool
-	retry    string
-	waitStep time.Duration
+	cfg    Config
+	denied map[string]bool // canonical names of Config.DeniedHeaders
+	retry  string          // Retry-After, in seconds
 }
+
+// Wait mode without a core.Waiter polls Acquire with exponential backoff.
+const (
+	firstWaitStep = 10 * time.Millisecond
+	maxWaitStep   = 250 * time.Millisecond
+)
 
 // New returns an Engine for cfg; zero fields of cfg take their defaults.
 func New(cfg Config) (*Engine, error) {
@@ -58,10 +63,9 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{
-		cfg:      cfg,
-		denied:   make(map[string]bool, len(cfg.DeniedHeaders)),
-		retry:    strconv.Itoa(int((cfg.RetryAfter + time.Second - 1) / time.Second)),
-		waitStep: 10 * time.Millisecond,
+		cfg:    cfg,
+		denied: make(map[string]bool, len(cfg.DeniedHeaders)),
+		retry:  strconv.Itoa(int((cfg.RetryAfter + time.Second - 1) / time.Second)),
 	}
 	for _, h := range cfg.DeniedHeaders {
 		e.denied[http.CanonicalHeaderKey(h)] = true
@@ -166,7 +170,7 @@ func (e *Engine) acquire(ctx context.Context, f *Flight) (*Flight, *Response) {
 	if e.cfg.Wait > 0 {
 		deadline = f.start.Add(e.cfg.Wait)
 	}
-	step := e.waitStep
+	step := firstWaitStep
 	for {
 		raw, token, err := e.cfg.Store.Acquire(ctx, f.id, e.cfg.LockTTL)
 		switch {
@@ -180,7 +184,7 @@ func (e *Engine) acquire(ctx context.Context, f *Flight) (*Flight, *Response) {
 			return e.storeFailed(f, err)
 		case ctx.Err() == nil && time.Now().Before(deadline):
 			if err := e.wait(ctx, f.id, deadline, step); err == nil {
-				step = min(2*step, 250*time.Millisecond)
+				step = min(2*step, maxWaitStep)
 				continue
 			}
 		}
