@@ -77,31 +77,23 @@ func benchEngine(b *testing.B) *core.Engine {
 	return eng
 }
 
-// BenchmarkBare is the handler without idem.
-func BenchmarkBare(b *testing.B) {
-	run(b, benchEcho(b), nil)
-}
-
-// BenchmarkNoKey is the middleware on a request without a key: it passes.
-func BenchmarkNoKey(b *testing.B) {
-	run(b, benchEcho(b, echoidem.New(benchEngine(b))), nil)
-}
-
-// BenchmarkReplay replays one stored key.
-func BenchmarkReplay(b *testing.B) {
-	e := benchEcho(b, echoidem.New(benchEngine(b)))
-	key := []string{"bench-replay"}
-	run(b, e, func(h http.Header, _ int) { h["Idempotency-Key"] = key })
-}
-
-// BenchmarkFirstRun runs the handler with a fresh key every time: lock,
-// run, capture, store.
-func BenchmarkFirstRun(b *testing.B) {
-	e := benchEcho(b, echoidem.New(benchEngine(b)))
-	key := []string{""}
-	buf := make([]byte, 0, 32)
-	run(b, e, func(h http.Header, i int) {
-		key[0] = string(strconv.AppendInt(append(buf[:0], "bench-"...), int64(i), 10))
-		h["Idempotency-Key"] = key
+// BenchmarkEcho compares, in the same run, the bare handler with the
+// middleware on the memory store: a request without a key (it passes), the
+// replay of one stored key, and a first run with a fresh key every time
+// (lock, run, capture, store).
+func BenchmarkEcho(b *testing.B) {
+	b.Run("bare", func(b *testing.B) { run(b, benchEcho(b), nil) })
+	b.Run("no-key", func(b *testing.B) { run(b, benchEcho(b, echoidem.New(benchEngine(b))), nil) })
+	b.Run("replay", func(b *testing.B) {
+		key := []string{"bench-replay"}
+		run(b, benchEcho(b, echoidem.New(benchEngine(b))), func(h http.Header, _ int) { h["Idempotency-Key"] = key })
+	})
+	b.Run("first-run", func(b *testing.B) {
+		key := []string{""}
+		buf := make([]byte, 0, 32)
+		run(b, benchEcho(b, echoidem.New(benchEngine(b))), func(h http.Header, i int) {
+			key[0] = string(strconv.AppendInt(append(buf[:0], "bench-"...), int64(i), 10))
+			h["Idempotency-Key"] = key
+		})
 	})
 }

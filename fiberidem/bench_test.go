@@ -90,34 +90,19 @@ func benchEngine(b *testing.B) *core.Engine {
 	return eng
 }
 
-func BenchmarkBare(b *testing.B) {
-	run(b, benchHandler(nil), false, false)
-}
-
-func BenchmarkFiberidem(b *testing.B) {
-	b.Run("replay", func(b *testing.B) {
-		run(b, benchHandler(fiberidem.New(fiberidem.Config{Engine: benchEngine(b)})), true, false)
-	})
-	b.Run("first-run", func(b *testing.B) {
-		run(b, benchHandler(fiberidem.New(fiberidem.Config{Engine: benchEngine(b)})), true, true)
-	})
-	b.Run("no-key", func(b *testing.B) {
-		run(b, benchHandler(fiberidem.New(fiberidem.Config{Engine: benchEngine(b)})), false, false)
-	})
-}
-
-// BenchmarkFiberIdempotency is Fiber's own middleware/idempotency on its
-// default memory storage and lock, for comparison. It does less: no
-// fingerprint (a reused key with another body gets the first response),
-// no scope, no distributed lock.
-func BenchmarkFiberIdempotency(b *testing.B) {
-	mw := func() fiber.Handler {
+// BenchmarkFiber compares, in the same run, the bare handler, fiberidem on
+// the memory store, and Fiber's own middleware/idempotency on its default
+// memory storage and lock, which does less: no fingerprint (a reused key
+// with another body gets the first response), no scope, no distributed lock.
+func BenchmarkFiber(b *testing.B) {
+	idem := func() fiber.Handler { return fiberidem.New(fiberidem.Config{Engine: benchEngine(b)}) }
+	fiberOwn := func() fiber.Handler {
 		return idempotency.New(idempotency.Config{KeyHeader: "Idempotency-Key"})
 	}
-	b.Run("replay", func(b *testing.B) {
-		run(b, benchHandler(mw()), true, false)
-	})
-	b.Run("first-run", func(b *testing.B) {
-		run(b, benchHandler(mw()), true, true)
-	})
+	b.Run("bare", func(b *testing.B) { run(b, benchHandler(nil), false, false) })
+	b.Run("no-key", func(b *testing.B) { run(b, benchHandler(idem()), false, false) })
+	b.Run("replay", func(b *testing.B) { run(b, benchHandler(idem()), true, false) })
+	b.Run("first-run", func(b *testing.B) { run(b, benchHandler(idem()), true, true) })
+	b.Run("fiber-idempotency-replay", func(b *testing.B) { run(b, benchHandler(fiberOwn()), true, false) })
+	b.Run("fiber-idempotency-first-run", func(b *testing.B) { run(b, benchHandler(fiberOwn()), true, true) })
 }

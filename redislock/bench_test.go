@@ -89,35 +89,41 @@ func BenchmarkRedis(b *testing.B) {
 			run := prefix // keys of this run
 			cases := []struct {
 				name string
-				op   func(i int64)
+				op   func()
 			}{
-				{"RawGET", func(int64) {
+				{"bare", func() { serve(b, bare, "") }},
+				{"raw-get", func() {
 					if err := c.Get(ctx, prefix+":get").Err(); err != nil {
 						b.Fatal(err)
 					}
 				}},
-				{"Bare", func(int64) { serve(b, bare, "") }},
-				{"NoKey", func(int64) { serve(b, protected, "") }},
-				{"First", func(int64) { serve(b, protected, run+"-"+strconv.FormatInt(fresh.Add(1), 10)) }},
-				{"Replay", func(int64) { serve(b, protected, run+"-replay") }},
+				{"no-key", func() { serve(b, protected, "") }},
+				{"first-run", func() { serve(b, protected, run+"-"+strconv.FormatInt(fresh.Add(1), 10)) }},
+				{"replay", func() { serve(b, protected, run+"-replay") }},
 			}
-			for _, tc := range cases {
-				b.Run(tc.name+"/serial", func(b *testing.B) {
-					b.ReportAllocs()
-					for i := range b.N {
-						tc.op(int64(i))
-					}
-				})
-				b.Run(tc.name+"/parallel", func(b *testing.B) {
-					b.ReportAllocs()
-					b.SetParallelism(4)
-					b.RunParallel(func(pb *testing.PB) {
-						for pb.Next() {
-							tc.op(0)
+			b.Run("serial", func(b *testing.B) {
+				for _, tc := range cases {
+					b.Run(tc.name, func(b *testing.B) {
+						b.ReportAllocs()
+						for range b.N {
+							tc.op()
 						}
 					})
-				})
-			}
+				}
+			})
+			b.Run("parallel", func(b *testing.B) {
+				for _, tc := range cases {
+					b.Run(tc.name, func(b *testing.B) {
+						b.ReportAllocs()
+						b.SetParallelism(4)
+						b.RunParallel(func(pb *testing.PB) {
+							for pb.Next() {
+								tc.op()
+							}
+						})
+					})
+				}
+			})
 		})
 	}
 }
