@@ -28,10 +28,17 @@
 // Four Lua scripts (embedded .lua files) do the work, each in one round
 // trip:
 //
-//	acquire.lua   GET the record; if there is none, SET the lock NX PX with a
-//	              new token. Returns the record, "locked" or "in flight".
+//	acquire.lua   GET the record; if there is none and no lock, SET the lock
+//	              PX with a new token. Returns the record, "locked" or "in
+//	              flight".
 //	complete.lua  if the lock still holds our token: SET the record PX ttl and
 //	              DEL the lock, atomically. Otherwise change nothing: ErrLockLost.
+//
+// go-redis retries a command whose reply was lost (a read timeout, EOF), so
+// a script may run twice with the same arguments: acquire finding its own
+// token in the lock, and complete finding its own record stored, answer as
+// the first run did, rather than "in flight" (a lock nobody would release
+// before it expires) or "lock lost".
 //	release.lua   if the lock still holds our token, DEL it (5xx, panic, stream).
 //	refresh.lua   if the lock still holds our token, PEXPIRE it (long handlers).
 //
