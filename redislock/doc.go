@@ -39,6 +39,7 @@
 // token in the lock, and complete finding its own record stored, answer as
 // the first run did, rather than "in flight" (a lock nobody would release
 // before it expires) or "lock lost".
+//
 //	release.lua   if the lock still holds our token, DEL it (5xx, panic, stream).
 //	refresh.lua   if the lock still holds our token, PEXPIRE it (long handlers).
 //
