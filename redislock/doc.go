@@ -33,6 +33,8 @@
 //	              flight".
 //	complete.lua  if the lock still holds our token: SET the record PX ttl and
 //	              DEL the lock, atomically. Otherwise change nothing: ErrLockLost.
+//	release.lua   if the lock still holds our token, DEL it (5xx, panic, stream).
+//	refresh.lua   if the lock still holds our token, PEXPIRE it (long handlers).
 //
 // go-redis retries a command whose reply was lost (a read timeout, EOF), so
 // a script may run twice with the same arguments: acquire finding its own
@@ -40,9 +42,7 @@
 // the first run did, rather than "in flight" (a lock nobody would release
 // before it expires) or "lock lost".
 //
-//	release.lua   if the lock still holds our token, DEL it (5xx, panic, stream).
-//	refresh.lua   if the lock still holds our token, PEXPIRE it (long handlers).
-//
+
 // So a replay costs exactly one round trip, an in-flight conflict one, a
 // first request two (acquire before the handler, complete after it), plus
 // one refresh every LockTTL/3 while a long handler runs. A request without a
