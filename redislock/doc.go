@@ -42,7 +42,6 @@
 // the first run did, rather than "in flight" (a lock nobody would release
 // before it expires) or "lock lost".
 //
-
 // So a replay costs exactly one round trip, an in-flight conflict one, a
 // first request two (acquire before the handler, complete after it), plus
 // one refresh every LockTTL/3 while a long handler runs. A request without a
