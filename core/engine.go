@@ -148,6 +148,7 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 	}
 	f := &Flight{
 		e:           e,
+		ctx:         context.WithoutCancel(ctx),
 		ev:          ev,
 		start:       start,
 		body:        body,
@@ -172,7 +173,10 @@ func (e *Engine) acquire(ctx context.Context, f *Flight) (*Flight, *Response) {
 	}
 	step := firstWaitStep
 	for {
-		raw, token, err := e.cfg.Store.Acquire(ctx, f.id, e.cfg.LockTTL)
+		// Not cancelled with the request: a store call cut off half-way may
+		// have taken the lock all the same (Redis ran the script, the reply
+		// was lost), leaving a lock nobody releases before it expires.
+		raw, token, err := e.cfg.Store.Acquire(f.ctx, f.id, e.cfg.LockTTL)
 		switch {
 		case err == nil && token != "":
 			f.token = token
@@ -351,6 +355,7 @@ func (e *Engine) id(scope, key, route string) string {
 // order: only the first call counts, so `defer f.Abort()` covers a panic.
 type Flight struct {
 	e           *Engine
+	ctx         context.Context // the request's values, never cancelled
 	ev          Event
 	start       time.Time
 	body        []byte
@@ -398,7 +403,7 @@ func (f *Flight) Complete(status int, header http.Header) {
 		return
 	}
 	f.ev.Status = status
-	if !f.e.cfg.Storable(status) {
+	if status < 100 || status > 999 || !f.e.cfg.Storable(status) {
 		f.release(nil)
 		return
 	}
@@ -424,16 +429,28 @@ func (f *Flight) Complete(status int, header http.Header) {
 		f.hasher.Sum(rec.BodySHA256[:0])
 	}
 	data, _ := rec.AppendBinary(make([]byte, 0, 128+len(f.resp)))
-	err := f.e.cfg.Store.Complete(context.Background(), f.id, f.token, data, f.ttl)
+	ctx, cancel := f.storeContext()
+	defer cancel()
+	err := f.e.cfg.Store.Complete(ctx, f.id, f.token, data, f.ttl)
 	switch {
 	case err == nil:
 		f.ev.Outcome = OutcomeStored
 	case errors.Is(err, ErrLockLost):
 		f.ev.Outcome, f.ev.Err = OutcomeLockLost, err
 	default:
+		// Not stored: drop the lock if we can, so that a retry runs again
+		// rather than getting 409 until the lock expires.
+		f.e.cfg.Store.Release(ctx, f.id, f.token) //nolint:errcheck // the store error is what gets reported
 		f.ev.Outcome, f.ev.Err = OutcomeStoreError, err
 	}
 	f.e.observe(f.ev, f.start)
+}
+
+// storeContext bounds a store call made after the handler: the request's
+// values, no cancellation (the client may be gone, the lock must still be
+// settled), and at most LockTTL, past which the lock is gone anyway.
+func (f *Flight) storeContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(f.ctx, f.e.cfg.LockTTL)
 }
 
 // Abort ends the flight without storing: the lock is released so a retry
@@ -446,7 +463,9 @@ func (f *Flight) Abort() {
 }
 
 func (f *Flight) release(reason error) {
-	err := f.e.cfg.Store.Release(context.Background(), f.id, f.token)
+	ctx, cancel := f.storeContext()
+	defer cancel()
+	err := f.e.cfg.Store.Release(ctx, f.id, f.token)
 	f.ev.Outcome, f.ev.Err = OutcomeNotStored, reason
 	switch {
 	case errors.Is(err, ErrLockLost):
@@ -482,13 +501,25 @@ func (f *Flight) startRefresh() {
 
 func (f *Flight) refresh() {
 	f.mu.Lock()
+	done := f.done
+	f.mu.Unlock()
+	if done {
+		return
+	}
+	// The store call runs without the mutex, so that Complete and Abort
+	// never wait for a slow refresh; its result is ignored if the flight
+	// ended meanwhile. Half the period, so that a refresh that times out
+	// leaves time for another before the lock expires.
+	period := f.e.cfg.LockTTL / 3
+	ctx, cancel := context.WithTimeout(f.ctx, period/2)
+	err := f.e.cfg.Store.Refresh(ctx, f.id, f.token, f.e.cfg.LockTTL)
+	cancel()
+
+	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.done {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.e.cfg.LockTTL/3)
-	err := f.e.cfg.Store.Refresh(ctx, f.id, f.token, f.e.cfg.LockTTL)
-	cancel()
 	if errors.Is(err, ErrLockLost) {
 		ev := f.ev
 		ev.Outcome, ev.Err = OutcomeLockLost, err
@@ -497,5 +528,5 @@ func (f *Flight) refresh() {
 	}
 	// On another error, try again at the next tick: the lock is still ours
 	// until it expires.
-	f.timer.Reset(f.e.cfg.LockTTL / 3)
+	f.timer.Reset(period)
 }
