@@ -2,9 +2,7 @@ package core
 
 import (
 	"bytes"
-	"encoding/json"
 	"slices"
-	"unicode/utf8"
 )
 
 // maxJSONDepth bounds the nesting canonicalJSON follows; deeper documents are
@@ -12,9 +10,8 @@ import (
 const maxJSONDepth = 512
 
 // canonicalJSON returns the canonical form of one JSON value: object members
-// sorted by key (byte order of the decoded key), no insignificant whitespace,
-// strings re-encoded with only the escapes JSON requires, numbers kept as
-// written. It reports false for anything that is not exactly one valid JSON
+// sorted by key (byte order of the key as written), no insignificant
+// whitespace, strings and numbers kept as written. It reports false for anything that is not exactly one valid JSON
 // value. It is a small single-pass parser rather than a decode into
 // map[string]any and back, which costs dozens of allocations per request.
 func canonicalJSON(body []byte) ([]byte, bool) {
@@ -58,7 +55,7 @@ func (p *jsonCanon) value(dst []byte, depth int) ([]byte, bool) {
 		if !ok {
 			return nil, false
 		}
-		return appendJSONString(dst, s), true
+		return append(dst, s...), true
 	case c == 't':
 		return p.literal(dst, "true")
 	case c == 'f':
@@ -117,27 +114,19 @@ func (p *jsonCanon) number(dst []byte) ([]byte, bool) {
 	return append(dst, in[start:i]...), true
 }
 
-// str parses a string token and returns its decoded value. Without escapes
-// the value aliases the input.
+// str checks a string token and returns it as written, quotes included.
+// Strings are not re-encoded: two spellings of one string ("\u0041" and
+// "A") stay apart, which no client retrying its own request produces,
+// whereas decoding would merge strings that differ (a lone surrogate and
+// invalid UTF-8 both decode to U+FFFD).
 func (p *jsonCanon) str() ([]byte, bool) {
 	start := p.pos
-	i := p.pos + 1
-	escaped := false
-	for ; i < len(p.in); i++ {
+	for i := p.pos + 1; i < len(p.in); i++ {
 		switch c := p.in[i]; {
 		case c == '"':
 			p.pos = i + 1
-			if !escaped {
-				s := p.in[start+1 : i]
-				return s, utf8.Valid(s)
-			}
-			var s string
-			if json.Unmarshal(p.in[start:i+1], &s) != nil {
-				return nil, false
-			}
-			return []byte(s), true
+			return p.in[start:p.pos], true
 		case c == '\\':
-			escaped = true
 			i++
 		case c < 0x20:
 			return nil, false
@@ -177,7 +166,7 @@ func (p *jsonCanon) array(dst []byte, depth int) ([]byte, bool) {
 }
 
 type jsonMember struct {
-	key []byte // decoded
+	key []byte // as written, quotes included
 	val []byte // canonical
 }
 
@@ -234,27 +223,9 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, m.key)
+		dst = append(dst, m.key...)
 		dst = append(dst, ':')
 		dst = append(dst, m.val...)
 	}
 	return append(dst, '}'), true
-}
-
-// appendJSONString appends s as a JSON string with the fewest escapes:
-// the quote, the backslash and control characters.
-func appendJSONString(dst, s []byte) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	for _, c := range s {
-		switch {
-		case c == '"' || c == '\\':
-			dst = append(dst, '\\', c)
-		case c < 0x20:
-			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			dst = append(dst, c)
-		}
-	}
-	return append(dst, '"')
 }

@@ -34,8 +34,8 @@ func appendField(b []byte, s string) []byte {
 // that two encodings of the same content count as the same request:
 //
 //   - JSON (application/json or any +json type): object members sorted by
-//     key, insignificant whitespace removed, strings re-encoded with the
-//     fewest escapes, numbers kept as written (1.0 and 1 differ);
+//     key, insignificant whitespace removed, strings and numbers kept as
+//     written (1.0 and 1 differ, so do "\u0041" and "A");
 //   - form data (application/x-www-form-urlencoded): keys sorted, the order
 //     of the values of one key kept;
 //   - anything else, or a JSON or form body that does not parse: the raw bytes.
