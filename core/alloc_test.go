@@ -17,7 +17,7 @@ import (
 // raceAllocs. Raise a budget only with a reason in the commit message.
 const (
 	replayAllocBudget   = 19
-	firstRunAllocBudget = 25
+	firstRunAllocBudget = 28
 	noKeyAllocBudget    = 2
 )
 

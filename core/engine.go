@@ -9,6 +9,7 @@ import (
 	"hash"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -31,8 +32,11 @@ type Request struct {
 	Method  string
 	// Route is the route template (/orders/{id}), so that path parameters do
 	// not change a request's fingerprint. Empty means Path.
-	Route  string
-	Path   string
+	Route string
+	Path  string
+	// Query is the raw query string (without "?"): it joins the fingerprint,
+	// parameters sorted, so ?amount=1 and ?amount=1000 are two requests.
+	Query  string
 	Header HeaderGetter
 	// Body is read only when the request carries a key; the adapter then
 	// gives the handler Flight.Body instead. Nil means no body.
@@ -40,6 +44,11 @@ type Request struct {
 	// ContentLength is the declared body size, or -1 if unknown. A body
 	// declared larger than Config.MaxBodyBytes is refused without reading.
 	ContentLength int64
+	// ResponseHeader holds the response headers already set when the
+	// middleware runs, by middleware before it (CORS, request ids, tracing).
+	// Those that the handler leaves as they are are not stored, so that a
+	// replay carries the values its own request got. Nil means none.
+	ResponseHeader http.Header
 }
 
 // Engine decides, for each request, whether to run the handler, replay a
@@ -153,13 +162,16 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 		start:       start,
 		body:        body,
 		id:          e.id(ev.Scope, key, route),
-		fingerprint: fingerprint(req.Method, route, req.Header.Get("Content-Type"), body, e.cfg.CriticalHeaders, req.Header),
+		fingerprint: fingerprint(req.Method, route, req.Query, req.Header.Get("Content-Type"), body, e.cfg.CriticalHeaders, req.Header),
 		ttl:         e.cfg.ResponseTTL,
 	}
 	if e.cfg.TTL != nil {
 		if ttl := e.cfg.TTL(req); ttl > 0 {
 			f.ttl = ttl
 		}
+	}
+	if len(req.ResponseHeader) > 0 {
+		f.base = req.ResponseHeader.Clone()
 	}
 	return e.acquire(ctx, f)
 }
@@ -363,6 +375,7 @@ type Flight struct {
 	token       string
 	fingerprint [32]byte
 	ttl         time.Duration
+	base        http.Header // response headers set before the handler ran
 
 	// the captured response body, or its hash once it outgrew the limit
 	resp   []byte
@@ -395,7 +408,8 @@ func (f *Flight) Write(p []byte) (int, error) {
 }
 
 // Complete ends the flight with the handler's status and response headers
-// (the body went through Write): the response is stored and the lock
+// (the body went through Write): the response is stored, less the denied
+// headers and those left as Request.ResponseHeader had them, and the lock
 // released, or, if the store policy refuses the status, the lock is
 // released without storing.
 func (f *Flight) Complete(status int, header http.Header) {
@@ -420,7 +434,7 @@ func (f *Flight) Complete(status int, header http.Header) {
 		ExpiresAt:   now.Add(f.ttl),
 	}
 	for k, v := range header {
-		if !f.e.denied[http.CanonicalHeaderKey(k)] {
+		if !f.e.denied[http.CanonicalHeaderKey(k)] && !slices.Equal(v, f.base[k]) {
 			rec.Header[k] = v
 		}
 	}

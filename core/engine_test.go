@@ -319,3 +319,42 @@ func TestSlogObserverMasksKeys(t *testing.T) {
 		t.Fatalf("MaskKey(short) = %q", got)
 	}
 }
+
+// Headers that middleware before idem sets per request (CORS, tracing) are
+// not stored: a replay carries the values its own request got. Headers the
+// handler changes after WriteHeader never reach the client and are not
+// stored either.
+func TestResponseHeadersOfOuterMiddlewareAndLateHeaders(t *testing.T) {
+	eng, _ := core.New(core.Config{})
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Vary", "Origin") // the handler's own: stored
+		w.WriteHeader(http.StatusCreated)
+		w.Header().Set("X-Late", "never sent")
+	}))
+	cors := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Access-Control-Allow-Origin", r.Header.Get("Origin"))
+		h.ServeHTTP(w, r)
+	})
+	send := func(origin string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/orders", nil)
+		r.Header.Set("Idempotency-Key", "cors")
+		r.Header.Set("Origin", origin)
+		w := httptest.NewRecorder()
+		cors.ServeHTTP(w, r)
+		return w
+	}
+	send("https://a.example")
+	w := send("https://b.example")
+	if w.Header().Get(core.HeaderReplay) != "true" {
+		t.Fatal("second request not replayed")
+	}
+	if got := w.Header().Get("Access-Control-Allow-Origin"); got != "https://b.example" {
+		t.Fatalf("replay carries Access-Control-Allow-Origin %q, want its own request's https://b.example", got)
+	}
+	if got := w.Header().Get("Vary"); got != "Origin" {
+		t.Fatalf("replay lost the handler's Vary: %q", got)
+	}
+	if got := w.Header().Get("X-Late"); got != "" {
+		t.Fatalf("a header set after WriteHeader was stored: %q", got)
+	}
+}

@@ -9,13 +9,20 @@ import (
 
 // fingerprint is the SHA-256 over the parts of a request that make two
 // requests with one key "the same request": the method, the route template,
-// the canonical body and the critical headers. Every part is length-prefixed,
-// so no two different requests hash the same input.
-func fingerprint(method, route, contentType string, body []byte, critical []string, header HeaderGetter) [32]byte {
+// the query (parameters sorted), the canonical body and the critical
+// headers. Every part is length-prefixed, so no two different requests hash
+// the same input.
+func fingerprint(method, route, query, contentType string, body []byte, critical []string, header HeaderGetter) [32]byte {
 	canon := CanonicalBody(contentType, body)
-	b := make([]byte, 0, len(method)+len(route)+len(canon)+64)
+	if query != "" {
+		if v, err := url.ParseQuery(query); err == nil {
+			query = v.Encode()
+		}
+	}
+	b := make([]byte, 0, len(method)+len(route)+len(query)+len(canon)+64)
 	b = appendField(b, method)
 	b = appendField(b, route)
+	b = appendField(b, query)
 	b = binary.AppendUvarint(b, uint64(len(canon)))
 	b = append(b, canon...)
 	for _, name := range critical {

@@ -41,22 +41,26 @@ func TestCanonicalBody(t *testing.T) {
 
 func TestFingerprintParts(t *testing.T) {
 	h := http.Header{"X-Account": {"a"}, "Content-Type": {"application/json"}}
-	base := fingerprint("POST", "/orders", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h)
+	base := fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h)
 	other := http.Header{"X-Account": {"b"}}
 	for name, fp := range map[string][32]byte{
-		"method":          fingerprint("PUT", "/orders", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
-		"route":           fingerprint("POST", "/orders/{id}", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
-		"body":            fingerprint("POST", "/orders", "application/json", []byte(`{"a":2}`), []string{"X-Account"}, h),
-		"critical header": fingerprint("POST", "/orders", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, other),
+		"method":          fingerprint("PUT", "/orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
+		"route":           fingerprint("POST", "/orders/{id}", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
+		"body":            fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":2}`), []string{"X-Account"}, h),
+		"critical header": fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, other),
+		"query":           fingerprint("POST", "/orders", "amount=1000", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
 		// Length prefixes: moving bytes between fields changes the hash.
-		"boundaries": fingerprint("POST/", "orders", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
+		"boundaries": fingerprint("POST/", "orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
 	} {
 		if fp == base {
 			t.Errorf("changing the %s did not change the fingerprint", name)
 		}
 	}
-	if again := fingerprint("POST", "/orders", "application/json", []byte(` { "a" : 1 } `), []string{"X-Account"}, h); again != base {
+	if again := fingerprint("POST", "/orders", "", "application/json", []byte(` { "a" : 1 } `), []string{"X-Account"}, h); again != base {
 		t.Error("an equivalent JSON body changed the fingerprint")
+	}
+	if fingerprint("POST", "/orders", "a=1&b=2", "", nil, nil, h) != fingerprint("POST", "/orders", "b=2&a=1", "", nil, nil, h) {
+		t.Error("the order of query parameters changed the fingerprint")
 	}
 }
 

@@ -26,13 +26,15 @@ func (e *Engine) Middleware(next http.Handler) http.Handler {
 			route = patternRoute(route)
 		}
 		f, resp := e.Begin(&Request{
-			Context:       r.Context(),
-			Method:        r.Method,
-			Route:         route,
-			Path:          r.URL.Path,
-			Header:        r.Header,
-			Body:          r.Body,
-			ContentLength: r.ContentLength,
+			Context:        r.Context(),
+			Method:         r.Method,
+			Route:          route,
+			Path:           r.URL.Path,
+			Query:          r.URL.RawQuery,
+			Header:         r.Header,
+			Body:           r.Body,
+			ContentLength:  r.ContentLength,
+			ResponseHeader: w.Header(),
 		})
 		switch {
 		case resp != nil:
@@ -48,7 +50,7 @@ func (e *Engine) Middleware(next http.Handler) http.Handler {
 		r.Body = body
 		cw := &CaptureWriter{ResponseWriter: w, Flight: f}
 		next.ServeHTTP(cw, r)
-		cw.Finish(w.Header())
+		cw.Finish()
 	})
 }
 
@@ -85,13 +87,16 @@ type CaptureWriter struct {
 	Flight *Flight
 
 	status   int
+	header   http.Header // as sent: a copy taken with the status
 	streamed bool
 }
 
-// WriteHeader notes the first final status and passes it on.
+// WriteHeader notes the first final status and the headers sent with it,
+// and passes it on.
 func (w *CaptureWriter) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
 		w.status = code
+		w.header = w.ResponseWriter.Header().Clone()
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -99,7 +104,7 @@ func (w *CaptureWriter) WriteHeader(code int) {
 // Write copies p into the Flight and passes it on.
 func (w *CaptureWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.WriteHeader(http.StatusOK)
 	}
 	w.Flight.Write(p) //nolint:errcheck // never fails
 	return w.ResponseWriter.Write(p)
@@ -125,16 +130,18 @@ func (w *CaptureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (w *CaptureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // Finish ends the Flight after the handler: Abort if the response was
-// streamed or hijacked, else Complete with the status written (200 if the
-// handler wrote nothing, as net/http then sends) and header.
-func (w *CaptureWriter) Finish(header http.Header) {
+// streamed or hijacked, else Complete with the status and the headers as
+// they were sent (headers changed after WriteHeader never reach the client,
+// so they are not stored), or, if the handler wrote nothing, 200 and the
+// headers as they are now, as net/http then sends them.
+func (w *CaptureWriter) Finish() {
 	if w.streamed {
 		w.Flight.Abort()
 		return
 	}
-	status := w.status
-	if status == 0 {
-		status = http.StatusOK
+	if w.status == 0 {
+		w.Flight.Complete(http.StatusOK, w.ResponseWriter.Header())
+		return
 	}
-	w.Flight.Complete(status, header)
+	w.Flight.Complete(w.status, w.header)
 }

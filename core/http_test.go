@@ -24,9 +24,10 @@ func serveMux(t *testing.T, eng *core.Engine, app http.Handler) string {
 }
 
 // recoverer turns a panic into a 500, as an application's recovery
-// middleware would.
+// middleware would, and sets the suite's outer header.
 func recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(idemtest.OuterHeader, r.Header.Get(idemtest.OuterHeader))
 		defer func() {
 			if recover() != nil {
 				w.WriteHeader(http.StatusInternalServerError)

@@ -20,6 +20,12 @@ import (
 func serveEcho(t *testing.T, eng *core.Engine, app http.Handler) string {
 	e := newEcho()
 	e.Use(middleware.Recover())
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			c.Response().Header().Set(idemtest.OuterHeader, c.Request().Header.Get(idemtest.OuterHeader))
+			return next(c)
+		}
+	})
 	e.Use(echoidem.New(eng))
 	e.Any("/orders", echo.WrapHandler(app))
 	e.Any("/orders/:id", echo.WrapHandler(app))

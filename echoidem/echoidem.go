@@ -58,9 +58,6 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 	if cfg.Skipper == nil {
 		cfg.Skipper = DefaultConfig.Skipper
 	}
-	if cfg.ErrorHandler == nil {
-		cfg.ErrorHandler = DefaultConfig.ErrorHandler
-	}
 	eng := cfg.Engine
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -70,13 +67,15 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 			}
 			st := &state{ctx: scopeContext{Context: req.Context(), c: c}}
 			st.req = core.Request{
-				Context:       &st.ctx,
-				Method:        req.Method,
-				Route:         c.Path(),
-				Path:          req.URL.Path,
-				Header:        req.Header,
-				Body:          req.Body,
-				ContentLength: req.ContentLength,
+				Context:        &st.ctx,
+				Method:         req.Method,
+				Route:          c.Path(),
+				Path:           req.URL.Path,
+				Query:          req.URL.RawQuery,
+				Header:         req.Header,
+				Body:           req.Body,
+				ContentLength:  req.ContentLength,
+				ResponseHeader: c.Response().Header(),
 			}
 			f, resp := eng.Begin(&st.req)
 			switch {
@@ -110,7 +109,7 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 				// so that what the client gets is what is stored.
 				c.Error(err)
 			}
-			st.w.Finish(res.Header())
+			st.w.Finish()
 			return nil
 		}
 	}

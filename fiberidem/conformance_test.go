@@ -21,7 +21,10 @@ import (
 // served by app.Listener on a loopback listener.
 func serveFiber(t *testing.T, eng *core.Engine, h http.Handler) string {
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-	app.Use(recover.New())
+	app.Use(recover.New(), func(c *fiber.Ctx) error {
+		c.Set(idemtest.OuterHeader, c.Get(idemtest.OuterHeader))
+		return c.Next()
+	})
 	mw := fiberidem.New(fiberidem.Config{Engine: eng})
 	app.All("/orders", mw, adaptor.HTTPHandler(h))
 	app.All("/orders/:id", mw, adaptor.HTTPHandler(h))

@@ -38,8 +38,9 @@
 //
 // # Scope
 //
-// core.Request.Context is the request's c.UserContext() whose Value falls
-// back to c.Locals, so a core.Config.Scope function reads what an
+// core.Request.Context is the request's c.UserContext() whose Value reads
+// c.Locals first (as ginidem and echoidem read the framework's own store
+// first), so a core.Config.Scope function reads what an
 // authentication middleware stored: after c.Locals("user", id), Scope may
 // return r.Context.Value("user").(string), and the same key from two users
 // is two records. Keys from the X-User-ID header alone, as the examples do,

@@ -39,13 +39,15 @@ func New(config ...Config) fiber.Handler {
 			contentLength = -1 // chunked or unknown
 		}
 		f, resp := eng.Begin(&core.Request{
-			Context:       localsContext{Context: c.UserContext(), c: c},
-			Method:        stableMethod(method),
-			Route:         routeTemplate(c),
-			Path:          utils.CopyString(c.Path()),
-			Header:        requestHeader{&req.Header},
-			Body:          body,
-			ContentLength: contentLength,
+			Context:        localsContext{Context: c.UserContext(), c: c},
+			Method:         stableMethod(method),
+			Route:          routeTemplate(c),
+			Path:           utils.CopyString(c.Path()),
+			Query:          string(req.URI().QueryString()),
+			Header:         requestHeader{&req.Header},
+			Body:           body,
+			ContentLength:  contentLength,
+			ResponseHeader: presetHeader(&c.Response().Header),
 		})
 		switch {
 		case resp != nil:
@@ -154,6 +156,24 @@ func responseHeader(rh *fasthttp.ResponseHeader) http.Header {
 	return h
 }
 
+// presetHeader copies the response headers that middleware before this one
+// set (CORS, request ids), so that they are not stored: nil if there are
+// none but fasthttp's default Content-Type.
+func presetHeader(rh *fasthttp.ResponseHeader) http.Header {
+	var h http.Header
+	rh.VisitAll(func(k, v []byte) {
+		if string(k) == fiber.HeaderContentType {
+			return
+		}
+		if h == nil {
+			h = make(http.Header)
+		}
+		key := http.CanonicalHeaderKey(string(k))
+		h[key] = append(h[key], string(v))
+	})
+	return h
+}
+
 // writeResponse writes an Engine response (a replay or a problem) the
 // Fiber way. The body is copied into fasthttp's buffer, not aliased: it may
 // be the store's own bytes.
@@ -173,16 +193,17 @@ func writeResponse(c *fiber.Ctx, r *core.Response) {
 }
 
 // localsContext is the request's user context (c.UserContext()) whose
-// Value falls back to c.Locals, so that a core.Config.Scope function can
-// read what an authentication middleware stored with c.Locals.
+// Value reads c.Locals first, as ginidem and echoidem read the framework's
+// own store first, so that a core.Config.Scope function can read what an
+// authentication middleware stored with c.Locals.
 type localsContext struct {
 	context.Context
 	c *fiber.Ctx
 }
 
 func (l localsContext) Value(key any) any {
-	if v := l.Context.Value(key); v != nil {
+	if v := l.c.Locals(key); v != nil {
 		return v
 	}
-	return l.c.Locals(key)
+	return l.Context.Value(key)
 }

@@ -23,7 +23,8 @@ func TestMain(m *testing.M) {
 // outside the middleware, the suite's app at /orders and /orders/:id.
 func serveGin(t *testing.T, eng *core.Engine, app http.Handler) string {
 	r := gin.New()
-	r.Use(gin.RecoveryWithWriter(io.Discard), ginidem.New(eng))
+	outer := func(c *gin.Context) { c.Header(idemtest.OuterHeader, c.GetHeader(idemtest.OuterHeader)) }
+	r.Use(gin.RecoveryWithWriter(io.Discard), outer, ginidem.New(eng))
 	r.Any("/orders", gin.WrapH(app))
 	r.Any("/orders/:id", gin.WrapH(app))
 	srv := httptest.NewUnstartedServer(r)

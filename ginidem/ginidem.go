@@ -28,13 +28,15 @@ func New(eng *core.Engine) gin.HandlerFunc {
 		}
 		st := &state{ctx: requestContext{Context: r.Context(), c: c}}
 		st.req = core.Request{
-			Context:       &st.ctx,
-			Method:        r.Method,
-			Route:         c.FullPath(), // "" for an unmatched route: the engine uses Path
-			Path:          r.URL.Path,
-			Header:        r.Header,
-			Body:          r.Body,
-			ContentLength: r.ContentLength,
+			Context:        &st.ctx,
+			Method:         r.Method,
+			Route:          c.FullPath(), // "" for an unmatched route: the engine uses Path
+			Path:           r.URL.Path,
+			Query:          r.URL.RawQuery,
+			Header:         r.Header,
+			Body:           r.Body,
+			ContentLength:  r.ContentLength,
+			ResponseHeader: c.Writer.Header(),
 		}
 		f, resp := eng.Begin(&st.req)
 		switch {
@@ -63,7 +65,11 @@ func New(eng *core.Engine) gin.HandlerFunc {
 			// render: what the client gets is not what was captured.
 			return
 		}
-		f.Complete(st.w.Status(), st.w.Header())
+		header := st.w.sent
+		if header == nil { // nothing written yet: Gin sends the headers as they are now
+			header = st.w.Header()
+		}
+		f.Complete(st.w.Status(), header)
 	}
 }
 
@@ -96,15 +102,26 @@ func (x *requestContext) Value(key any) any {
 type writer struct {
 	gin.ResponseWriter
 	f        *core.Flight
+	sent     http.Header // the headers as sent with the first write
 	streamed bool
 }
 
+// snapshot keeps the headers as Gin sends them, on the first write: later
+// changes never reach the client, so they are not stored.
+func (w *writer) snapshot() {
+	if w.sent == nil {
+		w.sent = w.Header().Clone()
+	}
+}
+
 func (w *writer) Write(p []byte) (int, error) {
+	w.snapshot()
 	w.f.Write(p) //nolint:errcheck // never fails
 	return w.ResponseWriter.Write(p)
 }
 
 func (w *writer) WriteString(s string) (int, error) {
+	w.snapshot()
 	w.f.Write([]byte(s)) //nolint:errcheck // never fails
 	return w.ResponseWriter.WriteString(s)
 }

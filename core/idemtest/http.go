@@ -26,10 +26,17 @@ import (
 //
 // app must be routed for every method at /orders and at /orders/:id (a path
 // parameter in the framework's syntax), so that the route template, not the
-// path, reaches the Engine. A panic in app must be recovered by the
-// framework's usual recovery middleware, installed outside the idempotency
-// middleware, as an application would.
+// path, reaches the Engine. Outside the idempotency middleware, as an
+// application would, the harness installs the framework's recovery
+// middleware (a panic in app must be recovered) and a middleware that sets
+// the response header OuterHeader to the value of the request header
+// OuterHeader, as CORS does with Origin.
 type Serve func(t *testing.T, eng *core.Engine, app http.Handler) string
+
+// OuterHeader is set on the response, before the idempotency middleware
+// runs, to the request's value of the same header (see Serve): a replay
+// must carry its own request's value, not the stored one.
+const OuterHeader = "X-Outer"
 
 // Request headers that drive the suite's handler.
 const (
@@ -63,6 +70,8 @@ func TestHTTP(t *testing.T, serve Serve, newStore func(t *testing.T) core.Store)
 		{"FingerprintMismatch", testFingerprintMismatch},
 		{"CanonicalJSON", testCanonicalJSON},
 		{"RouteTemplate", testRouteTemplate},
+		{"QueryString", testQueryString},
+		{"OuterHeaderNotStored", testOuterHeaderNotStored},
 		{"InFlightConflict", testInFlightConflict},
 		{"WaitMode", testWaitMode},
 		{"StorePolicy", testStorePolicy},
@@ -395,6 +404,30 @@ func testRouteTemplate(t *testing.T, h *harness) {
 	wantStatus(t, s.do(http.MethodPost, "/orders/1", order, key, "route-2"), http.StatusCreated)
 	wantStatus(t, s.do(http.MethodPost, "/orders", order, key, "route-2"), http.StatusCreated)
 	s.wantRuns(2)
+}
+
+func testQueryString(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{})
+	first := s.do(http.MethodPost, "/orders?a=1&b=2", order, key, "query-1")
+	wantStatus(t, first, http.StatusCreated)
+	wantReplayOf(t, s.do(http.MethodPost, "/orders?b=2&a=1", order, key, "query-1"), first)
+	wantProblem(t, s.do(http.MethodPost, "/orders?a=1&b=1000", order, key, "query-1"), http.StatusUnprocessableEntity, core.ProblemKeyReused)
+	s.wantRuns(1)
+}
+
+func testOuterHeaderNotStored(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{})
+	first := s.do(http.MethodPost, "/orders", order, key, "outer-1", OuterHeader, "first")
+	wantStatus(t, first, http.StatusCreated)
+	if got := first.header.Get(OuterHeader); got != "first" {
+		t.Fatalf("the harness does not set %s: %q", OuterHeader, got)
+	}
+	r := s.do(http.MethodPost, "/orders", order, key, "outer-1", OuterHeader, "second")
+	wantReplayOf(t, r, first)
+	if got := r.header.Get(OuterHeader); got != "second" {
+		t.Fatalf("replay carries %s %q, want its own request's %q", OuterHeader, got, "second")
+	}
+	s.wantRuns(1)
 }
 
 func testInFlightConflict(t *testing.T, h *harness) {
