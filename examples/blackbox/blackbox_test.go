@@ -45,6 +45,7 @@ type server struct {
 	url    string
 	client *http.Client
 	t      *testing.T
+	cmd    *exec.Cmd
 }
 
 // start runs bin on a free loopback port with the extra environment and
@@ -78,7 +79,7 @@ func start(t *testing.T, bin string, env ...string) *server {
 			t.Logf("%s log:\n%s", filepath.Base(bin), logs.String())
 		}
 	})
-	s := &server{url: "http://" + addr, t: t, client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 100}}}
+	s := &server{url: "http://" + addr, t: t, cmd: cmd, client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 100}}}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if resp, err := s.client.Get(s.url + "/orders"); err == nil {
@@ -202,6 +203,24 @@ func TestExamples(t *testing.T) {
 			s := start(t, build(t, fw))
 			testContract(t, s)
 			testSpec(t, s)
+		})
+	}
+}
+
+// On SIGTERM every example finishes the requests in flight before it
+// exits: a request cut off half-way would leave its key locked.
+func TestExamplesGracefulShutdown(t *testing.T) {
+	for _, fw := range frameworks {
+		t.Run(fw, func(t *testing.T) {
+			t.Parallel()
+			s := start(t, build(t, fw))
+			done := make(chan result)
+			go func() { done <- s.post("dave", newKey(t), `{"item": "clock", "qty": 1, "delay_ms": 800}`) }()
+			time.Sleep(200 * time.Millisecond) // the request is inside its handler
+			if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			wantStatus(t, "request in flight during shutdown", <-done, http.StatusCreated)
 		})
 	}
 }

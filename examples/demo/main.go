@@ -26,7 +26,9 @@ import (
 	"time"
 )
 
-func main() {
+func main() { os.Exit(run()) }
+
+func run() int {
 	execPath := flag.String("exec", "", "server binary to start on a free port and stop afterwards")
 	baseURL := flag.String("url", "http://127.0.0.1:8080", "base URL of a running server (without -exec)")
 	flag.Parse()
@@ -34,7 +36,7 @@ func main() {
 		stop, url, err := start(*execPath)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "demo:", err)
-			os.Exit(1)
+			return 1
 		}
 		defer stop()
 		*baseURL = url
@@ -42,15 +44,15 @@ func main() {
 	d := &demo{url: *baseURL, client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	if err := d.waitReady(); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
-		os.Exit(1)
+		return 1
 	}
 	d.run()
 	if d.failed {
 		fmt.Println("\nFAIL: the server did not behave as the contract says")
-		defer os.Exit(1)
-		return
+		return 1
 	}
 	fmt.Println("\nOK: every step behaved as the contract says")
+	return 0
 }
 
 // start runs the server binary on a free loopback port.

@@ -8,12 +8,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log"
 	"net/http"
-	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -54,20 +52,8 @@ func main() {
 		log.Fatal(err)
 	}
 
-	ctx, stop := exampleapp.SignalContext()
-	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- e.Start(app.Addr) }()
-	app.Logger.Info("listening", "addr", app.Addr, "framework", "echo")
-	select {
-	case err := <-errc:
+	if err := app.Serve("echo", func() error { return e.Start(app.Addr) }, e.Shutdown); err != nil {
 		log.Fatal(err)
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.Shutdown(shutdownCtx); err != nil {
-		app.Logger.Error("shutdown", "err", err)
 	}
 }
 

@@ -10,7 +10,6 @@ package main
 import (
 	"errors"
 	"log"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/recover"
@@ -56,14 +55,7 @@ func main() {
 		log.Fatal(err)
 	}
 
-	ctx, stop := exampleapp.SignalContext()
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		f.ShutdownWithTimeout(10 * time.Second) //nolint:errcheck
-	}()
-	app.Logger.Info("listening", "addr", app.Addr, "framework", "fiber")
-	if err := f.Listen(app.Addr); err != nil {
+	if err := app.Serve("fiber", func() error { return f.Listen(app.Addr) }, f.ShutdownWithContext); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -8,12 +8,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log"
 	"net/http"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	swaggerFiles "github.com/swaggo/files"
@@ -50,16 +48,7 @@ func main() {
 	}
 
 	srv := &http.Server{Addr: app.Addr, Handler: r}
-	ctx, stop := exampleapp.SignalContext()
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(shutdownCtx) //nolint:errcheck
-	}()
-	app.Logger.Info("listening", "addr", app.Addr, "framework", "gin")
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+	if err := app.Serve("gin", srv.ListenAndServe, srv.Shutdown); !errors.Is(err, http.ErrServerClosed) && err != nil {
 		log.Fatal(err)
 	}
 }

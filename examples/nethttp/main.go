@@ -44,14 +44,7 @@ func main() {
 	mux.Handle("GET /swagger/", httpSwagger.Handler(httpSwagger.URL("/swagger/doc.json")))
 
 	srv := &http.Server{Addr: app.Addr, Handler: mux}
-	ctx, stop := exampleapp.SignalContext()
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		srv.Shutdown(ctx) //nolint:errcheck
-	}()
-	app.Logger.Info("listening", "addr", app.Addr, "framework", "net/http")
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+	if err := app.Serve("net/http", srv.ListenAndServe, srv.Shutdown); !errors.Is(err, http.ErrServerClosed) && err != nil {
 		log.Fatal(err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/swaggo/swag"
@@ -87,7 +88,22 @@ func (a *App) Close() error {
 	return nil
 }
 
-// SignalContext is cancelled on SIGINT or SIGTERM, for a graceful shutdown.
-func SignalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+// Serve runs serve (ListenAndServe, Start, Listen) until SIGINT or SIGTERM,
+// then shuts the server down with shutdown, giving requests in flight up to
+// 10 seconds to finish, and returns once they have: a request cut off
+// half-way would leave its key locked until the lock expires.
+func (a *App) Serve(framework string, serve func() error, shutdown func(context.Context) error) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- serve() }()
+	a.Logger.Info("listening", "addr", a.Addr, "framework", framework)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return shutdown(shutdownCtx)
 }
