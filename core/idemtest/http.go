@@ -639,6 +639,8 @@ func testConcurrentDuplicates(t *testing.T, h *harness) {
 			conflicts++
 		case r.header.Get(core.HeaderReplay) != "":
 			wantReplayOf(t, r, first)
+		case r.status != http.StatusCreated:
+			t.Fatalf("a duplicate got %d %s, want 409 or the replay", r.status, r.body)
 		}
 	}
 	t.Logf("%d duplicates: 1 run, %d conflicts, %d replays", duplicates, conflicts, duplicates-1-conflicts)

@@ -90,7 +90,12 @@ func run(args []string, stderr io.Writer) error {
 	if fset.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fset.Args())
 	}
-	opts.Methods = strings.Split(*methods, ",")
+	opts.Methods = nil
+	for _, m := range strings.Split(*methods, ",") { // "POST, PUT" too
+		if m = strings.ToUpper(strings.TrimSpace(m)); m != "" {
+			opts.Methods = append(opts.Methods, m)
+		}
+	}
 	if len(ops) > 0 {
 		opts.Operations = ops
 	}
@@ -98,7 +103,12 @@ func run(args []string, stderr io.Writer) error {
 	paths := []string{filepath.Join(*dir, "swagger.json"), filepath.Join(*dir, "swagger.yaml")}
 	optional := *files == ""
 	if !optional {
-		paths = strings.Split(*files, ",")
+		paths = nil
+		for _, p := range strings.Split(*files, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				paths = append(paths, p)
+			}
+		}
 	}
 	done := 0
 	for _, path := range paths {
