@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -182,4 +183,12 @@ func (c *Config) setDefaults() error {
 		return errors.New("idem: LockTTL must be at least 3ms")
 	}
 	return nil
+}
+
+// cloneSlices gives c slices of its own, so that neither the caller of New
+// nor of Engine.Config shares them with the Engine.
+func (c *Config) cloneSlices() {
+	c.Methods = slices.Clone(c.Methods)
+	c.CriticalHeaders = slices.Clone(c.CriticalHeaders)
+	c.DeniedHeaders = slices.Clone(c.DeniedHeaders)
 }

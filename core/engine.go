@@ -71,6 +71,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	cfg.cloneSlices() // the Engine's own: a caller's later change cannot race a request
 	e := &Engine{
 		cfg:    cfg,
 		denied: make(map[string]bool, len(cfg.DeniedHeaders)),
@@ -85,7 +86,11 @@ func New(cfg Config) (*Engine, error) {
 // Config returns the Engine's configuration with its defaults filled in,
 // for adapters and the OpenAPI emitter (which documents MaxKeyLength,
 // Required and Methods).
-func (e *Engine) Config() Config { return e.cfg }
+func (e *Engine) Config() Config {
+	cfg := e.cfg
+	cfg.cloneSlices()
+	return cfg
+}
 
 // Covers reports whether requests with this method are covered.
 func (e *Engine) Covers(method string) bool {
@@ -138,13 +143,14 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 
 	body, err := e.readBody(req)
 	if err != nil {
-		if errors.Is(err, errBodyTooLarge) {
+		var maxBytes *http.MaxBytesError // an http.MaxBytesReader around the body
+		if errors.Is(err, errBodyTooLarge) || errors.As(err, &maxBytes) {
 			return fail(OutcomeTooLarge, &Problem{Type: ProblemBodyTooLarge, Title: "Request body too large",
 				Status: http.StatusRequestEntityTooLarge,
 				Detail: fmt.Sprintf("a request with an idempotency key may have at most %d bytes of body", e.cfg.MaxBodyBytes)}, err)
 		}
 		// The client went away or sent a broken body: nothing to protect.
-		return fail(OutcomeInvalidKey, &Problem{Type: ProblemInvalidKey, Title: "Unreadable request body",
+		return fail(OutcomeBadBody, &Problem{Type: ProblemUnreadableBody, Title: "Unreadable request body",
 			Status: http.StatusBadRequest, Detail: err.Error()}, err)
 	}
 

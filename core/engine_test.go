@@ -359,3 +359,30 @@ func TestResponseHeadersOfOuterMiddlewareAndLateHeaders(t *testing.T) {
 		t.Fatalf("a header set after WriteHeader was stored: %q", got)
 	}
 }
+
+func TestBodyReadErrors(t *testing.T) {
+	eng, _ := core.New(core.Config{})
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("handler ran") }))
+	for _, tc := range []struct {
+		name   string
+		body   func(w http.ResponseWriter) io.ReadCloser
+		status int
+		typ    string
+	}{
+		{"MaxBytesReader", func(w http.ResponseWriter) io.ReadCloser {
+			return http.MaxBytesReader(w, io.NopCloser(strings.NewReader(`{"a":"`+strings.Repeat("x", 100)+`"}`)), 10)
+		}, http.StatusRequestEntityTooLarge, core.ProblemBodyTooLarge},
+		{"broken connection", func(http.ResponseWriter) io.ReadCloser {
+			return io.NopCloser(readerFunc(func([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }))
+		}, http.StatusBadRequest, core.ProblemUnreadableBody},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/orders", nil)
+		r.Header.Set("Idempotency-Key", "body-"+tc.name)
+		w := httptest.NewRecorder()
+		r.Body = tc.body(w)
+		h.ServeHTTP(w, r)
+		if w.Code != tc.status || !strings.Contains(w.Body.String(), tc.typ) {
+			t.Errorf("%s: %d %s, want %d %s", tc.name, w.Code, w.Body, tc.status, tc.typ)
+		}
+	}
+}

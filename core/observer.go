@@ -18,6 +18,7 @@ const (
 	OutcomeMismatch                      // the key was used with another request: 422
 	OutcomeInvalidKey                    // the key was missing (and required) or malformed: 400
 	OutcomeTooLarge                      // the request body was over the limit: 413
+	OutcomeBadBody                       // the request body could not be read: 400
 	OutcomeStoreError                    // the store failed; the request ran unprotected (fail-open) or got 503 (fail-closed)
 	OutcomeLockLost                      // the lock expired or was taken over while the handler ran
 )
@@ -30,6 +31,7 @@ var outcomeNames = [...]string{
 	OutcomeMismatch:   "mismatch",
 	OutcomeInvalidKey: "invalid_key",
 	OutcomeTooLarge:   "too_large",
+	OutcomeBadBody:    "bad_body",
 	OutcomeStoreError: "store_error",
 	OutcomeLockLost:   "lock_lost",
 }
@@ -77,7 +79,7 @@ func SlogObserver(l *slog.Logger) func(Event) {
 		switch e.Outcome {
 		case OutcomeStoreError, OutcomeLockLost:
 			level = slog.LevelError
-		case OutcomeConflict, OutcomeMismatch, OutcomeInvalidKey, OutcomeTooLarge:
+		case OutcomeConflict, OutcomeMismatch, OutcomeInvalidKey, OutcomeTooLarge, OutcomeBadBody:
 			level = slog.LevelWarn
 		}
 		ctx := context.Background()

@@ -14,6 +14,7 @@ const (
 	ProblemKeyInFlight      = "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-in-flight"
 	ProblemKeyReused        = "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-reused"
 	ProblemBodyTooLarge     = "https://github.com/idem-go/idem/blob/main/docs/problems.md#body-too-large"
+	ProblemUnreadableBody   = "https://github.com/idem-go/idem/blob/main/docs/problems.md#unreadable-body"
 	ProblemStoreUnavailable = "https://github.com/idem-go/idem/blob/main/docs/problems.md#store-unavailable"
 )
 

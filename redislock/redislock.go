@@ -25,9 +25,9 @@ const DefaultPrefix = "idempotency"
 // Errors of this package; Redis and network errors are wrapped as they come,
 // with a "redislock: <operation>:" prefix.
 var (
-	// ErrInvalidKey reports a store key that would break the key layout:
+	// ErrInvalidStoreKey reports a store key that would break the key layout:
 	// empty, or holding a brace. The Engine never hands over such a key.
-	ErrInvalidKey = errors.New("redislock: invalid key")
+	ErrInvalidStoreKey = errors.New("redislock: invalid store key")
 	// ErrInvalidPrefix reports an Options.Prefix holding a brace, which would
 	// move the Redis Cluster hash tag. Every method of such a Store returns it.
 	ErrInvalidPrefix = errors.New("redislock: invalid prefix")
@@ -109,7 +109,7 @@ func (s *Store) Keys(key string) (response, lock string, err error) {
 	// An empty tag is no tag ("{}" hashes the whole key), and a brace would
 	// end or move it: either could split the two keys across slots.
 	if key == "" || strings.ContainsAny(key, "{}") {
-		return "", "", fmt.Errorf("%w %q", ErrInvalidKey, key)
+		return "", "", fmt.Errorf("%w %q", ErrInvalidStoreKey, key)
 	}
 	return s.respPrefix + key + "}", s.lockPrefix + key + "}", nil
 }

@@ -55,11 +55,11 @@ func TestKeys(t *testing.T) {
 	}
 	s := redislock.New(c, nil)
 	for _, key := range []string{"", "a}b", "{x}", "}", "{"} {
-		if _, _, err := s.Keys(key); !errors.Is(err, redislock.ErrInvalidKey) {
-			t.Errorf("Keys(%q): err = %v, want ErrInvalidKey", key, err)
+		if _, _, err := s.Keys(key); !errors.Is(err, redislock.ErrInvalidStoreKey) {
+			t.Errorf("Keys(%q): err = %v, want ErrInvalidStoreKey", key, err)
 		}
-		if _, _, err := s.Acquire(context.Background(), key, time.Minute); !errors.Is(err, redislock.ErrInvalidKey) {
-			t.Errorf("Acquire(%q): err = %v, want ErrInvalidKey", key, err)
+		if _, _, err := s.Acquire(context.Background(), key, time.Minute); !errors.Is(err, redislock.ErrInvalidStoreKey) {
+			t.Errorf("Acquire(%q): err = %v, want ErrInvalidStoreKey", key, err)
 		}
 	}
 }
