@@ -26,6 +26,20 @@ type Config struct {
 	// protects one instance only and has no Scope: build your own Engine
 	// for anything but a try-out.
 	Engine *core.Engine
+
+	// ErrorHandler renders the Engine's refusals (400 bad or missing key,
+	// 409 key in flight, 413, 422 key reused, 503 store down). The
+	// response's other headers, such as Retry-After, are already set when
+	// it is called; the error it returns goes to the app's ErrorHandler, as
+	// a handler's would. To have the app render them in its own format:
+	//
+	//	ErrorHandler: func(c *fiber.Ctx, p *core.Problem) error {
+	//		return fiber.NewError(p.Status, p.Title)
+	//	},
+	//
+	// Optional. Default: nil, the problem is written as the Engine built it,
+	// an application/problem+json (RFC 9457) document.
+	ErrorHandler func(c *fiber.Ctx, p *core.Problem) error
 }
 
 // ConfigDefault is the default config.

@@ -50,6 +50,15 @@ func New(config ...Config) fiber.Handler {
 			ResponseHeader: presetHeader(&c.Response().Header),
 		})
 		switch {
+		case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
+			for k, vs := range resp.Header {
+				if k != fiber.HeaderContentType {
+					for _, v := range vs {
+						c.Response().Header.Add(k, v)
+					}
+				}
+			}
+			return cfg.ErrorHandler(c, resp.Problem)
 		case resp != nil:
 			writeResponse(c, resp)
 			return nil // a replay or an error: later handlers do not run

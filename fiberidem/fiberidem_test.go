@@ -365,3 +365,40 @@ func TestFiberDefaultEngine(t *testing.T) {
 	}
 	wantRuns(t, &runs, 1)
 }
+
+// Config.ErrorHandler routes idem's own refusals through the app's
+// ErrorHandler, keeping headers such as Retry-After.
+func TestFiberConfigErrorHandler(t *testing.T) {
+	t.Parallel()
+	var calls, runs atomic.Int64
+	app := errorApp(&calls)
+	idem := fiberidem.New(fiberidem.Config{
+		Engine: newEngine(t, core.Config{}),
+		ErrorHandler: func(c *fiber.Ctx, p *core.Problem) error {
+			return fiber.NewError(p.Status, p.Title)
+		},
+	})
+	started, release := make(chan struct{}), make(chan struct{})
+	app.Post("/orders", idem, func(c *fiber.Ctx) error {
+		if runs.Add(1) == 1 {
+			close(started)
+		}
+		<-release
+		return c.SendStatus(fiber.StatusCreated)
+	})
+	url := listen(t, app)
+	c, first := newClient(t, url), newClient(t, url) // one connection each
+	done := make(chan result)
+	go func() { done <- first.post("/orders", order, "Idempotency-Key", "eh-1") }()
+	<-started
+	r := c.post("/orders", order, "Idempotency-Key", "eh-1")
+	close(release)
+	<-done
+	want(t, r, fiber.StatusConflict, `{"error":"Request in flight"}`, false)
+	if r.header.Get("X-Rendered-By") != "custom" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("the 409 was not rendered by the app with its Retry-After: %v", r.header)
+	}
+	if ct := r.header.Get("Content-Type"); strings.Contains(ct, "problem") {
+		t.Fatalf("Content-Type %q: the app's rendering is not a problem document", ct)
+	}
+}
