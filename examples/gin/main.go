@@ -8,7 +8,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"log"
 	"net/http"
@@ -48,7 +47,7 @@ func main() {
 	}
 
 	srv := &http.Server{Addr: app.Addr, Handler: r}
-	if err := app.Serve("gin", srv.ListenAndServe, srv.Shutdown); !errors.Is(err, http.ErrServerClosed) && err != nil {
+	if err := app.Serve("gin", srv.ListenAndServe, srv.Shutdown); err != nil {
 		log.Fatal(err)
 	}
 }

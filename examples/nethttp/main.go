@@ -9,7 +9,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"io"
 	"log"
 	"net/http"
@@ -44,7 +43,7 @@ func main() {
 	mux.Handle("GET /swagger/", httpSwagger.Handler(httpSwagger.URL("/swagger/doc.json")))
 
 	srv := &http.Server{Addr: app.Addr, Handler: mux}
-	if err := app.Serve("net/http", srv.ListenAndServe, srv.Shutdown); !errors.Is(err, http.ErrServerClosed) && err != nil {
+	if err := app.Serve("net/http", srv.ListenAndServe, srv.Shutdown); err != nil {
 		log.Fatal(err)
 	}
 }
