@@ -1,7 +1,6 @@
 package echoidem_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"log"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/echoidem"
 	"github.com/idem-go/idem/swagger"
+	"github.com/idem-go/idem/swagger/swaggertest"
 )
 
 func TestOperations(t *testing.T) {
@@ -142,42 +142,13 @@ func TestOperationsWithoutEngine(t *testing.T) {
 // injected documents ops in a Swagger 2.0 document holding every route and
 // returns the "METHOD /path" of the operations that got the key header.
 func injected(t *testing.T, eng *core.Engine, ops []swagger.Operation, routes []*echo.Route) map[string]bool {
-	t.Helper()
-	paths := map[string]map[string]any{}
+	var rs []swaggertest.Route
 	for _, rt := range routes {
-		if strings.HasPrefix(rt.Method, "echo_") { // RouteNotFound
-			continue
-		}
-		p := swagger.NormalizePath(rt.Path)
-		if paths[p] == nil {
-			paths[p] = map[string]any{}
-		}
-		paths[p][strings.ToLower(rt.Method)] = map[string]any{"responses": map[string]any{"200": map[string]any{"description": "OK"}}}
-	}
-	doc := fmt.Sprintf(`{"swagger": "2.0", "info": {"title": "t", "version": "1"}, "paths": %s}`, string(must(json.Marshal(paths))))
-	out, err := swagger.Inject([]byte(doc), swagger.OptionsFor(eng.Config(), ops...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var parsed struct {
-		Paths map[string]map[string]struct {
-			Parameters []struct{ Name, In string }
+		if !strings.HasPrefix(rt.Method, "echo_") { // RouteNotFound
+			rs = append(rs, swaggertest.Route{Method: rt.Method, Path: rt.Path})
 		}
 	}
-	if err := json.Unmarshal(out, &parsed); err != nil {
-		t.Fatal(err)
-	}
-	documented := map[string]bool{}
-	for p, item := range parsed.Paths {
-		for m, op := range item {
-			for _, prm := range op.Parameters {
-				if prm.In == "header" && prm.Name == core.DefaultKeyHeader {
-					documented[strings.ToUpper(m)+" "+p] = true
-				}
-			}
-		}
-	}
-	return documented
+	return swaggertest.Documented(t, rs, swagger.OptionsFor(eng.Config(), ops...))
 }
 
 func ExampleConfig_Operations() {

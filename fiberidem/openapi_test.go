@@ -1,7 +1,6 @@
 package fiberidem_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"log"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/fiberidem"
 	"github.com/idem-go/idem/swagger"
+	"github.com/idem-go/idem/swagger/swaggertest"
 )
 
 func TestOperations(t *testing.T) {
@@ -116,42 +116,11 @@ func TestOperationsNextSeesRoute(t *testing.T) {
 // injected documents ops in a Swagger 2.0 document holding every route and
 // returns the "METHOD /path" of the operations that got the key header.
 func injected(t *testing.T, eng *core.Engine, ops []swagger.Operation, routes []fiber.Route) map[string]bool {
-	t.Helper()
-	paths := map[string]map[string]any{}
-	for _, rt := range routes {
-		p := swagger.NormalizePath(rt.Path)
-		if paths[p] == nil {
-			paths[p] = map[string]any{}
-		}
-		paths[p][strings.ToLower(rt.Method)] = map[string]any{"responses": map[string]any{"200": map[string]any{"description": "OK"}}}
+	rs := make([]swaggertest.Route, len(routes))
+	for i, rt := range routes {
+		rs[i] = swaggertest.Route{Method: rt.Method, Path: rt.Path}
 	}
-	doc, err := json.Marshal(map[string]any{"swagger": "2.0", "info": map[string]any{"title": "t", "version": "1"}, "paths": paths})
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err = swagger.Inject(doc, swagger.OptionsFor(eng.Config(), ops...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out struct {
-		Paths map[string]map[string]struct {
-			Parameters []struct{ Name, In string }
-		}
-	}
-	if err := json.Unmarshal(doc, &out); err != nil {
-		t.Fatal(err)
-	}
-	documented := map[string]bool{}
-	for p, item := range out.Paths {
-		for m, op := range item {
-			for _, prm := range op.Parameters {
-				if prm.In == "header" && prm.Name == core.DefaultKeyHeader {
-					documented[strings.ToUpper(m)+" "+p] = true
-				}
-			}
-		}
-	}
-	return documented
+	return swaggertest.Documented(t, rs, swagger.OptionsFor(eng.Config(), ops...))
 }
 
 func ExampleOperations() {
