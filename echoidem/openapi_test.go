@@ -86,13 +86,6 @@ func TestOperations(t *testing.T) {
 	}
 }
 
-func must(b []byte, err error) []byte {
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
-
 func passThrough(next echo.HandlerFunc) echo.HandlerFunc { return next }
 
 func withEngine(cfg echoidem.Config, eng *core.Engine) echoidem.Config {
