@@ -11,6 +11,26 @@ import (
 	"github.com/idem-go/idem/core"
 )
 
+// An Option configures the middleware.
+type Option func(*options)
+
+type options struct {
+	errorHandler func(c *gin.Context, p *core.Problem)
+}
+
+// WithErrorHandler renders the Engine's refusals (400 bad or missing key,
+// 409 key in flight, 413, 422 key reused, 503 store down) the app's way
+// instead of as application/problem+json. The response's other headers,
+// such as Retry-After, are already set when it is called, and the chain is
+// aborted after it:
+//
+//	ginidem.New(eng, ginidem.WithErrorHandler(func(c *gin.Context, p *core.Problem) {
+//		c.JSON(p.Status, gin.H{"error": p.Title})
+//	}))
+func WithErrorHandler(h func(c *gin.Context, p *core.Problem)) Option {
+	return func(o *options) { o.errorHandler = h }
+}
+
 // New returns a Gin middleware that protects the handlers after it with
 // eng: r.Use(ginidem.New(eng)), or on a group or a single route.
 //
@@ -19,7 +39,11 @@ import (
 // response is stored, unless a handler panicked, the response was streamed
 // (Flush) or hijacked, or it is not known yet (c.Error with nothing
 // written); see the package documentation.
-func New(eng *core.Engine) gin.HandlerFunc {
+func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	return func(c *gin.Context) {
 		r := c.Request
 		if !eng.Covers(r.Method) {
@@ -40,6 +64,15 @@ func New(eng *core.Engine) gin.HandlerFunc {
 		}
 		f, resp := eng.Begin(&st.req)
 		switch {
+		case resp != nil && resp.Problem != nil && o.errorHandler != nil:
+			for k, v := range resp.Header {
+				if k != "Content-Type" {
+					c.Writer.Header()[k] = v
+				}
+			}
+			o.errorHandler(c, resp.Problem)
+			c.Abort()
+			return
 		case resp != nil:
 			resp.Write(c.Writer) // a replay is not a handler result: later handlers do not run
 			c.Abort()

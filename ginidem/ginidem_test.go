@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -294,4 +295,42 @@ func TestGinCaptureKeepsStatusAndSize(t *testing.T) {
 	if len(status) != 2 || status[0] != 202 || status[1] != 202 || size[0] != 6 || size[1] != 6 {
 		t.Fatalf("outer middleware saw statuses %v and sizes %v, want 202 and 6 twice", status, size)
 	}
+}
+
+// WithErrorHandler renders idem's refusals the app's way; the problem's
+// headers (Retry-After) are kept and nothing after ginidem runs.
+func TestGinWithErrorHandler(t *testing.T) {
+	eng := newEngine(t, core.Config{FailClosed: true, Store: failingStore{}})
+	var runs atomic.Int64
+	r := gin.New()
+	r.Use(ginidem.New(eng, ginidem.WithErrorHandler(func(c *gin.Context, p *core.Problem) {
+		c.JSON(p.Status, gin.H{"error": p.Title})
+	})))
+	r.POST("/orders", created(&runs))
+	rec := post(r, "/orders", "eh-1")
+	if rec.Code != http.StatusServiceUnavailable || rec.Body.String() != `{"error":"Idempotency store unavailable"}` {
+		t.Fatalf("got %d %s", rec.Code, rec.Body)
+	}
+	if rec.Header().Get("Retry-After") == "" || strings.Contains(rec.Header().Get("Content-Type"), "problem") {
+		t.Fatalf("headers %v: want Retry-After kept and the app's Content-Type", rec.Header())
+	}
+	wantRuns(t, "handler", &runs, 0)
+	// Bad keys go through the hook too.
+	if rec := post(r, "/orders", strings.Repeat("k", 300)); rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "Invalid idempotency key") {
+		t.Fatalf("bad key: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// failingStore is a store whose backend is down.
+type failingStore struct{}
+
+func (failingStore) Acquire(context.Context, string, time.Duration) ([]byte, string, error) {
+	return nil, "", errors.New("down")
+}
+func (failingStore) Complete(context.Context, string, string, []byte, time.Duration) error {
+	return errors.New("down")
+}
+func (failingStore) Release(context.Context, string, string) error { return errors.New("down") }
+func (failingStore) Refresh(context.Context, string, string, time.Duration) error {
+	return errors.New("down")
 }
