@@ -49,6 +49,7 @@
 // application/problem+json) is written with the status, headers and body the
 // engine returns, and the chain is aborted: later handlers do not run, while
 // the middleware before ginidem (logger, metrics) see the response as usual.
+// WithErrorHandler renders the errors the app's way instead.
 //
 // After the handlers, the response is stored (per core.Config.Storable)
 // unless:
