@@ -3,8 +3,6 @@ package echoidem
 import (
 	"context"
 	"net/http"
-	"slices"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -62,13 +60,7 @@ func (cfg Config) Operations(routes []*echo.Route) []swagger.Operation {
 		}
 		ops = append(ops, swagger.Operation{Method: rt.Method, Path: swagger.NormalizePath(rt.Path)})
 	}
-	slices.SortFunc(ops, func(a, b swagger.Operation) int {
-		if c := strings.Compare(a.Path, b.Path); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Method, b.Method)
-	})
-	return ops
+	return swagger.SortOperations(ops)
 }
 
 // skipped reports whether skip skips a request to rt, asked with a

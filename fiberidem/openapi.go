@@ -2,7 +2,6 @@ package fiberidem
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
@@ -56,13 +55,7 @@ func Operations(app *fiber.App, routes []fiber.Route, config ...Config) []swagge
 		}
 		ops = append(ops, swagger.Operation{Method: rt.Method, Path: swagger.NormalizePath(rt.Path)})
 	}
-	slices.SortFunc(ops, func(a, b swagger.Operation) int {
-		if c := strings.Compare(a.Path, b.Path); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Method, b.Method)
-	})
-	return slices.Compact(ops) // a route registered twice, with several handlers
+	return swagger.SortOperations(ops) // also drops a route registered twice
 }
 
 // skipped reports whether next skips a request to rt, asked with a

@@ -25,7 +25,8 @@ import (
 //	}
 //	ops := ginidem.Operations(eng, covered)
 //
-// Call it after every route is registered. The result is never nil: with
+// Call it after every route is registered. The result is sorted (see
+// swagger.SortOperations) and never nil: with
 // no covered route it is empty and documents nothing (a nil
 // swagger.Options.Operations would document every operation).
 func Operations(eng *core.Engine, routes gin.RoutesInfo) []swagger.Operation {
@@ -35,5 +36,5 @@ func Operations(eng *core.Engine, routes gin.RoutesInfo) []swagger.Operation {
 			ops = append(ops, swagger.Operation{Method: rt.Method, Path: swagger.NormalizePath(rt.Path)})
 		}
 	}
-	return ops
+	return swagger.SortOperations(ops)
 }

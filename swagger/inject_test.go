@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"text/template"
@@ -471,5 +472,14 @@ func TestYAMLStyle(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}
+	}
+}
+
+func TestSortOperations(t *testing.T) {
+	ops := []Operation{{"POST", "/b"}, {"PUT", "/a"}, {"POST", "/a"}, {"POST", "/b"}}
+	got := SortOperations(ops)
+	want := []Operation{{"POST", "/a"}, {"PUT", "/a"}, {"POST", "/b"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("SortOperations = %v, want %v", got, want)
 	}
 }

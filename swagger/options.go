@@ -3,6 +3,7 @@ package swagger
 import (
 	"errors"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/idem-go/idem/core"
@@ -61,6 +62,19 @@ func OptionsFor(cfg core.Config, ops ...Operation) Options {
 		Methods:      append([]string(nil), cfg.Methods...),
 		Operations:   ops,
 	}
+}
+
+// SortOperations sorts ops by path, then method, and drops duplicates (a
+// route a router lists twice), in place: every adapter reports its routes in
+// this one order, whatever order its router keeps them in.
+func SortOperations(ops []Operation) []Operation {
+	slices.SortFunc(ops, func(a, b Operation) int {
+		if c := strings.Compare(a.Path, b.Path); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Method, b.Method)
+	})
+	return slices.Compact(ops)
 }
 
 // ParseOperation parses "METHOD /path" or "/path", the form of a Go 1.22
