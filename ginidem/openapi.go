@@ -26,9 +26,9 @@ import (
 //	ops := ginidem.Operations(eng, covered)
 //
 // Call it after every route is registered. The result is sorted (see
-// swagger.SortOperations) and never nil: with
-// no covered route it is empty and documents nothing (a nil
-// swagger.Options.Operations would document every operation).
+// swagger.SortOperations) and never nil: with no covered route it is empty
+// and documents nothing (a nil swagger.Options.Operations would document
+// every operation).
 func Operations(eng *core.Engine, routes gin.RoutesInfo) []swagger.Operation {
 	ops := make([]swagger.Operation, 0, len(routes))
 	for _, rt := range routes {
