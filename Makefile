@@ -49,13 +49,14 @@ bench:
 		(cd $$m && GOWORK=off $(GO) test -run '^$$' -bench . -benchmem ./...) | awk -f $(CURDIR)/scripts/benchratio.awk; \
 	done
 
-## loadtest: wrk against idem on the Redis store at $(REDIS_URL): first requests
-## (fresh key), replays (fixed key) and requests without a key, each as a ratio
-## to the same handler without the middleware, measured in the same run.
+## loadtest: wrk against idem on the Redis store at $(REDIS_URL), over the
+## client and over its AutoPipeliner: first requests (fresh key), replays
+## (fixed key) and requests without a key, each as a ratio to the same handler
+## without the middleware in the same round (median of the rounds).
 REDIS_URL            ?= redis://$(IDEM_REDIS_ADDR)/0
-LOADTEST_DURATION    ?= 5s
+LOADTEST_DURATION    ?= 3s
 LOADTEST_CONNECTIONS ?= 32
-LOADTEST_ROUNDS      ?= 2
+LOADTEST_ROUNDS      ?= 5
 .PHONY: loadtest
 loadtest:
 	@command -v wrk >/dev/null 2>&1 || (apt-get update && apt-get install -y wrk)

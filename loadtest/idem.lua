@@ -1,8 +1,7 @@
--- wrk script of make loadtest: POST /orders with a fresh Idempotency-Key per
--- request (first requests), one fixed key (replays), no key, or POST /bare
--- (the same handler without the middleware: the baseline).
+-- wrk script of make loadtest: POST to path with a fresh Idempotency-Key per
+-- request (first requests), one fixed key (replays) or no key.
 --
---   wrk -s idem.lua http://127.0.0.1:8080 -- fresh|fixed|none|bare <key-prefix> <fixed-key>
+--   wrk -s idem.lua http://127.0.0.1:8080 -- fresh|fixed|none <path> <key-prefix> <fixed-key>
 --
 -- Fresh keys are <key-prefix>-<thread>-<n>: give every run its own prefix.
 
@@ -15,16 +14,14 @@ end
 
 function init(args)
 	mode = args[1] or "none"
-	run = args[2] or tostring(os.time())
-	fixed = args[3] or (run .. "-fixed")
+	run = args[3] or tostring(os.time())
+	fixed = args[4] or (run .. "-fixed")
 	counter = 0
 	wrk.method = "POST"
+	wrk.path = args[2] or "/orders"
 	wrk.body = '{"item":"book","qty":2}'
 	wrk.headers["Content-Type"] = "application/json"
-	wrk.path = "/orders"
-	if mode == "bare" then
-		wrk.path = "/bare"
-	elseif mode == "fixed" then
+	if mode == "fixed" then
 		wrk.headers["Idempotency-Key"] = fixed
 	end
 	static = wrk.format()
