@@ -92,7 +92,7 @@ func main() {
 	connections := flag.Int("connections", 32, "wrk connections")
 	threads := flag.Int("threads", 1, "wrk threads")
 	rounds := flag.Int("rounds", 5, "rounds of the phases")
-	flushDelay := flag.Duration("flush-delay", 50*time.Microsecond, "MaxFlushDelay of the AutoPipeliner")
+	flushDelay := flag.Duration("flush-delay", 0, "MaxFlushDelay of the AutoPipeliner (go-redis default: 0)")
 	only := flag.String("phases", strings.Join(names, ","), "the phases to run, comma-separated (ratios need bare)")
 	cpuprofile := flag.String("cpuprofile", "", "write the server's CPU profile over the whole run to this file")
 	flag.Parse()

@@ -22,20 +22,21 @@ import (
 // the one at IDEM_REDIS_ADDR (default 127.0.0.1:6379), under a key prefix
 // of their own that they delete afterwards. Without one they skip.
 //
-// Each runs on RESP2 and RESP3 connections (Protocol 2 and 3), serially (one
-// request at a time: latency) and in parallel (GOMAXPROCS×4 goroutines:
-// throughput). RawGET is the baseline: one GET round trip of go-redis.
+// Each runs on the client and on its AutoPipeliner (go-redis's default
+// options), serially (one request at a time: latency) and in
+// parallel (GOMAXPROCS×4 goroutines: throughput). RawGET is the baseline:
+// one GET round trip of go-redis, over the same client or AutoPipeliner.
 // Bare is the handler without the middleware, NoKey the handler behind it
 // without a key, First a fresh key per request (two round trips), Replay
 // one key (one round trip).
 
-func benchClient(b *testing.B, protocol int) (*redis.Client, string) {
+func benchClient(b *testing.B) (*redis.Client, string) {
 	b.Helper()
 	addr := os.Getenv("IDEM_REDIS_ADDR")
 	if addr == "" {
 		addr = "127.0.0.1:6379"
 	}
-	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: protocol, PoolSize: 64, MaxRetries: -1, DialerRetries: 1})
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, MaxRetries: -1, DialerRetries: 1})
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		c.Close()
 		b.Skipf("no Redis at IDEM_REDIS_ADDR=%s: %v", addr, err)
@@ -71,9 +72,21 @@ func benchHandler() http.Handler {
 }
 
 func BenchmarkRedis(b *testing.B) {
-	for _, protocol := range []int{2, 3} {
-		b.Run("resp"+strconv.Itoa(protocol), func(b *testing.B) {
-			c, prefix := benchClient(b, protocol)
+	for _, batched := range []bool{false, true} {
+		name := "client"
+		if batched {
+			name = "autopipeline"
+		}
+		b.Run(name, func(b *testing.B) {
+			client, prefix := benchClient(b)
+			var c redis.Cmdable = client
+			if batched {
+				ap, err := client.AutoPipeline()
+				if err != nil {
+					b.Fatal(err)
+				}
+				c = ap
+			}
 			eng, err := core.New(core.Config{
 				Store:       redislock.New(c, &redislock.Options{Prefix: prefix}),
 				ResponseTTL: time.Minute,
@@ -84,7 +97,7 @@ func BenchmarkRedis(b *testing.B) {
 			protected := eng.Middleware(benchHandler())
 			bare := benchHandler()
 			ctx := context.Background()
-			c.Set(ctx, prefix+":get", benchBody, time.Minute)
+			client.Set(ctx, prefix+":get", benchBody, time.Minute)
 			var fresh atomic.Int64
 			run := prefix // keys of this run
 			cases := []struct {

@@ -29,8 +29,19 @@ import (
 
 func TestIntegrationConformance(t *testing.T) {
 	c, prefix := redistest.Client(t)
-	idemtest.TestStore(t, func(*testing.T) core.Store {
-		return redislock.New(c, &redislock.Options{Prefix: prefix})
+	t.Run("client", func(t *testing.T) {
+		idemtest.TestStore(t, func(*testing.T) core.Store {
+			return redislock.New(c, &redislock.Options{Prefix: prefix})
+		})
+	})
+	t.Run("autopipeline", func(t *testing.T) {
+		ap, err := c.AutoPipeline()
+		if err != nil {
+			t.Fatal(err)
+		}
+		idemtest.TestStore(t, func(*testing.T) core.Store {
+			return redislock.New(ap, &redislock.Options{Prefix: prefix})
+		})
 	})
 }
 
@@ -140,17 +151,101 @@ func TestIntegrationRoundTrips(t *testing.T) {
 	}
 }
 
+// TestIntegrationAutoPipeline counts what the store sends over an
+// AutoPipeliner: the same commands per request as over the client, and
+// concurrent requests' commands sharing pipelines (round trips).
+func TestIntegrationAutoPipeline(t *testing.T) {
+	c, prefix := redistest.Client(t)
+	var cnt pipelineCounter
+	c.AddHook(&cnt)
+	// A long flush delay, so that the concurrent requests below surely meet
+	// in a few pipelines.
+	ap, err := c.AutoPipelineWithOptions(&redis.AutoPipelineOptions{MaxFlushDelay: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newApp(t, redislock.New(ap, &redislock.Options{Prefix: prefix}), core.Config{})
+	a.do(testKey(t, 0)) // warm-up: load the scripts
+	a.do(testKey(t, 0))
+	cnt.take()
+	var key string
+	for i := 1; i <= 5; i++ {
+		key = testKey(t, i)
+		a.do(key)
+		if cmds, _ := cnt.take(); cmds != 2 {
+			t.Fatalf("first request: %d commands, want 2", cmds)
+		}
+		a.do(key)
+		if cmds, _ := cnt.take(); cmds != 1 {
+			t.Fatalf("replay: %d commands, want 1", cmds)
+		}
+	}
+
+	const n = 50
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if w := a.do(key); w.Header().Get(core.HeaderReplay) != "true" {
+				t.Errorf("concurrent replay: %d", w.Code)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	cmds, pipelines := cnt.take()
+	if cmds != n || pipelines > n/2 {
+		t.Fatalf("%d concurrent replays: %d commands in %d pipelines, want %d commands in at most %d", n, cmds, pipelines, n, n/2)
+	}
+	t.Logf("%d concurrent replays: %d commands in %d round trips", n, cmds, pipelines)
+}
+
+// pipelineCounter is a go-redis hook counting commands and round trips
+// (a command alone or a pipeline).
+type pipelineCounter struct{ cmds, trips atomic.Int64 }
+
+func (c *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.cmds.Add(1)
+		c.trips.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.cmds.Add(int64(len(cmds)))
+		c.trips.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// take returns the commands and round trips since the last call.
+func (c *pipelineCounter) take() (cmds, trips int64) { return c.cmds.Swap(0), c.trips.Swap(0) }
+
 // TestIntegrationExactlyOnceAcrossProcesses runs three API processes on one
-// Redis and sends each of 50 keys 20 times at once, spread over the three.
+// Redis and sends each of 50 keys 20 times at once, spread over the three:
+// with the store over the Redis client, and over its AutoPipeliner.
 func TestIntegrationExactlyOnceAcrossProcesses(t *testing.T) {
+	bin := buildTestServer(t)
+	t.Run("client", func(t *testing.T) { testExactlyOnce(t, bin) })
+	t.Run("autopipeline", func(t *testing.T) { testExactlyOnce(t, bin, "-autopipeline") })
+}
+
+func testExactlyOnce(t *testing.T, bin string, flags ...string) {
 	const keys, dups = 50, 20
 	c, prefix := redistest.Client(t)
-	bin := buildTestServer(t)
 	counterKey := prefix + ":count"
 	var urls []string
 	for i := range 3 {
-		urls = append(urls, startTestServer(t, bin, "-redis", "redis://"+redistest.Addr(), "-prefix", prefix,
-			"-counter", counterKey, "-name", "s"+strconv.Itoa(i)))
+		args := append([]string{"-redis", "redis://" + redistest.Addr(), "-prefix", prefix,
+			"-counter", counterKey, "-name", "s" + strconv.Itoa(i)}, flags...)
+		urls = append(urls, startTestServer(t, bin, args...))
 	}
 
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: keys * dups}}
@@ -348,8 +443,14 @@ func (r *redisServer) stop() {
 
 // TestIntegrationFaults runs traffic through fail-open and fail-closed
 // apps on a redis-server of its own, stops that server mid-traffic and
-// starts it again.
+// starts it again: with the store over the client, and over its
+// AutoPipeliner.
 func TestIntegrationFaults(t *testing.T) {
+	t.Run("client", func(t *testing.T) { testFaults(t, false) })
+	t.Run("autopipeline", func(t *testing.T) { testFaults(t, true) })
+}
+
+func testFaults(t *testing.T, autopipeline bool) {
 	srv := startRedisServer(t)
 	// go-redis's defaults otherwise; no retries, so the test is quick.
 	client, err := redislock.NewClient("redis://" + srv.addr() + "?max_retries=-1&dial_timeout=500ms")
@@ -357,7 +458,13 @@ func TestIntegrationFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	store := redislock.New(client, nil)
+	var scripter redis.Scripter = client
+	if autopipeline {
+		if scripter, err = client.AutoPipeline(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := redislock.New(scripter, nil)
 	open := newApp(t, store, core.Config{})
 	closed := newApp(t, store, core.Config{FailClosed: true})
 
@@ -573,6 +680,13 @@ func TestIntegrationCluster(t *testing.T) {
 
 	t.Run("conformance", func(t *testing.T) {
 		idemtest.TestStore(t, func(*testing.T) core.Store { return redislock.New(client, nil) })
+	})
+	t.Run("conformance-autopipeline", func(t *testing.T) {
+		ap, err := client.AutoPipeline() // batches per slot
+		if err != nil {
+			t.Fatal(err)
+		}
+		idemtest.TestStore(t, func(*testing.T) core.Store { return redislock.New(ap, nil) })
 	})
 	t.Run("engine", func(t *testing.T) {
 		a := newApp(t, s, core.Config{})
