@@ -15,7 +15,10 @@
 //	-methods list       covered methods (default POST,PUT,PATCH,DELETE)
 //	-op "METHOD /path"  a covered operation, repeatable; full route path in any
 //	                    router's syntax; without -op, every operation of a
-//	                    covered method is covered
+//	                    covered method is covered. An -op that matches no
+//	                    operation of a file is an error (a typo, a wrong
+//	                    -base-path, a route gone from the docs), and no file
+//	                    is rewritten
 //	-base-path path     prefix of the document's paths (default its basePath)
 //
 // The flags mirror the Engine's Config; keep them in step with it. The
@@ -24,6 +27,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -110,39 +114,70 @@ func run(args []string, stderr io.Writer) error {
 			}
 		}
 	}
-	done := 0
+	var docs []file
 	for _, path := range paths {
-		err := rewrite(path, opts)
+		f, err := prepare(path, opts)
 		switch {
 		case optional && errors.Is(err, fs.ErrNotExist):
 			continue
 		case err != nil:
 			return err
 		}
-		done++
+		docs = append(docs, f)
 	}
-	if done == 0 {
+	if len(docs) == 0 {
 		return fmt.Errorf("no swagger.json or swagger.yaml in %s (run swag init first)", *dir)
+	}
+	for _, f := range docs {
+		if f.changed() {
+			if err := os.WriteFile(f.path, f.out, f.perm); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
 
-// rewrite injects into one file, writing it only if it changed.
-func rewrite(path string, opts swagger.Options) error {
+// file is a document and what Inject made of it.
+type file struct {
+	path    string
+	perm    fs.FileMode
+	in, out []byte
+}
+
+func (f file) changed() bool { return !bytes.Equal(f.in, f.out) }
+
+// prepare reads the document at path and injects into it, checking that
+// every operation of opts.Operations matches one of its operations.
+func prepare(path string, opts swagger.Options) (file, error) {
 	info, err := os.Stat(path)
 	if err != nil {
-		return err
+		return file{}, err
 	}
 	in, err := os.ReadFile(path)
 	if err != nil {
-		return err
+		return file{}, err
 	}
 	out, err := swagger.Inject(in, opts)
 	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		return file{}, fmt.Errorf("%s: %w", path, err)
 	}
-	if string(out) == string(in) {
-		return nil
+	// Inject skips an operation it does not find, as it must at run time
+	// (an adapter reports routes the docs may leave out). Here an -op was
+	// asked for by name: probe each alone with a header name no document
+	// has, which changes the document if and only if the -op matches.
+	for _, op := range opts.Operations {
+		probe := opts
+		probe.KeyHeader = "X-Idemswag-Probe"
+		probe.Operations = []swagger.Operation{op}
+		got, err := swagger.Inject(in, probe)
+		if err != nil {
+			return file{}, fmt.Errorf("%s: %w", path, err)
+		}
+		if bytes.Equal(got, in) {
+			return file{}, fmt.Errorf("%s: -op %q matches no covered operation (check the method against -methods, the path against -base-path)",
+				path, strings.TrimSpace(op.Method+" "+op.Path))
+		}
 	}
-	return os.WriteFile(path, out, info.Mode().Perm())
+	return file{path: path, perm: info.Mode().Perm(), in: in, out: out}, nil
 }

@@ -72,6 +72,7 @@ func TestRunErrors(t *testing.T) {
 	t.Parallel()
 	empty := t.TempDir()
 	bad := t.TempDir()
+	docs := copyTestdata(t, "swagger.json", "swagger.yaml")
 	if err := os.WriteFile(filepath.Join(bad, "swagger.json"), []byte(`{"swagger": "2.0", "paths": [`), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +85,22 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"-dir", bad}, "swagger: invalid JSON"},
 		{[]string{"-op", "POST /a /b"}, "usage"},
 		{[]string{"-dir", empty, "extra"}, "unexpected arguments"},
+		{[]string{"-dir", docs, "-op", "POST /api/v1/order"}, `-op "POST /api/v1/order" matches no covered operation`},
+		{[]string{"-dir", docs, "-op", "GET /api/v1/orders"}, `-op "GET /api/v1/orders" matches no covered operation`},
+		{[]string{"-dir", docs, "-op", "POST /api/v1/orders", "-base-path", "/v2"}, "matches no covered operation"},
+		{[]string{"-dir", docs, "-op", "POST /api/v1/orders", "-op", "POST /nope"}, `-op "POST /nope" matches no covered operation`},
 	} {
 		err := run(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("run(%q) = %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+	// A failed run rewrites nothing.
+	for _, name := range []string{"swagger.json", "swagger.yaml"} {
+		got, _ := os.ReadFile(filepath.Join(docs, name))
+		want, _ := os.ReadFile(filepath.Join("..", "..", "testdata", name))
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s was rewritten by a failed run", name)
 		}
 	}
 }
