@@ -165,18 +165,28 @@ func prepare(path string, opts swagger.Options) (file, error) {
 	// Inject skips an operation it does not find, as it must at run time
 	// (an adapter reports routes the docs may leave out). Here an -op was
 	// asked for by name: probe each alone with a header name no document
-	// has, which changes the document if and only if the -op matches.
-	for _, op := range opts.Operations {
-		probe := opts
-		probe.KeyHeader = "X-Idemswag-Probe"
-		probe.Operations = []swagger.Operation{op}
-		got, err := swagger.Inject(in, probe)
+	// has, which edits the document if and only if the -op matches. The
+	// probe is compared with the document injected on no operation, which
+	// has gone through the same encoding (YAML indentation, JSON escapes).
+	if len(opts.Operations) > 0 {
+		none := opts
+		none.Operations = []swagger.Operation{}
+		base, err := swagger.Inject(in, none)
 		if err != nil {
 			return file{}, fmt.Errorf("%s: %w", path, err)
 		}
-		if bytes.Equal(got, in) {
-			return file{}, fmt.Errorf("%s: -op %q matches no covered operation (check the method against -methods, the path against -base-path)",
-				path, strings.TrimSpace(op.Method+" "+op.Path))
+		for _, op := range opts.Operations {
+			probe := opts
+			probe.KeyHeader = "X-Idemswag-Probe"
+			probe.Operations = []swagger.Operation{op}
+			got, err := swagger.Inject(in, probe)
+			if err != nil {
+				return file{}, fmt.Errorf("%s: %w", path, err)
+			}
+			if bytes.Equal(got, base) {
+				return file{}, fmt.Errorf("%s: -op %q matches no covered operation (check the method against -methods, the path against -base-path)",
+					path, strings.TrimSpace(op.Method+" "+op.Path))
+			}
 		}
 	}
 	return file{path: path, perm: info.Mode().Perm(), in: in, out: out}, nil

@@ -95,6 +95,26 @@ func TestRunErrors(t *testing.T) {
 			t.Errorf("run(%q) = %v, want an error with %q", tc.args, err, tc.want)
 		}
 	}
+	// Files Inject re-encodes (swag's YAML indentation, JSON escapes) are
+	// checked the same.
+	yamlOnly := copyTestdata(t, "swagger.yaml")
+	escaped := filepath.Join(t.TempDir(), "swagger.json")
+	if err := os.WriteFile(escaped, []byte(`{"swagger": "2.0", "info": {"title": "A \u0026 B"},
+		"paths": {"/orders": {"post": {"responses": {"201": {"description": "created"}}}}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"-dir", yamlOnly, "-op", "POST /nope"},
+		{"-files", escaped, "-op", "POST /nope"},
+	} {
+		err := run(args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), `-op "POST /nope" matches no covered operation`) {
+			t.Errorf("run(%q) = %v, want an unmatched -op", args, err)
+		}
+	}
+	if err := run([]string{"-files", escaped, "-op", "POST /orders"}, io.Discard); err != nil {
+		t.Errorf("a matching -op: %v", err)
+	}
 	// A failed run rewrites nothing.
 	for _, name := range []string{"swagger.json", "swagger.yaml"} {
 		got, _ := os.ReadFile(filepath.Join(docs, name))
