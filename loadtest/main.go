@@ -56,26 +56,17 @@ var body = []byte(`{"id":"ord_1","item":"book","qty":2}`)
 
 // A phase is one wrk run: a request mode of idem.lua against a path.
 type phase struct {
-	name, mode, path string
-	target           float64 // the ratio to bare to reach; 0 for bare itself
+	name, mode, path, description string
+	target                        float64 // the ratio to bare to reach; 0 for bare itself
 }
 
 var allPhases = []phase{
-	{"bare", "none", "/bare", 0},
-	{"no-key", "none", "/orders", 0.95},
-	{"first", "fresh", "/orders", 0.30},
-	{"replay", "fixed", "/orders", 0.45},
-	{"first-batched", "fresh", "/orders-batched", 0.30},
-	{"replay-batched", "fixed", "/orders-batched", 0.45},
-}
-
-var descriptions = map[string]string{
-	"bare":           "bare handler (no middleware)",
-	"no-key":         "no key",
-	"first":          "first requests, Redis client",
-	"replay":         "replays, Redis client",
-	"first-batched":  "first requests, AutoPipeliner",
-	"replay-batched": "replays, AutoPipeliner",
+	{"bare", "none", "/bare", "bare handler (no middleware)", 0},
+	{"no-key", "none", "/orders", "no key", 0.95},
+	{"first", "fresh", "/orders", "first requests, Redis client", 0.30},
+	{"replay", "fixed", "/orders", "replays, Redis client", 0.45},
+	{"first-batched", "fresh", "/orders-batched", "first requests, AutoPipeliner", 0.30},
+	{"replay-batched", "fixed", "/orders-batched", "replays, AutoPipeliner", 0.45},
 }
 
 func main() {
@@ -97,11 +88,17 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write the server's CPU profile over the whole run to this file")
 	flag.Parse()
 
+	if *rounds < 1 {
+		log.Fatal("-rounds must be at least 1")
+	}
 	var phases []phase
 	for _, name := range strings.Split(*only, ",") {
 		i := slices.IndexFunc(allPhases, func(p phase) bool { return p.name == name })
-		if i < 0 {
+		switch {
+		case i < 0:
 			log.Fatalf("unknown phase %q (known: %s)", name, strings.Join(names, ", "))
+		case slices.Contains(phases, allPhases[i]):
+			log.Fatalf("phase %q twice in -phases", name)
 		}
 		phases = append(phases, allPhases[i])
 	}
@@ -148,7 +145,9 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 	if err := client.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
-	batched, err := client.AutoPipelineWithOptions(&redis.AutoPipelineOptions{MaxFlushDelay: flushDelay})
+	apOpts := redis.DefaultBlockingAutoPipelineOptions() // client.AutoPipeline()'s
+	apOpts.MaxFlushDelay = flushDelay
+	batched, err := client.AutoPipelineWithOptions(apOpts)
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
@@ -174,16 +173,19 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 	})
 	mux := http.NewServeMux()
 	mux.Handle("POST /bare", handler)
-	for path, c := range map[string]redis.Scripter{"/orders": client, "/orders-batched": batched} {
+	for _, store := range []struct {
+		path string
+		c    redis.Scripter
+	}{{"/orders", client}, {"/orders-batched", batched}} {
 		eng, err := core.New(core.Config{
-			Store:       redislock.New(c, &redislock.Options{Prefix: prefix}),
+			Store:       redislock.New(store.c, &redislock.Options{Prefix: prefix}),
 			ResponseTTL: 2 * time.Minute,
 			Observer:    observe,
 		})
 		if err != nil {
 			return err
 		}
-		mux.Handle("POST "+path, eng.Middleware(handler))
+		mux.Handle("POST "+store.path, eng.Middleware(handler))
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -265,7 +267,7 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 		for _, round := range perRound {
 			vs = append(vs, round[p.name])
 		}
-		fmt.Printf("%-32s %10.0f  %s\n", descriptions[p.name], median(vs), join(vs, 'f', 0))
+		fmt.Printf("%-32s %10.0f  %s\n", p.description, median(vs), join(vs, 'f', 0))
 	}
 	fmt.Printf("\nEngine outcomes during the measured phases: stored %d, replay %d, conflict %d, store_error %d, lock_lost %d"+
 		" (and %d requests canceled by wrk at the end of a phase)\n",
@@ -291,10 +293,9 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 		m := median(ratios)
 		verdict := ""
 		if math.Round(m*100)/100 < p.target { // as printed
-
 			verdict, below = "  BELOW TARGET", true
 		}
-		fmt.Printf("%-32s %9.2fx  >= %.2fx  %s%s\n", descriptions[p.name], m, p.target, join(ratios, 'f', 2), verdict)
+		fmt.Printf("%-32s %9.2fx  >= %.2fx  %s%s\n", p.description, m, p.target, join(ratios, 'f', 2), verdict)
 	}
 	if below {
 		fmt.Println("\n(some ratios below target; on a shared or busy machine, rerun)")
@@ -312,6 +313,7 @@ func median(vs []float64) float64 {
 	return (vs[n/2-1] + vs[n/2]) / 2
 }
 
+// join formats vs with strconv.FormatFloat, separated by spaces.
 func join(vs []float64, format byte, prec int) string {
 	s := make([]string, len(vs))
 	for i, v := range vs {

@@ -40,7 +40,10 @@
 // a script may run twice with the same arguments: acquire finding its own
 // token in the lock, and complete finding its own record stored, answer as
 // the first run did, rather than "in flight" (a lock nobody would release
-// before it expires) or "lock lost".
+// before it expires) or "lock lost"; refresh run twice just extends the TTL
+// twice. release run twice finds no lock the second time and reports
+// core.ErrLockLost: the lock is gone either way, and only the Observer sees
+// the difference (core.OutcomeLockLost instead of core.OutcomeNotStored).
 //
 // So a replay costs exactly one round trip, an in-flight conflict one, a
 // first request two (acquire before the handler, complete after it), plus
@@ -127,15 +130,27 @@
 // serves many requests at once: in the load test of the README (32
 // connections on two cores) it raised replays from about 0.39x to 0.48x of
 // the bare handler's throughput and first requests from 0.25x to 0.28x.
-// With few requests at once it changes nothing, and in a tight in-process
-// loop without HTTP (BenchmarkRedis) it is slower. The trade-offs are
-// go-redis's:
+// One request at a time, its latency was the same as the client's within
+// the noise, at 8 more allocations per replay and 15 per first request (the
+// hand-off to its goroutine); in a tight in-process loop without HTTP
+// (BenchmarkRedis, parallel) it was slower. What changes, from go-redis's
+// documentation and source (v9.22):
 //
-//   - the API is experimental in go-redis (v9.22): pin go-redis;
-//   - a command's context is no longer honored once it is queued: the
-//     client's read and write timeouts still bound every batch;
-//   - a batch is retried whole after a dropped connection, which the scripts
-//     survive (they answer a retry as they answered the first run, above);
+//   - the API is experimental in go-redis: pin go-redis;
+//   - AutoPipeline returns one instance per client, shared with every other
+//     caller, configured by the first call (Options.AutoPipelineOptions or
+//     AutoPipelineWithOptions). Do not Close it: the store would then fail
+//     every call (fail-open serves unprotected); client.Close stops it;
+//   - one batch is in flight at a time (MaxConcurrentBatches 1): a large
+//     record or a slow reply delays the batches behind it;
+//   - a command's context is not honored once it is queued, neither for the
+//     command nor for the wait, and batches run with a context of their own,
+//     so hooks (tracing) do not see the request's values. The Engine's
+//     bounds on store calls (LockTTL after the handler, the refresh
+//     deadline) then do not apply: a call is bounded by the client's read
+//     and write timeouts, times max_retries+1, plus the batch ahead of it;
+//   - a batch is retried whole after a dropped connection, which the
+//     scripts handle as any retry (above);
 //   - keep go-redis's default MaxFlushDelay of 0: a delay makes batches a
 //     little bigger under load, but when traffic is light every command
 //     waits up to a millisecond (Go rounds short timers up in an idle
@@ -143,8 +158,8 @@
 //
 // The store is tested over both (conformance on miniredis, a real Redis and
 // a Cluster; three processes sharing one Redis; Redis stopped and started
-// mid-traffic). RESP2 connections (protocol=2 in the URL) made no
-// measurable difference.
+// mid-traffic; commands and round trips counted). RESP2 connections
+// (protocol=2 in the URL) made no measurable difference.
 //
 // # URLs
 //

@@ -48,10 +48,12 @@ func newMiniredis(t testing.TB, clock bool) (*miniredis.Miniredis, *redis.Client
 	return m, c
 }
 
-// counter is a go-redis hook counting round trips: every command and every
-// pipeline is one. It can report the script each EVALSHA/EVAL runs.
+// counter is a go-redis hook counting round trips (every command alone and
+// every pipeline is one) and commands. It can report the script each
+// EVALSHA/EVAL runs.
 type counter struct {
-	n       atomic.Int64
+	n       atomic.Int64 // round trips
+	cmds    atomic.Int64
 	mu      sync.Mutex
 	scripts []string // first argument of every EVALSHA/EVAL since Reset
 	onCmd   func(redis.Cmder)
@@ -62,6 +64,7 @@ func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.n.Add(1)
+		c.cmds.Add(1)
 		if name := cmd.Name(); name == "evalsha" || name == "eval" {
 			c.mu.Lock()
 			c.scripts = append(c.scripts, cmd.Args()[1].(string))
@@ -78,6 +81,7 @@ func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		c.n.Add(1)
+		c.cmds.Add(int64(len(cmds)))
 		return next(ctx, cmds)
 	}
 }
@@ -87,7 +91,17 @@ func (c *counter) take() int64 {
 	c.mu.Lock()
 	c.scripts = nil
 	c.mu.Unlock()
+	c.cmds.Store(0)
 	return c.n.Swap(0)
+}
+
+// takeCommands returns the commands and round trips since the last call to
+// it or take, and resets both counts.
+func (c *counter) takeCommands() (cmds, trips int64) {
+	c.mu.Lock()
+	c.scripts = nil
+	c.mu.Unlock()
+	return c.cmds.Swap(0), c.n.Swap(0)
 }
 
 // app is an HTTP handler behind an Engine on a store, recording what ran.

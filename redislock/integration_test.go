@@ -152,81 +152,82 @@ func TestIntegrationRoundTrips(t *testing.T) {
 }
 
 // TestIntegrationAutoPipeline counts what the store sends over an
-// AutoPipeliner: the same commands per request as over the client, and
-// concurrent requests' commands sharing pipelines (round trips).
+// AutoPipeliner: the same commands and round trips per request as over the
+// client when requests come one at a time, and concurrent requests'
+// commands sharing round trips.
 func TestIntegrationAutoPipeline(t *testing.T) {
-	c, prefix := redistest.Client(t)
-	var cnt pipelineCounter
-	c.AddHook(&cnt)
-	// A long flush delay, so that the concurrent requests below surely meet
-	// in a few pipelines.
-	ap, err := c.AutoPipelineWithOptions(&redis.AutoPipelineOptions{MaxFlushDelay: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := newApp(t, redislock.New(ap, &redislock.Options{Prefix: prefix}), core.Config{})
-	a.do(testKey(t, 0)) // warm-up: load the scripts
-	a.do(testKey(t, 0))
-	cnt.take()
-	var key string
-	for i := 1; i <= 5; i++ {
-		key = testKey(t, i)
-		a.do(key)
-		if cmds, _ := cnt.take(); cmds != 2 {
-			t.Fatalf("first request: %d commands, want 2", cmds)
+	// newApp returns an app on the store over an AutoPipeliner of a client
+	// of its own (a client caches its AutoPipeliner), counting commands.
+	newApp := func(t *testing.T, opts *redis.AutoPipelineOptions) (*app, *counter) {
+		c, prefix := redistest.Client(t)
+		cnt := new(counter)
+		c.AddHook(cnt)
+		ap, err := c.AutoPipelineWithOptions(opts)
+		if err != nil {
+			t.Fatal(err)
 		}
-		a.do(key)
-		if cmds, _ := cnt.take(); cmds != 1 {
-			t.Fatalf("replay: %d commands, want 1", cmds)
-		}
+		a := newApp(t, redislock.New(ap, &redislock.Options{Prefix: prefix}), core.Config{})
+		a.do(testKey(t, 0)) // warm-up: load the scripts
+		return a, cnt
 	}
-
+	// replays sends n duplicates of key at once and returns the commands
+	// and round trips they took.
+	replays := func(t *testing.T, a *app, cnt *counter, key string, n int) (cmds, trips int64) {
+		cnt.takeCommands()
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				if w := a.do(key); w.Header().Get(core.HeaderReplay) != "true" {
+					t.Errorf("concurrent replay: %d", w.Code)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		return cnt.takeCommands()
+	}
 	const n = 50
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			if w := a.do(key); w.Header().Get(core.HeaderReplay) != "true" {
-				t.Errorf("concurrent replay: %d", w.Code)
+
+	t.Run("flush-window", func(t *testing.T) {
+		// A long flush delay, so that the concurrent requests surely meet
+		// in a few pipelines.
+		a, cnt := newApp(t, &redis.AutoPipelineOptions{MaxFlushDelay: 20 * time.Millisecond})
+		var key string
+		for i := 1; i <= 5; i++ {
+			key = testKey(t, i)
+			cnt.takeCommands()
+			a.do(key)
+			if cmds, trips := cnt.takeCommands(); cmds != 2 || trips != 2 {
+				t.Fatalf("first request: %d commands in %d round trips, want 2 in 2", cmds, trips)
 			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	cmds, pipelines := cnt.take()
-	if cmds != n || pipelines > n/2 {
-		t.Fatalf("%d concurrent replays: %d commands in %d pipelines, want %d commands in at most %d", n, cmds, pipelines, n, n/2)
-	}
-	t.Logf("%d concurrent replays: %d commands in %d round trips", n, cmds, pipelines)
+			a.do(key)
+			if cmds, trips := cnt.takeCommands(); cmds != 1 || trips != 1 {
+				t.Fatalf("replay: %d commands in %d round trips, want 1 in 1", cmds, trips)
+			}
+		}
+		cmds, trips := replays(t, a, cnt, key, n)
+		if cmds != n || trips > n/2 {
+			t.Fatalf("%d concurrent replays: %d commands in %d round trips, want %d commands in at most %d", n, cmds, trips, n, n/2)
+		}
+		t.Logf("%d concurrent replays: %d commands in %d round trips", n, cmds, trips)
+	})
+	t.Run("defaults", func(t *testing.T) {
+		// go-redis's defaults batch only what happens to coincide: how
+		// many round trips is up to the scheduler, so it is only logged.
+		a, cnt := newApp(t, redis.DefaultBlockingAutoPipelineOptions())
+		key := testKey(t, 1)
+		a.do(key)
+		cmds, trips := replays(t, a, cnt, key, n)
+		if cmds != n {
+			t.Fatalf("%d concurrent replays: %d commands, want %d", n, cmds, n)
+		}
+		t.Logf("%d concurrent replays: %d commands in %d round trips", n, cmds, trips)
+	})
 }
-
-// pipelineCounter is a go-redis hook counting commands and round trips
-// (a command alone or a pipeline).
-type pipelineCounter struct{ cmds, trips atomic.Int64 }
-
-func (c *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.cmds.Add(1)
-		c.trips.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.cmds.Add(int64(len(cmds)))
-		c.trips.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
-// take returns the commands and round trips since the last call.
-func (c *pipelineCounter) take() (cmds, trips int64) { return c.cmds.Swap(0), c.trips.Swap(0) }
 
 // TestIntegrationExactlyOnceAcrossProcesses runs three API processes on one
 // Redis and sends each of 50 keys 20 times at once, spread over the three:
