@@ -95,15 +95,6 @@ func (c *counter) take() int64 {
 	return c.n.Swap(0)
 }
 
-// takeCommands returns the commands and round trips since the last call to
-// it or take, and resets both counts.
-func (c *counter) takeCommands() (cmds, trips int64) {
-	c.mu.Lock()
-	c.scripts = nil
-	c.mu.Unlock()
-	return c.cmds.Swap(0), c.n.Swap(0)
-}
-
 // app is an HTTP handler behind an Engine on a store, recording what ran.
 type app struct {
 	handler http.Handler

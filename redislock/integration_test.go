@@ -711,3 +711,12 @@ func TestIntegrationCluster(t *testing.T) {
 		t.Fatalf("cross-slot script: %v, want CROSSSLOT", err)
 	}
 }
+
+// takeCommands returns the commands and round trips since the last call to
+// it or take, and resets both counts.
+func (c *counter) takeCommands() (cmds, trips int64) {
+	c.mu.Lock()
+	c.scripts = nil
+	c.mu.Unlock()
+	return c.cmds.Swap(0), c.n.Swap(0)
+}
