@@ -52,9 +52,9 @@ bench:
 ## loadtest: wrk against idem on the Redis store at $(REDIS_URL), over the
 ## client and over its AutoPipeliner: first requests (fresh key), replays
 ## (fixed key) and requests without a key, each as a ratio to the same handler
-## without the middleware in the same round (median of the rounds).
+## without the middleware, run just before and after it (median of the rounds).
 REDIS_URL            ?= redis://$(IDEM_REDIS_ADDR)/0
-LOADTEST_DURATION    ?= 3s
+LOADTEST_DURATION    ?= 2s
 LOADTEST_CONNECTIONS ?= 32
 LOADTEST_ROUNDS      ?= 5
 .PHONY: loadtest

@@ -9,16 +9,17 @@
 //
 // and runs wrk with idem.lua in six phases: bare, no key, then first
 // requests (a fresh key per request: lock, handler, store) and replays (one
-// fixed key) on each store. A round runs every phase once, in alternating
-// order from round to round; each phase's throughput is divided by the bare
-// handler's of the same round, and the median of those ratios over the
-// rounds is reported, so that a slow stretch of a shared machine moves a
-// phase and its baseline together.
+// fixed key) on each store. A round runs every other phase once, in
+// alternating order from round to round, each between two runs of bare;
+// its throughput is divided by the mean of those two, and the median of
+// those ratios over the rounds is reported, so that a slow stretch of a
+// shared machine moves a phase and its baseline together.
 //
-//	go run ./loadtest -redis redis://127.0.0.1:6379/0 -duration 3s -rounds 5
+//	go run ./loadtest -redis redis://127.0.0.1:6379/0 -duration 2s -rounds 5
 //
-// Records are written under a key prefix of the run's own, with a TTL of
-// two minutes, and deleted at the end.
+// Records are written under a key prefix of the run's own, with a TTL a
+// minute longer than the run (so that Redis expiring them does not take CPU
+// from a later phase), and deleted at the end.
 package main
 
 import (
@@ -92,7 +93,7 @@ func main() {
 		names = append(names, p.name)
 	}
 	redisURL := flag.String("redis", defURL, "Redis URL (default $REDIS_URL)")
-	duration := flag.Duration("duration", 3*time.Second, "length of each wrk phase")
+	duration := flag.Duration("duration", 2*time.Second, "length of each wrk run")
 	connections := flag.Int("connections", 32, "wrk connections")
 	threads := flag.Int("threads", 1, "wrk threads")
 	rounds := flag.Int("rounds", 5, "rounds of the phases")
@@ -192,13 +193,16 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 	})
 	mux := http.NewServeMux()
 	mux.Handle("POST /bare", handler)
+	// The run's length: a warm-up second per phase, and in each round every
+	// phase and a run of bare after each.
+	length := time.Duration(len(phases))*time.Second + time.Duration(rounds*2*len(phases))*duration
 	for _, store := range []struct {
 		path string
 		c    redis.Scripter
 	}{{"/orders", client}, {"/orders-batched", batched}} {
 		eng, err := core.New(core.Config{
 			Store:       redislock.New(store.c, &redislock.Options{Prefix: prefix}),
-			ResponseTTL: 2 * time.Minute,
+			ResponseTTL: length + time.Minute,
 			Observer:    observe,
 		})
 		if err != nil {
@@ -252,7 +256,7 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 		return strconv.ParseFloat(string(m[1]), 64)
 	}
 
-	fmt.Printf("idem load test: Redis %s, wrk -t%d -c%d, %v per phase, %d rounds, GOMAXPROCS %d, AutoPipeliner MaxFlushDelay %v\n",
+	fmt.Printf("idem load test: Redis %s, wrk -t%d -c%d, %v per wrk run, %d rounds, GOMAXPROCS %d, AutoPipeliner MaxFlushDelay %v\n",
 		redactURL(redisURL), threads, connections, duration, rounds, runtime.GOMAXPROCS(0), flushDelay)
 	for _, p := range phases { // warm-up
 		if _, err := wrkPhase(p, time.Second); err != nil {
@@ -264,27 +268,55 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 	}
 	canceled.Store(0)
 
-	perRound := make([]map[string]float64, rounds)
+	// Every other phase runs between two runs of bare, and is compared with
+	// their mean: the machine's speed drifts by more than idem's gains
+	// within a round, less within a few seconds.
+	bare := slices.IndexFunc(phases, func(p phase) bool { return p.name == "bare" })
+	others := slices.DeleteFunc(slices.Clone(phases), func(p phase) bool { return p.name == "bare" })
+	perRound := make([]map[string]result, rounds)
 	for r := range rounds {
-		order := slices.Clone(phases)
+		order := slices.Clone(others)
 		if r%2 == 1 {
 			slices.Reverse(order)
 		}
-		perRound[r] = map[string]float64{}
+		round := map[string]result{}
+		var bares []float64
+		runBare := func() error {
+			if bare < 0 {
+				return nil
+			}
+			v, err := wrkPhase(phases[bare], duration)
+			bares = append(bares, v)
+			return err
+		}
+		if err := runBare(); err != nil {
+			return err
+		}
 		for _, p := range order {
 			v, err := wrkPhase(p, duration)
 			if err != nil {
 				return err
 			}
-			perRound[r][p.name] = v
+			if err := runBare(); err != nil {
+				return err
+			}
+			res := result{rps: v}
+			if n := len(bares); n >= 2 {
+				res.bare = (bares[n-2] + bares[n-1]) / 2
+			}
+			round[p.name] = res
 		}
+		if bare >= 0 {
+			round["bare"] = result{rps: mean(bares)}
+		}
+		perRound[r] = round
 	}
 
 	fmt.Printf("\n%-32s %10s  %s\n", "requests/s", "median", "per round")
 	for _, p := range phases {
 		var vs []float64
 		for _, round := range perRound {
-			vs = append(vs, round[p.name])
+			vs = append(vs, round[p.name].rps)
 		}
 		fmt.Printf("%-32s %10.0f  %s\n", p.description, median(vs), join(vs, 'f', 0))
 	}
@@ -295,11 +327,11 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 	if n := seen[core.OutcomeStoreError].Load() + seen[core.OutcomeLockLost].Load(); n > 0 {
 		return fmt.Errorf("%d store errors or lost locks during the run", n)
 	}
-	if !slices.ContainsFunc(phases, func(p phase) bool { return p.name == "bare" }) {
+	if bare < 0 {
 		return nil
 	}
 
-	fmt.Printf("\n%-32s %10s  %-8s  %s\n", "ratio to bare, same round", "median", "target", "per round")
+	fmt.Printf("\n%-32s %10s  %-8s  %s\n", "ratio to bare on either side", "median", "target", "per round")
 	var below bool
 	for _, p := range phases {
 		if p.target == 0 {
@@ -307,7 +339,7 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 		}
 		var ratios []float64
 		for _, round := range perRound {
-			ratios = append(ratios, round[p.name]/round["bare"])
+			ratios = append(ratios, round[p.name].rps/round[p.name].bare)
 		}
 		m := median(ratios)
 		verdict := ""
@@ -320,6 +352,19 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 		fmt.Println("\n(some ratios below target; on a shared or busy machine, rerun)")
 	}
 	return nil
+}
+
+// A result is a phase's throughput in one round, and the mean throughput of
+// the bare runs just before and after it.
+type result struct{ rps, bare float64 }
+
+// mean returns the mean of vs.
+func mean(vs []float64) float64 {
+	var sum float64
+	for _, v := range vs {
+		sum += v
+	}
+	return sum / float64(len(vs))
 }
 
 // median returns the median of vs.
