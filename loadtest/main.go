@@ -9,7 +9,7 @@
 //
 // and runs wrk with idem.lua in six phases: bare, no key, then first
 // requests (a fresh key per request: lock, handler, store) and replays (one
-// fixed key) on each store. A round runs every other phase once, in
+// fixed key) on each store. A round runs each phase but bare once, in
 // alternating order from round to round, each between two runs of bare;
 // its throughput is divided by the mean of those two, and the median of
 // those ratios over the rounds is reported, so that a slow stretch of a
@@ -268,9 +268,9 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 	}
 	canceled.Store(0)
 
-	// Every other phase runs between two runs of bare, and is compared with
-	// their mean: the machine's speed drifts by more than idem's gains
-	// within a round, less within a few seconds.
+	// Each phase but bare runs between two runs of bare and is compared with
+	// their mean: over a whole round the machine's speed drifts by more than
+	// the differences measured here, over a few seconds by less.
 	bare := slices.IndexFunc(phases, func(p phase) bool { return p.name == "bare" })
 	others := slices.DeleteFunc(slices.Clone(phases), func(p phase) bool { return p.name == "bare" })
 	perRound := make([]map[string]result, rounds)
