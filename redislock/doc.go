@@ -128,13 +128,13 @@
 // A request sends the same commands either way (1 per replay, 2 per first
 // request); concurrent requests share round trips. Use it when an instance
 // serves many requests at once: in the load test of the README (32
-// connections on two cores) it raised replays from 0.38–0.41x of the bare
-// handler's throughput to 0.43–0.48x; first requests (0.25x over the client,
-// 0.24–0.28x over the AutoPipeliner) gained nothing clear of the noise.
-// One request at a time, its latency was the same as the client's within
-// the noise, at 8 more allocations per replay and 15 per first request (the
-// hand-off to its goroutine); in a tight in-process loop without HTTP
-// (BenchmarkRedis, parallel) it was slower. What changes, from go-redis's
+// connections on two cores) it raised replays from 0.42–0.46x of the bare
+// handler's throughput to 0.52–0.58x; first requests (0.26–0.28x over the
+// client, 0.25–0.30x over the AutoPipeliner) gained less than the spread
+// between runs. One request at a time, its latency was the same as the
+// client's within the noise, at 5 more allocations per replay and 10 per
+// first request (the hand-off to its goroutine); in a tight in-process loop
+// without HTTP (BenchmarkRedis, parallel) it was slower. What changes, from go-redis's
 // documentation and source (v9.22):
 //
 //   - the API is experimental in go-redis: pin go-redis;
