@@ -6,13 +6,15 @@ import (
 )
 
 // maxJSONDepth bounds the nesting canonicalJSON follows; deeper documents are
-// fingerprinted as raw bytes rather than risk the stack.
-const maxJSONDepth = 512
+// fingerprinted as raw bytes. It bounds the stack, and the copying of a body
+// whose every level is an object with members out of order (at most
+// maxJSONDepth copies of the body); request bodies of APIs nest far less.
+const maxJSONDepth = 64
 
 // canonicalJSON returns the canonical form of one JSON value: object members
 // sorted by key (byte order of the key as written), no insignificant
-// whitespace, strings and numbers kept as written. It reports false for anything that is not exactly one valid JSON
-// value. It is a small single-pass parser rather than a decode into
+// whitespace, strings and numbers kept as written. It reports false for
+// anything that is not exactly one valid JSON value. It is a small single-pass parser rather than a decode into
 // map[string]any and back, which costs dozens of allocations per request.
 func canonicalJSON(body []byte) ([]byte, bool) {
 	p := jsonCanon{in: body}
@@ -25,8 +27,10 @@ func canonicalJSON(body []byte) ([]byte, bool) {
 }
 
 type jsonCanon struct {
-	in  []byte
-	pos int
+	in      []byte
+	pos     int
+	members []member // a stack: the members of the objects being read
+	scratch []byte   // where an object's members are copied to be sorted
 }
 
 func (p *jsonCanon) ws() {
@@ -165,21 +169,29 @@ func (p *jsonCanon) array(dst []byte, depth int) ([]byte, bool) {
 	}
 }
 
-type jsonMember struct {
-	key []byte // as written, quotes included
-	val []byte // canonical
+// A member is one "key":value of an object, written to the output at
+// [from, to); key is the key as written in the input, quotes included.
+type member struct {
+	key      []byte
+	from, to int
 }
 
+// object writes the members to dst in the order they come, and sorts them
+// only if they are out of order, through one scratch buffer shared by every
+// level: an object's members are never copied once per level of nesting, so
+// the work stays linear in the body's size unless a body nests unsorted
+// objects, which maxJSONDepth bounds.
 func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 	p.pos++ // {
+	dst = append(dst, '{')
 	p.ws()
 	if p.pos < len(p.in) && p.in[p.pos] == '}' {
 		p.pos++
-		return append(dst, '{', '}'), true
+		return append(dst, '}'), true
 	}
-	var members []jsonMember
-	var vals []byte // canonical values, back to back
-	var ends []int
+	start, base := len(dst), len(p.members)
+	defer func() { p.members = p.members[:base] }()
+	sorted := true
 	for {
 		p.ws()
 		if p.pos >= len(p.in) || p.in[p.pos] != '"' {
@@ -194,11 +206,16 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 			return nil, false
 		}
 		p.pos++
-		if vals, ok = p.value(vals, depth+1); !ok {
+		if n := len(p.members); n > base {
+			dst = append(dst, ',')
+			sorted = sorted && bytes.Compare(p.members[n-1].key, key) <= 0
+		}
+		from := len(dst)
+		dst = append(append(dst, key...), ':')
+		if dst, ok = p.value(dst, depth+1); !ok {
 			return nil, false
 		}
-		members = append(members, jsonMember{key: key})
-		ends = append(ends, len(vals))
+		p.members = append(p.members, member{key: key, from: from, to: len(dst)})
 		p.ws()
 		if p.pos >= len(p.in) {
 			return nil, false
@@ -212,20 +229,17 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 		p.pos++
 		break
 	}
-	start := 0
-	for i := range members {
-		members[i].val = vals[start:ends[i]]
-		start = ends[i]
-	}
-	slices.SortStableFunc(members, func(a, b jsonMember) int { return bytes.Compare(a.key, b.key) })
-	dst = append(dst, '{')
-	for i, m := range members {
-		if i > 0 {
-			dst = append(dst, ',')
+	if !sorted {
+		ms := p.members[base:]
+		slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+		p.scratch = append(p.scratch[:0], dst[start:]...)
+		dst = dst[:start]
+		for i, m := range ms {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, p.scratch[m.from-start:m.to-start]...)
 		}
-		dst = append(dst, m.key...)
-		dst = append(dst, ':')
-		dst = append(dst, m.val...)
 	}
 	return append(dst, '}'), true
 }

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"reflect"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -80,5 +83,63 @@ func FuzzCanonicalJSON(f *testing.F) {
 		if again := CanonicalBody("application/json", c); !bytes.Equal(again, c) {
 			t.Fatalf("not idempotent: %q -> %q -> %q", body, c, again)
 		}
+		// And it means the same (encoding/json keeps the last of duplicate
+		// keys; the canonical form keeps them in order).
+		var want, got any
+		if json.Unmarshal(body, &want) == nil {
+			if err := json.Unmarshal(c, &got); err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("canonical form of %q means something else: %q", body, c)
+			}
+		}
 	})
+}
+
+// nested returns depth objects, each with a member "b" holding the next and a
+// member "a" after it (out of order), around a string of n bytes.
+func nested(depth, n int) []byte {
+	var b bytes.Buffer
+	for range depth {
+		b.WriteString(`{"b":`)
+	}
+	b.WriteString(`"` + strings.Repeat("x", n) + `"`)
+	for range depth {
+		b.WriteString(`,"a":1}`)
+	}
+	return b.Bytes()
+}
+
+func TestCanonicalJSONDepth(t *testing.T) {
+	body := nested(maxJSONDepth, 10)
+	c, ok := canonicalJSON(body)
+	if !ok {
+		t.Fatalf("%d levels of nesting: not canonicalised", maxJSONDepth)
+	}
+	var want, got any
+	if err := json.Unmarshal(body, &want); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(c, &got); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("canonical form means something else: %s", c)
+	}
+	if !bytes.HasPrefix(c, []byte(`{"a":1,"b":{"a":1,"b":`)) {
+		t.Errorf("members not sorted: %.40s", c)
+	}
+	if _, ok := canonicalJSON(nested(maxJSONDepth+1, 10)); ok {
+		t.Errorf("%d levels of nesting were canonicalised; want the raw body", maxJSONDepth+1)
+	}
+}
+
+// A body that nests unsorted objects as deep as allowed costs a bounded
+// amount of memory: the output and one scratch buffer, not a copy per level.
+func TestCanonicalJSONMemory(t *testing.T) {
+	body := nested(maxJSONDepth, 1<<20)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, ok := canonicalJSON(body); !ok {
+		t.Fatal("not canonicalised")
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 4*uint64(len(body)) {
+		t.Errorf("canonicalising %d bytes allocated %d bytes; want at most 4x", len(body), n)
+	}
 }
