@@ -117,8 +117,11 @@ type Config struct {
 	LockTTL time.Duration
 
 	// Wait makes a request whose key is in flight wait up to this long for the
-	// first request to finish and then get its replay, instead of an
-	// immediate 409. Default: 0, no waiting.
+	// first request to finish, instead of an immediate 409: it then gets the
+	// replay, or, if the first request stored nothing (a 5xx), runs the
+	// handler itself. A store error while it waits does not make it run
+	// unprotected: it keeps waiting, and gets the 409 at the deadline.
+	// Default: 0, no waiting.
 	Wait time.Duration
 	// RetryAfter is the Retry-After of a 409. Default: DefaultRetryAfter.
 	RetryAfter time.Duration

@@ -190,6 +190,10 @@ func (e *Engine) acquire(ctx context.Context, f *Flight) (*Flight, *Response) {
 		deadline = f.start.Add(e.cfg.Wait)
 	}
 	step := firstWaitStep
+	var (
+		inFlight bool  // the key was seen in flight
+		waitErr  error // a store error met since
+	)
 	for {
 		// Not cancelled with the request: a store call cut off half-way may
 		// have taken the lock all the same (Redis ran the script, the reply
@@ -202,14 +206,23 @@ func (e *Engine) acquire(ctx context.Context, f *Flight) (*Flight, *Response) {
 			return f, nil
 		case err == nil:
 			return e.replay(f, raw)
-		case !errors.Is(err, ErrInFlight):
+		case errors.Is(err, ErrInFlight):
+			inFlight = true
+		case !inFlight:
 			return e.storeFailed(f, err)
-		case ctx.Err() == nil && time.Now().Before(deadline):
+		default:
+			// The key was in flight a moment ago and may still be: running
+			// the handler unprotected now could run it twice, whatever
+			// FailClosed says. Keep waiting; at the deadline, 409.
+			waitErr = err
+		}
+		if ctx.Err() == nil && time.Now().Before(deadline) {
 			if err := e.wait(ctx, f.id, deadline, step); err == nil {
 				step = min(2*step, maxWaitStep)
 				continue
 			}
 		}
+		f.ev.Err = waitErr
 		f.ev.Outcome, f.ev.Status = OutcomeConflict, http.StatusConflict
 		e.observe(f.ev, f.start)
 		h := make(http.Header, 2)
@@ -417,13 +430,18 @@ func (f *Flight) Write(p []byte) (int, error) {
 // (the body went through Write): the response is stored, less the denied
 // headers and those left as Request.ResponseHeader had them, and the lock
 // released, or, if the store policy refuses the status, the lock is
-// released without storing.
+// released without storing. If the store fails to take the response, the
+// lock is left to expire: the handler ran, and a retry must not run it
+// again before LockTTL.
 func (f *Flight) Complete(status int, header http.Header) {
+	// Storable runs first: if it panics, the flight is not over yet and the
+	// adapter's deferred Abort releases the lock.
+	storable := status >= 100 && status <= 999 && f.e.cfg.Storable(status)
 	if !f.finish() {
 		return
 	}
 	f.ev.Status = status
-	if status < 100 || status > 999 || !f.e.cfg.Storable(status) {
+	if !storable {
 		f.release(nil)
 		return
 	}
@@ -458,9 +476,9 @@ func (f *Flight) Complete(status int, header http.Header) {
 	case errors.Is(err, ErrLockLost):
 		f.ev.Outcome, f.ev.Err = OutcomeLockLost, err
 	default:
-		// Not stored: drop the lock if we can, so that a retry runs again
-		// rather than getting 409 until the lock expires.
-		f.e.cfg.Store.Release(ctx, f.id, f.token) //nolint:errcheck // the store error is what gets reported
+		// Not stored, or not known to be (a timeout may hide a success).
+		// The handler ran: the lock is left to expire, so that a retry gets
+		// 409 until LockTTL has passed rather than run the handler again now.
 		f.ev.Outcome, f.ev.Err = OutcomeStoreError, err
 	}
 	f.e.observe(f.ev, f.start)
@@ -530,21 +548,20 @@ func (f *Flight) refresh() {
 	// never wait for a slow refresh; its result is ignored if the flight
 	// ended meanwhile. Half the period, so that a refresh that times out
 	// leaves time for another before the lock expires.
+	// Its context carries none of the request's values: the call may
+	// outlast the request, whose context a framework reuses once the
+	// adapter returns.
 	period := f.e.cfg.LockTTL / 3
-	ctx, cancel := context.WithTimeout(f.ctx, period/2)
+	ctx, cancel := context.WithTimeout(context.Background(), period/2)
 	err := f.e.cfg.Store.Refresh(ctx, f.id, f.token, f.e.cfg.LockTTL)
 	cancel()
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.done {
+	if f.done || errors.Is(err, ErrLockLost) {
+		// No use refreshing a lock someone else may hold. The loss is
+		// reported once, by Complete or Abort, whose store call finds it.
 		return
-	}
-	if errors.Is(err, ErrLockLost) {
-		ev := f.ev
-		ev.Outcome, ev.Err = OutcomeLockLost, err
-		f.e.observe(ev, f.start)
-		return // no use refreshing a lock someone else may hold
 	}
 	// On another error, try again at the next tick: the lock is still ours
 	// until it expires.

@@ -386,3 +386,155 @@ func TestBodyReadErrors(t *testing.T) {
 		}
 	}
 }
+
+// faultyStore is a memory store, without its Waiter, whose Acquire fails
+// once the key is in flight (from the second call on), and whose Complete
+// fails if failComplete is set.
+type faultyStore struct {
+	core.Store
+	acquires     atomic.Int32
+	failComplete bool
+}
+
+var errFaulty = errors.New("store down")
+
+func (s *faultyStore) Acquire(ctx context.Context, key string, ttl time.Duration) ([]byte, string, error) {
+	if s.acquires.Add(1) > 2 {
+		return nil, "", errFaulty
+	}
+	return s.Store.Acquire(ctx, key, ttl)
+}
+
+func (s *faultyStore) Complete(ctx context.Context, key, token string, rec []byte, ttl time.Duration) error {
+	if s.failComplete {
+		return errFaulty
+	}
+	return s.Store.Complete(ctx, key, token, rec, ttl)
+}
+
+// A request waiting for a key in flight must not run the handler when the
+// store then fails: fail-open is for a store that cannot say, not for a key
+// known to be running.
+func TestWaitStoreErrorDoesNotRunUnprotected(t *testing.T) {
+	var ev events
+	store := &faultyStore{Store: core.NewMemoryStore(0)}
+	eng, _ := core.New(core.Config{Wait: 300 * time.Millisecond, Store: store, Observer: ev.observe})
+	release := make(chan struct{})
+	var runs atomic.Int32
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	done := make(chan struct{})
+	go func() { post(t, h, "k", "{}"); close(done) }()
+	for runs.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	w := post(t, h, "k", "{}") // in flight, then the store fails while it polls
+	close(release)
+	<-done
+	if w.Code != http.StatusConflict {
+		t.Errorf("waiter got %d, want 409", w.Code)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	var conflict *core.Event
+	for i := range ev.all {
+		if ev.all[i].Outcome == core.OutcomeConflict {
+			conflict = &ev.all[i]
+		}
+	}
+	if conflict == nil || !errors.Is(conflict.Err, errFaulty) {
+		t.Errorf("conflict event %+v, want one carrying the store error", conflict)
+	}
+}
+
+// When the store fails to take the response, the handler has run: a retry
+// must get 409 until the lock expires, not run it again.
+func TestCompleteFailureKeepsLock(t *testing.T) {
+	var ev events
+	store := &faultyStore{Store: core.NewMemoryStore(0), failComplete: true}
+	store.acquires.Store(-100) // Acquire works
+	eng, _ := core.New(core.Config{LockTTL: 300 * time.Millisecond, Store: store, Observer: ev.observe})
+	var runs atomic.Int32
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	if w := post(t, h, "k", "{}"); w.Code != http.StatusCreated {
+		t.Fatalf("first request: %d", w.Code)
+	}
+	if ev.count(core.OutcomeStoreError) != 1 {
+		t.Errorf("store error reported %d times, want 1", ev.count(core.OutcomeStoreError))
+	}
+	if w := post(t, h, "k", "{}"); w.Code != http.StatusConflict {
+		t.Errorf("retry after a failed Complete got %d, want 409", w.Code)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times before the lock expired, want 1", n)
+	}
+	time.Sleep(350 * time.Millisecond)
+	post(t, h, "k", "{}")
+	if n := runs.Load(); n != 2 {
+		t.Errorf("handler ran %d times after the lock expired, want 2", n)
+	}
+}
+
+// A Storable that panics must not strand the lock.
+func TestStorablePanicReleasesLock(t *testing.T) {
+	eng, _ := core.New(core.Config{Storable: func(status int) bool {
+		if status == http.StatusCreated {
+			panic("storable")
+		}
+		return true
+	}})
+	var runs atomic.Int32
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic did not reach the caller")
+			}
+		}()
+		post(t, h, "k", "{}")
+	}()
+	func() {
+		defer func() { recover() }()
+		post(t, h, "k", "{}")
+	}()
+	if n := runs.Load(); n != 2 {
+		t.Errorf("handler ran %d times, want 2 (the lock was released after the panic)", n)
+	}
+}
+
+// lostRefresh is a memory store whose Refresh reports the lock lost.
+type lostRefresh struct{ *core.MemoryStore }
+
+func (lostRefresh) Refresh(context.Context, string, string, time.Duration) error {
+	return core.ErrLockLost
+}
+
+// A lock lost while the handler runs is reported once, by the event of the
+// request's end.
+func TestLockLostReportedOnce(t *testing.T) {
+	var ev events
+	eng, _ := core.New(core.Config{LockTTL: 60 * time.Millisecond, Store: lostRefresh{core.NewMemoryStore(0)}, Observer: ev.observe})
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(150 * time.Millisecond) // refreshes fail, the lock expires
+		w.WriteHeader(http.StatusCreated)
+	}))
+	post(t, h, "k", "{}")
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	if len(ev.all) != 1 || ev.all[0].Outcome != core.OutcomeLockLost {
+		t.Errorf("events %v, want one lock_lost", ev.all)
+	}
+}

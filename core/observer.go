@@ -19,8 +19,8 @@ const (
 	OutcomeInvalidKey                    // the key was missing (and required) or malformed: 400
 	OutcomeTooLarge                      // the request body was over the limit: 413
 	OutcomeBadBody                       // the request body could not be read: 400
-	OutcomeStoreError                    // the store failed; the request ran unprotected (fail-open) or got 503 (fail-closed)
-	OutcomeLockLost                      // the lock expired or was taken over while the handler ran
+	OutcomeStoreError                    // the store failed: before the handler, the request ran unprotected (fail-open) or got 503 (fail-closed); after it, the response was not stored and the lock is left to expire
+	OutcomeLockLost                      // the lock expired or was taken over while the handler ran (reported once, when the flight ends)
 )
 
 var outcomeNames = [...]string{
