@@ -335,16 +335,15 @@ func (e *Engine) readBody(req *Request) ([]byte, error) {
 }
 
 // key returns the request's key: from KeyHeader or LegacyKeyHeader (which
-// must agree when both are sent), unquoted and validated.
+// must agree, once unquoted, when both are sent), unquoted and validated.
 func (e *Engine) key(h HeaderGetter) (key string, present bool, err error) {
 	values := h.Values(e.cfg.KeyHeader)
+	var legacy []string
 	if e.cfg.LegacyKeyHeader != "" {
-		if legacy := h.Values(e.cfg.LegacyKeyHeader); legacy != nil {
-			if values != nil && (len(values) != 1 || len(legacy) != 1 || values[0] != legacy[0]) {
-				return "", true, fmt.Errorf("%w: %s and %s differ", ErrInvalidKey, e.cfg.KeyHeader, e.cfg.LegacyKeyHeader)
-			}
-			values = legacy
-		}
+		legacy = h.Values(e.cfg.LegacyKeyHeader)
+	}
+	if values == nil {
+		values, legacy = legacy, nil
 	}
 	switch len(values) {
 	case 0:
@@ -355,6 +354,11 @@ func (e *Engine) key(h HeaderGetter) (key string, present bool, err error) {
 	}
 	raw := values[0]
 	key, err = parseKey(raw, e.cfg.MaxKeyLength)
+	if err == nil && legacy != nil {
+		if other, err := parseKey(legacy[0], e.cfg.MaxKeyLength); len(legacy) != 1 || err != nil || other != key {
+			return raw, true, fmt.Errorf("%w: %s and %s differ", ErrInvalidKey, e.cfg.KeyHeader, e.cfg.LegacyKeyHeader)
+		}
+	}
 	if err == nil && e.cfg.ValidateKey != nil {
 		err = e.cfg.ValidateKey(key)
 	}
