@@ -24,7 +24,10 @@
 //
 // Middleware registered with e.Use runs after routing, so the middleware
 // sees the route template (c.Path(), "/orders/:id"): two paths of one route
-// are one request for the fingerprint. Do not register it with e.Pre. It
+// are one request for the fingerprint. A request that matched no route
+// (Echo's 404 and 405) passes through untouched, like the 404 and 405 of the
+// other adapters: a key sent to a wrong URL stays free for the right one.
+// Do not register it with e.Pre. It
 // may also be given to a single route or group: e.POST("/orders", h,
 // echoidem.New(eng)). Put middleware.Recover() before it (outside): after a
 // panic the key's lock is released and nothing is stored, so a retry runs

@@ -2,6 +2,7 @@ package echoidem
 
 import (
 	"context"
+	"reflect"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -62,7 +63,7 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			req := c.Request()
-			if cfg.Skipper(c) || !eng.Covers(req.Method) {
+			if cfg.Skipper(c) || !eng.Covers(req.Method) || !routed(c) {
 				return next(c)
 			}
 			st := &state{ctx: scopeContext{Context: req.Context(), c: c}}
@@ -138,4 +139,14 @@ func (s *scopeContext) Value(key any) any {
 		}
 	}
 	return s.Context.Value(key)
+}
+
+// routed reports whether the request matched a route, rather than Echo's
+// own 404 or 405 handler. Those pass through untouched, as with the other
+// adapters: a key sent to a wrong URL stays free for the right one. A
+// handler given to RouteNotFound is the app's own, and is protected.
+func routed(c echo.Context) bool {
+	h := reflect.ValueOf(c.Handler()).Pointer()
+	return h != reflect.ValueOf(echo.NotFoundHandler).Pointer() &&
+		h != reflect.ValueOf(echo.MethodNotAllowedHandler).Pointer()
 }

@@ -268,3 +268,24 @@ func TestNewWithConfigPanicsWithoutEngine(t *testing.T) {
 	echoidem.NewWithConfig(echoidem.Config{})
 	t.Fatal("no panic")
 }
+
+// A request that matched no route passes through untouched: nothing stored,
+// and its key stays free for the route the client meant.
+func TestEchoUnmatchedRouteUntouched(t *testing.T) {
+	t.Parallel()
+	e := newEcho()
+	e.Use(echoidem.New(newEngine(t, core.Config{})))
+	e.POST("/orders", func(c echo.Context) error { return c.String(http.StatusCreated, "created") })
+	for range 2 {
+		for _, tc := range []struct {
+			method, path string
+			status       int
+		}{{http.MethodPost, "/nowhere", http.StatusNotFound}, {http.MethodPut, "/orders", http.StatusMethodNotAllowed}} {
+			rec := send(e, tc.method, tc.path, "stray")
+			if rec.Code != tc.status || rec.Header().Get(core.HeaderReplay) != "" {
+				t.Fatalf("%s %s: %d, replay %q; want %d, not a replay", tc.method, tc.path, rec.Code, rec.Header().Get(core.HeaderReplay), tc.status)
+			}
+		}
+	}
+	wantResponse(t, "the right URL", send(e, http.MethodPost, "/orders", "stray"), http.StatusCreated, "created", false)
+}

@@ -31,8 +31,9 @@
 //
 // The route template that joins the fingerprint is c.FullPath()
 // ("/orders/:id"), so /orders/1 and /orders/2 with one key and one body are
-// the same request. A request that matched no route (NoRoute, NoMethod) has
-// no template: its path is used instead.
+// the same request. A request that matched no route (the NoRoute and
+// NoMethod handlers) passes through untouched, like the 404 and 405 of the
+// other adapters: a key sent to a wrong URL stays free for the right one.
 //
 // # Scope
 //

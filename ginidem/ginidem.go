@@ -46,7 +46,10 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 	}
 	return func(c *gin.Context) {
 		r := c.Request
-		if !eng.Covers(r.Method) {
+		// A request that matched no route (NoRoute, NoMethod: no
+		// c.FullPath) is left alone, so that a key sent to a wrong URL is
+		// not bound to it.
+		if !eng.Covers(r.Method) || c.FullPath() == "" {
 			c.Next()
 			return
 		}
@@ -54,7 +57,7 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 		st.req = core.Request{
 			Context:        &st.ctx,
 			Method:         r.Method,
-			Route:          c.FullPath(), // "" for an unmatched route: the engine uses Path
+			Route:          c.FullPath(),
 			Path:           r.URL.Path,
 			Query:          r.URL.RawQuery,
 			Header:         r.Header,

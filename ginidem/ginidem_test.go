@@ -185,23 +185,32 @@ func TestGinStreamedNotStored(t *testing.T) {
 	wantRuns(t, "the handler", &runs, 2)
 }
 
-// A request that matched no route has no c.FullPath: its path is the route,
-// so two paths are two requests (a reused key is refused with 422).
-func TestGinUnmatchedRouteUsesPath(t *testing.T) {
+// A request that matched no route passes through untouched: nothing stored,
+// and its key stays free for the route the client meant.
+func TestGinUnmatchedRouteUntouched(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int64
 	r := gin.New()
+	r.HandleMethodNotAllowed = true
 	r.Use(ginidem.New(newEngine(t, core.Config{})))
 	r.NoRoute(func(c *gin.Context) {
 		runs.Add(1)
 		c.String(http.StatusNotFound, "no such page")
 	})
+	r.POST("/orders", func(c *gin.Context) { c.String(http.StatusCreated, "created") })
 	wantResponse(t, post(r, "/nowhere/1", "noroute-1"), http.StatusNotFound, "no such page", false)
-	wantResponse(t, post(r, "/nowhere/1", "noroute-1"), http.StatusNotFound, "no such page", true)
-	if rec := post(r, "/nowhere/2", "noroute-1"); rec.Code != http.StatusUnprocessableEntity {
-		t.Fatalf("same key on another unmatched path: %d %s, want 422", rec.Code, rec.Body)
+	wantResponse(t, post(r, "/nowhere/1", "noroute-1"), http.StatusNotFound, "no such page", false)
+	wantRuns(t, "NoRoute", &runs, 2)
+	req := httptest.NewRequest(http.MethodPut, "/orders", strings.NewReader(`{}`))
+	req.Header.Set("Idempotency-Key", "noroute-1")
+	for range 2 {
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, req.Clone(req.Context()))
+		if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get(core.HeaderReplay) != "" {
+			t.Fatalf("PUT /orders: %d, replay %q; want 405, not a replay", rec.Code, rec.Header().Get(core.HeaderReplay))
+		}
 	}
-	wantRuns(t, "NoRoute", &runs, 1)
+	wantResponse(t, post(r, "/orders", "noroute-1"), http.StatusCreated, "created", false)
 }
 
 type ctxKey struct{}
