@@ -9,20 +9,23 @@ import (
 
 // fingerprint is the SHA-256 over the parts of a request that make two
 // requests with one key "the same request": the method, the route template,
-// the query (parameters sorted), the canonical body and the critical
-// headers. Every part is length-prefixed, so no two different requests hash
-// the same input.
+// the query (parameters sorted), the body's media type (which says what the
+// body means: a handler may refuse one and accept the other), the canonical
+// body and the critical headers. Every part is length-prefixed, so no two
+// different requests hash the same input.
 func fingerprint(method, route, query, contentType string, body []byte, critical []string, header HeaderGetter) [32]byte {
-	canon := CanonicalBody(contentType, body)
+	mt := mediaType(contentType)
+	canon := canonicalBody(mt, body)
 	if query != "" {
 		if v, err := url.ParseQuery(query); err == nil {
 			query = v.Encode()
 		}
 	}
-	b := make([]byte, 0, len(method)+len(route)+len(query)+len(canon)+64)
+	b := make([]byte, 0, len(method)+len(route)+len(query)+len(mt)+len(canon)+64)
 	b = appendField(b, method)
 	b = appendField(b, route)
 	b = appendField(b, query)
+	b = appendField(b, mt)
 	b = binary.AppendUvarint(b, uint64(len(canon)))
 	b = append(b, canon...)
 	for _, name := range critical {
@@ -47,11 +50,20 @@ func appendField(b []byte, s string) []byte {
 //     of the values of one key kept;
 //   - anything else, or a JSON or form body that does not parse: the raw bytes.
 func CanonicalBody(contentType string, body []byte) []byte {
+	return canonicalBody(mediaType(contentType), body)
+}
+
+// mediaType returns the media type of a Content-Type, lower-cased, without
+// parameters: "application/json; charset=utf-8" is "application/json".
+func mediaType(contentType string) string {
+	mt, _, _ := strings.Cut(contentType, ";")
+	return strings.ToLower(strings.TrimSpace(mt))
+}
+
+func canonicalBody(mt string, body []byte) []byte {
 	if len(body) == 0 {
 		return body
 	}
-	mt, _, _ := strings.Cut(contentType, ";")
-	mt = strings.ToLower(strings.TrimSpace(mt))
 	switch {
 	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
 		if c, ok := canonicalJSON(body); ok {

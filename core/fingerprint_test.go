@@ -52,6 +52,7 @@ func TestFingerprintParts(t *testing.T) {
 		"body":            fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":2}`), []string{"X-Account"}, h),
 		"critical header": fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, other),
 		"query":           fingerprint("POST", "/orders", "amount=1000", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
+		"media type":      fingerprint("POST", "/orders", "", "text/plain", []byte(`{"a":1}`), []string{"X-Account"}, h),
 		// Length prefixes: moving bytes between fields changes the hash.
 		"boundaries": fingerprint("POST/", "orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
 	} {
@@ -61,6 +62,9 @@ func TestFingerprintParts(t *testing.T) {
 	}
 	if again := fingerprint("POST", "/orders", "", "application/json", []byte(` { "a" : 1 } `), []string{"X-Account"}, h); again != base {
 		t.Error("an equivalent JSON body changed the fingerprint")
+	}
+	if fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), nil, h) != fingerprint("POST", "/orders", "", "Application/JSON; charset=utf-8", []byte(`{"a":1}`), nil, h) {
+		t.Error("the Content-Type's case or parameters changed the fingerprint")
 	}
 	if fingerprint("POST", "/orders", "a=1&b=2", "", nil, nil, h) != fingerprint("POST", "/orders", "b=2&a=1", "", nil, nil, h) {
 		t.Error("the order of query parameters changed the fingerprint")
