@@ -72,8 +72,10 @@ type handlers struct{ svc *orders.Service }
 //	@Failure	500			{object}	orders.Error
 //	@Router		/orders [post]
 func (h *handlers) create(c echo.Context) error {
+	// JSON whatever the Content-Type says, as in the other examples (c.Bind
+	// would pick a binder by Content-Type).
 	var req orders.CreateRequest
-	if err := c.Bind(&req); err != nil {
+	if err := c.Echo().JSONSerializer.Deserialize(c, &req); err != nil {
 		return invalid(err)
 	}
 	if err := req.Validate(); err != nil {
@@ -103,11 +105,14 @@ func (h *handlers) list(c echo.Context) error {
 }
 
 // invalid is the 400 of a request the handler refuses: broken JSON (from
-// the binder) or a failed validation.
+// the serializer) or a failed validation.
 func invalid(err error) error {
 	var he *echo.HTTPError
-	if errors.As(err, &he) {
+	switch {
+	case errors.As(err, &he):
 		err = fmt.Errorf("%w: %v", orders.ErrInvalid, he.Message)
+	case !errors.Is(err, orders.ErrInvalid):
+		err = fmt.Errorf("%w: %v", orders.ErrInvalid, err)
 	}
 	return echo.NewHTTPError(http.StatusBadRequest, err.Error()).SetInternal(err)
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -44,8 +45,8 @@ func Setup() (*App, error) {
 		Scope:    func(r *core.Request) string { return r.Header.Get(UserHeader) },
 		Observer: core.SlogObserver(a.Logger),
 	}
-	if url := os.Getenv("REDIS_URL"); url != "" {
-		rdb, err := redislock.NewClient(url)
+	if redisURL := os.Getenv("REDIS_URL"); redisURL != "" {
+		rdb, err := redislock.NewClient(redisURL)
 		if err != nil {
 			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
@@ -54,7 +55,7 @@ func Setup() (*App, error) {
 		}
 		a.rdb = rdb
 		cfg.Store = redislock.New(rdb, nil)
-		a.Logger.Info("store: redis", "url", url)
+		a.Logger.Info("store: redis", "url", redacted(redisURL))
 	} else {
 		a.Logger.Info("store: memory (set REDIS_URL to share keys between instances)")
 	}
@@ -106,4 +107,13 @@ func (a *App) Serve(framework string, serve func() error, shutdown func(context.
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return shutdown(shutdownCtx)
+}
+
+// redacted returns a URL with its password, if any, masked for the log.
+func redacted(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return u.Redacted()
 }
