@@ -21,7 +21,7 @@
 // {<id>} part is a Redis Cluster hash tag: both keys of a request live in
 // one slot, which is what lets one script touch both on a Cluster. Keys that
 // would break the tag (empty, or holding a brace) are refused with
-// ErrInvalidStoreKey, prefixes holding a brace with ErrInvalidPrefix.
+// ErrInvalidStoreKey; New panics on a prefix holding a brace.
 //
 // # Scripts and round trips
 //

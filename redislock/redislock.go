@@ -28,9 +28,6 @@ var (
 	// ErrInvalidStoreKey reports a store key that would break the key layout:
 	// empty, or holding a brace. The Engine never hands over such a key.
 	ErrInvalidStoreKey = errors.New("redislock: invalid store key")
-	// ErrInvalidPrefix reports an Options.Prefix holding a brace, which would
-	// move the Redis Cluster hash tag. Every method of such a Store returns it.
-	ErrInvalidPrefix = errors.New("redislock: invalid prefix")
 	// ErrUnexpectedReply reports a script reply of an unexpected type, such
 	// as when something else wrote to the store's keys.
 	ErrUnexpectedReply = errors.New("redislock: unexpected reply")
@@ -72,7 +69,6 @@ type Store struct {
 	client     redis.Scripter
 	respPrefix string // "<prefix>:{"
 	lockPrefix string // "<prefix>-lock:{"
-	err        error  // a configuration error every method returns
 }
 
 var _ core.Store = (*Store)(nil)
@@ -81,31 +77,28 @@ var _ core.Store = (*Store)(nil)
 // failover client or any redis.UniversalClient (all of them implement
 // redis.Scripter, the only part the Store uses). opts may be nil.
 //
-// A bad configuration (a nil client, a prefix with a brace) is not a panic:
-// every method of the Store returns the error, which the Engine handles by
-// its store-error policy.
+// New panics if client is nil or the prefix holds a brace (which would move
+// the Redis Cluster hash tag): both are programming errors, better found when
+// the app starts than by every request failing with a store error, which
+// fail-open would serve unprotected.
 func New(client redis.Scripter, opts *Options) *Store {
 	prefix := DefaultPrefix
 	if opts != nil && opts.Prefix != "" {
 		prefix = opts.Prefix
 	}
-	s := &Store{client: client, respPrefix: prefix + ":{", lockPrefix: prefix + "-lock:{"}
 	switch {
 	case client == nil:
-		s.err = errors.New("redislock: nil client")
+		panic("redislock: New with a nil client")
 	case strings.ContainsAny(prefix, "{}"):
-		s.err = fmt.Errorf("%w %q: it may not hold a brace", ErrInvalidPrefix, prefix)
+		panic(fmt.Sprintf("redislock: prefix %q holds a brace", prefix))
 	}
-	return s
+	return &Store{client: client, respPrefix: prefix + ":{", lockPrefix: prefix + "-lock:{"}
 }
 
 // Keys returns the Redis keys of a store key: the response key, which holds
 // the record, and the lock key, which holds the owner token. Both carry the
 // store key as their hash tag, so they share a Redis Cluster slot.
 func (s *Store) Keys(key string) (response, lock string, err error) {
-	if s.err != nil {
-		return "", "", s.err
-	}
 	// An empty tag is no tag ("{}" hashes the whole key), and a brace would
 	// end or move it: either could split the two keys across slots.
 	if key == "" || strings.ContainsAny(key, "{}") {

@@ -64,31 +64,21 @@ func TestKeys(t *testing.T) {
 	}
 }
 
-func TestBadConfigIsAnError(t *testing.T) {
-	ctx := context.Background()
+func TestNewPanicsOnBadConfig(t *testing.T) {
 	_, c := newMiniredis(t, false)
-	for _, s := range []*redislock.Store{
-		redislock.New(c, &redislock.Options{Prefix: "a{b"}),
-		redislock.New(c, &redislock.Options{Prefix: "a}"}),
-		redislock.New(nil, nil),
+	for name, f := range map[string]func(){
+		"prefix with {": func() { redislock.New(c, &redislock.Options{Prefix: "a{b"}) },
+		"prefix with }": func() { redislock.New(c, &redislock.Options{Prefix: "a}"}) },
+		"nil client":    func() { redislock.New(nil, nil) },
 	} {
-		key := idemtest.Key(t)
-		if _, _, err := s.Acquire(ctx, key, time.Minute); err == nil {
-			t.Error("Acquire: no error")
-		}
-		if err := s.Complete(ctx, key, "t", []byte("r"), time.Minute); err == nil || errors.Is(err, core.ErrLockLost) {
-			t.Errorf("Complete: err = %v, want the configuration error", err)
-		}
-		if err := s.Release(ctx, key, "t"); err == nil || errors.Is(err, core.ErrLockLost) {
-			t.Errorf("Release: err = %v, want the configuration error", err)
-		}
-		if err := s.Refresh(ctx, key, "t", time.Minute); err == nil || errors.Is(err, core.ErrLockLost) {
-			t.Errorf("Refresh: err = %v, want the configuration error", err)
-		}
-	}
-	_, _, err := redislock.New(c, &redislock.Options{Prefix: "{x}"}).Acquire(ctx, idemtest.Key(t), time.Minute)
-	if !errors.Is(err, redislock.ErrInvalidPrefix) {
-		t.Errorf("prefix with braces: err = %v, want ErrInvalidPrefix", err)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: New did not panic", name)
+				}
+			}()
+			f()
+		}()
 	}
 }
 
