@@ -110,8 +110,30 @@
 //
 // While Redis is down, go-redis's defaults retry each command (max_retries
 // 3, and 5 dial attempts 100 ms apart) before giving up, which delays the
-// policy by a second or two per request; lower max_retries and dial_timeout
-// in the URL to fail faster.
+// policy by a second or two per request; lower dial_timeout in the URL to
+// fail faster, and keep max_retries at 1 or more: the clients of NewClient
+// skip go-redis's pool health check, so a connection that Redis or a proxy
+// closed while idle is found by the next command, which the retry runs
+// again on a new connection (with max_retries=-1 that request would meet a
+// store error).
+//
+// # What "exactly once" rests on
+//
+// While Redis answers and keeps what it is told, a key's handler runs once:
+// the lock is taken and the record read in one script, and a request that
+// lost its lock can neither store nor release. A duplicate run remains
+// possible when:
+//
+//   - the store fails before the handler and the Engine fails open (the
+//     default; Config.FailClosed answers 503 instead);
+//   - a handler outlives LockTTL while every refresh fails, so the lock
+//     expires and a duplicate takes it (reported as core.OutcomeLockLost);
+//   - Redis loses a lock or a record: a failover to a replica that had not
+//     received it yet (replication is asynchronous), a restart without
+//     persistence, or eviction: every key of the Store has a TTL, so any
+//     volatile-* or allkeys-* maxmemory-policy may evict them; use
+//     noeviction on the Redis that holds them;
+//   - the record has expired (ResponseTTL, or the Engine's TTL function).
 //
 // # Clients and throughput
 //
