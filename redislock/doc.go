@@ -154,7 +154,7 @@
 // handler's throughput to 0.52–0.58x; first requests (0.26–0.28x over the
 // client, 0.25–0.30x over the AutoPipeliner) gained less than the spread
 // between runs. One request at a time, its latency was the same as the
-// client's within the noise, at 5 more allocations per replay and 10 per
+// client's within the noise, at 8 more allocations per replay and 15 per
 // first request (the hand-off to its goroutine); in a tight in-process loop
 // without HTTP (BenchmarkRedis, parallel) it was slower. What changes, from go-redis's
 // documentation and source (v9.22):
