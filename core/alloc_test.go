@@ -16,7 +16,7 @@ import (
 // store calls) but not the server around it; the race detector adds
 // raceAllocs. Raise a budget only with a reason in the commit message.
 const (
-	replayAllocBudget   = 19
+	replayAllocBudget   = 18
 	firstRunAllocBudget = 28
 	noKeyAllocBudget    = 2
 )
