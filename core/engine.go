@@ -496,13 +496,15 @@ func (f *Flight) storeContext() (context.Context, context.CancelFunc) {
 }
 
 // Abort ends the flight without storing: the lock is released so a retry
-// runs the handler again. Use it after a panic or for a streamed or
-// hijacked response.
+// runs the handler again. Use it after a panic, for a streamed or hijacked
+// response, or for one that is not the handler's (a router's 404).
 func (f *Flight) Abort() {
 	if f.finish() {
-		f.release(errors.New("idem: response not storable (panic, streamed or hijacked)"))
+		f.release(errAborted)
 	}
 }
+
+var errAborted = errors.New("idem: flight aborted: response not stored (panic, streamed, hijacked or not the handler's)")
 
 func (f *Flight) release(reason error) {
 	ctx, cancel := f.storeContext()

@@ -24,9 +24,12 @@
 //
 // Middleware registered with e.Use runs after routing, so the middleware
 // sees the route template (c.Path(), "/orders/:id"): two paths of one route
-// are one request for the fingerprint. A request that matched no route
-// (Echo's 404 and 405) passes through untouched, like the 404 and 405 of the
-// other adapters: a key sent to a wrong URL stays free for the right one.
+// are one request for the fingerprint. The 404 and 405 of a request that
+// matched no route (echo.ErrNotFound and echo.ErrMethodNotAllowed, from the
+// router or a group's catch-all) are sent but not stored, like those of the
+// other adapters, so that a key sent to a wrong URL stays free for the right
+// one; a handler returning one of those two errors itself is not stored
+// either (a retry runs it again).
 // Do not register it with e.Pre. It
 // may also be given to a single route or group: e.POST("/orders", h,
 // echoidem.New(eng)). Put middleware.Recover() before it (outside): after a

@@ -2,7 +2,7 @@ package echoidem
 
 import (
 	"context"
-	"reflect"
+	"errors"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -63,7 +63,7 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			req := c.Request()
-			if cfg.Skipper(c) || !eng.Covers(req.Method) || !routed(c) {
+			if cfg.Skipper(c) || !eng.Covers(req.Method) {
 				return next(c)
 			}
 			st := &state{ctx: scopeContext{Context: req.Context(), c: c}}
@@ -105,10 +105,14 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 			st.body.Reset(f.Body())
 			req.Body = &st.body
 
-			if err := next(c); err != nil {
+			err := next(c)
+			if err != nil {
 				// Render the error now, through the app's HTTPErrorHandler,
 				// so that what the client gets is what is stored.
 				c.Error(err)
+			}
+			if unrouted(err) {
+				return nil // the deferred Abort releases the key
 			}
 			st.w.Finish()
 			return nil
@@ -141,12 +145,12 @@ func (s *scopeContext) Value(key any) any {
 	return s.Context.Value(key)
 }
 
-// routed reports whether the request matched a route, rather than Echo's
-// own 404 or 405 handler. Those pass through untouched, as with the other
-// adapters: a key sent to a wrong URL stays free for the right one. A
-// handler given to RouteNotFound is the app's own, and is protected.
-func routed(c echo.Context) bool {
-	h := reflect.ValueOf(c.Handler()).Pointer()
-	return h != reflect.ValueOf(echo.NotFoundHandler).Pointer() &&
-		h != reflect.ValueOf(echo.MethodNotAllowedHandler).Pointer()
+// unrouted reports whether err is what Echo's router answers when no route
+// matches (echo.ErrNotFound, echo.ErrMethodNotAllowed, from its own handlers
+// or a group's catch-all). Such a response is sent but not stored, as with
+// the other adapters, so that a key sent to a wrong URL stays free for the
+// right one. A handler that returns one of these errors itself is treated
+// the same way: its 404 or 405 is not stored, and a retry runs it again.
+func unrouted(err error) bool {
+	return errors.Is(err, echo.ErrNotFound) || errors.Is(err, echo.ErrMethodNotAllowed)
 }

@@ -271,21 +271,33 @@ func TestNewWithConfigPanicsWithoutEngine(t *testing.T) {
 
 // A request that matched no route passes through untouched: nothing stored,
 // and its key stays free for the route the client meant.
-func TestEchoUnmatchedRouteUntouched(t *testing.T) {
+func TestEchoUnmatchedRouteNotStored(t *testing.T) {
 	t.Parallel()
-	e := newEcho()
-	e.Use(echoidem.New(newEngine(t, core.Config{})))
-	e.POST("/orders", func(c echo.Context) error { return c.String(http.StatusCreated, "created") })
-	for range 2 {
-		for _, tc := range []struct {
-			method, path string
-			status       int
-		}{{http.MethodPost, "/nowhere", http.StatusNotFound}, {http.MethodPut, "/orders", http.StatusMethodNotAllowed}} {
-			rec := send(e, tc.method, tc.path, "stray")
-			if rec.Code != tc.status || rec.Header().Get(core.HeaderReplay) != "" {
-				t.Fatalf("%s %s: %d, replay %q; want %d, not a replay", tc.method, tc.path, rec.Code, rec.Header().Get(core.HeaderReplay), tc.status)
+	created := func(c echo.Context) error { return c.String(http.StatusCreated, "created") }
+	auth := func(next echo.HandlerFunc) echo.HandlerFunc { return next }
+	global := newEcho()
+	global.Use(echoidem.New(newEngine(t, core.Config{})))
+	global.POST("/orders", created)
+	global.Group("/api", auth).POST("/orders", created) // a group with middleware has a catch-all
+	grouped := newEcho()
+	grouped.Group("/api", echoidem.New(newEngine(t, core.Config{}))).POST("/orders", created)
+	for name, tc := range map[string]struct {
+		e      *echo.Echo
+		strays []string // method and path of requests that match no route
+		orders string
+	}{
+		"global": {global, []string{"POST /nowhere", "PUT /orders", "POST /api/nowhere", "PUT /api/orders"}, "/orders"},
+		"group":  {grouped, []string{"POST /api/nowhere", "PUT /api/orders"}, "/api/orders"},
+	} {
+		for _, stray := range tc.strays {
+			method, path, _ := strings.Cut(stray, " ")
+			for range 2 {
+				rec := send(tc.e, method, path, "stray-"+name)
+				if rec.Code/100 != 4 || rec.Header().Get(core.HeaderReplay) != "" {
+					t.Fatalf("%s: %s: %d, replay %q; want a 404 or 405, not a replay", name, stray, rec.Code, rec.Header().Get(core.HeaderReplay))
+				}
 			}
 		}
+		wantResponse(t, name+": the right URL", send(tc.e, http.MethodPost, tc.orders, "stray-"+name), http.StatusCreated, "created", false)
 	}
-	wantResponse(t, "the right URL", send(e, http.MethodPost, "/orders", "stray"), http.StatusCreated, "created", false)
 }
