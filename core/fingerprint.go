@@ -9,12 +9,15 @@ import (
 
 // fingerprint is the SHA-256 over the parts of a request that make two
 // requests with one key "the same request": the method, the route template,
-// the query (parameters sorted), the body's media type (which says what the
-// body means: a handler may refuse one and accept the other), the canonical
-// body and the critical headers. Every part is length-prefixed, so no two
-// different requests hash the same input.
+// the query (parameters sorted), the body's media type if there is a body
+// (it says what the body means: a handler may refuse one and accept the
+// other), the canonical body and the critical headers. Every part is
+// length-prefixed, so no two different requests hash the same input.
 func fingerprint(method, route, query, contentType string, body []byte, critical []string, header HeaderGetter) [32]byte {
-	mt := mediaType(contentType)
+	var mt string // the media type of a body; none without one
+	if len(body) > 0 {
+		mt = mediaType(contentType)
+	}
 	canon := canonicalBody(mt, body)
 	if query != "" {
 		if v, err := url.ParseQuery(query); err == nil {

@@ -66,6 +66,9 @@ func TestFingerprintParts(t *testing.T) {
 	if fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), nil, h) != fingerprint("POST", "/orders", "", "Application/JSON; charset=utf-8", []byte(`{"a":1}`), nil, h) {
 		t.Error("the Content-Type's case or parameters changed the fingerprint")
 	}
+	if fingerprint("DELETE", "/orders/{id}", "", "application/json", nil, nil, h) != fingerprint("DELETE", "/orders/{id}", "", "", nil, nil, h) {
+		t.Error("the Content-Type of a request without a body changed the fingerprint")
+	}
 	if fingerprint("POST", "/orders", "a=1&b=2", "", nil, nil, h) != fingerprint("POST", "/orders", "b=2&a=1", "", nil, nil, h) {
 		t.Error("the order of query parameters changed the fingerprint")
 	}

@@ -45,7 +45,7 @@ func (o Outcome) String() string {
 }
 
 // Event describes one outcome. Observers receive it synchronously, on the
-// request's goroutine or on the lock refresher's: they must be quick and safe
+// request's goroutine, one event per request: they must be quick and safe
 // for concurrent use.
 type Event struct {
 	Outcome Outcome

@@ -41,7 +41,8 @@ type Store interface {
 	// not own the lock.
 	Release(ctx context.Context, key, token string) error
 	// Refresh extends the lock of key to lockTTL from now if token owns it;
-	// otherwise it returns ErrLockLost.
+	// otherwise it returns ErrLockLost. It is called from a timer, with a
+	// context of its own that carries none of the request's values.
 	Refresh(ctx context.Context, key, token string, lockTTL time.Duration) error
 }
 

@@ -82,8 +82,18 @@ func run(b *testing.B, h fasthttp.RequestHandler, withKey, fresh bool) {
 	}
 }
 
+// benchEngine returns an Engine on a memory store with room for every key of
+// b (a full store would fail open, and measure the unprotected path), which
+// fails b on any store error.
 func benchEngine(b *testing.B) *core.Engine {
-	eng, err := core.New(core.Config{})
+	eng, err := core.New(core.Config{
+		Store: core.NewMemoryStore(b.N + 2),
+		Observer: func(ev core.Event) {
+			if ev.Outcome == core.OutcomeStoreError {
+				b.Error(ev.Err)
+			}
+		},
+	})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -95,14 +105,14 @@ func benchEngine(b *testing.B) *core.Engine {
 // memory storage and lock, which does less: no fingerprint (a reused key
 // with another body gets the first response), no scope, no distributed lock.
 func BenchmarkFiber(b *testing.B) {
-	idem := func() fiber.Handler { return fiberidem.New(fiberidem.Config{Engine: benchEngine(b)}) }
+	idem := func(b *testing.B) fiber.Handler { return fiberidem.New(fiberidem.Config{Engine: benchEngine(b)}) }
 	fiberOwn := func() fiber.Handler {
 		return idempotency.New(idempotency.Config{KeyHeader: "Idempotency-Key"})
 	}
 	b.Run("bare", func(b *testing.B) { run(b, benchHandler(nil), false, false) })
-	b.Run("no-key", func(b *testing.B) { run(b, benchHandler(idem()), false, false) })
-	b.Run("replay", func(b *testing.B) { run(b, benchHandler(idem()), true, false) })
-	b.Run("first-run", func(b *testing.B) { run(b, benchHandler(idem()), true, true) })
+	b.Run("no-key", func(b *testing.B) { run(b, benchHandler(idem(b)), false, false) })
+	b.Run("replay", func(b *testing.B) { run(b, benchHandler(idem(b)), true, false) })
+	b.Run("first-run", func(b *testing.B) { run(b, benchHandler(idem(b)), true, true) })
 	b.Run("fiber-idempotency-replay", func(b *testing.B) { run(b, benchHandler(fiberOwn()), true, false) })
 	b.Run("fiber-idempotency-first-run", func(b *testing.B) { run(b, benchHandler(fiberOwn()), true, true) })
 }

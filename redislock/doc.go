@@ -128,6 +128,9 @@
 //     default; Config.FailClosed answers 503 instead);
 //   - a handler outlives LockTTL while every refresh fails, so the lock
 //     expires and a duplicate takes it (reported as core.OutcomeLockLost);
+//   - storing the response fails after the handler ran: the lock is left
+//     to expire, so retries get 409 for LockTTL, and then one runs the
+//     handler again (reported as core.OutcomeStoreError);
 //   - Redis loses a lock or a record: a failover to a replica that had not
 //     received it yet (replication is asynchronous), a restart without
 //     persistence, or eviction: every key of the Store has a TTL, so any
