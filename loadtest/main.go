@@ -327,7 +327,7 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 	if n := seen[core.OutcomeStoreError].Load() + seen[core.OutcomeLockLost].Load(); n > 0 {
 		return fmt.Errorf("%d store errors or lost locks during the run", n)
 	}
-	if bare < 0 {
+	if bare < 0 || len(others) == 0 {
 		return nil
 	}
 
