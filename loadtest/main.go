@@ -349,7 +349,7 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 		fmt.Printf("%-32s %9.2fx  >= %.2fx  %s%s\n", p.description, m, p.target, join(ratios, 'f', 2), verdict)
 	}
 	if below {
-		fmt.Println("\n(some ratios below target; on a shared or busy machine, rerun)")
+		fmt.Println("\n(some ratios below target: see the README's Performance section for the figures of a 2-core machine)")
 	}
 	return nil
 }
