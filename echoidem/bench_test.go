@@ -9,7 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
 	"github.com/idem-go/idem/echoidem"
 )
 
@@ -69,39 +69,21 @@ func run(b *testing.B, e *echo.Echo, setKey func(h http.Header, i int)) {
 	}
 }
 
-// benchEngine returns an Engine on a memory store with room for every key of
-// b (a full store would fail open, and measure the unprotected path), which
-// fails b on any store error.
-func benchEngine(b *testing.B) *core.Engine {
-	eng, err := core.New(core.Config{
-		Store: core.NewMemoryStore(b.N + 2),
-		Observer: func(ev core.Event) {
-			if ev.Outcome == core.OutcomeStoreError {
-				b.Error(ev.Err)
-			}
-		},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return eng
-}
-
 // BenchmarkEcho compares, in the same run, the bare handler with the
 // middleware on the memory store: a request without a key (it passes), the
 // replay of one stored key, and a first run with a fresh key every time
 // (lock, run, capture, store).
 func BenchmarkEcho(b *testing.B) {
 	b.Run("bare", func(b *testing.B) { run(b, benchEcho(b), nil) })
-	b.Run("no-key", func(b *testing.B) { run(b, benchEcho(b, echoidem.New(benchEngine(b))), nil) })
+	b.Run("no-key", func(b *testing.B) { run(b, benchEcho(b, echoidem.New(idemtest.BenchEngine(b))), nil) })
 	b.Run("replay", func(b *testing.B) {
 		key := []string{"bench-replay"}
-		run(b, benchEcho(b, echoidem.New(benchEngine(b))), func(h http.Header, _ int) { h["Idempotency-Key"] = key })
+		run(b, benchEcho(b, echoidem.New(idemtest.BenchEngine(b))), func(h http.Header, _ int) { h["Idempotency-Key"] = key })
 	})
 	b.Run("first-run", func(b *testing.B) {
 		key := []string{""}
 		buf := make([]byte, 0, 32)
-		run(b, benchEcho(b, echoidem.New(benchEngine(b))), func(h http.Header, i int) {
+		run(b, benchEcho(b, echoidem.New(idemtest.BenchEngine(b))), func(h http.Header, i int) {
 			key[0] = string(strconv.AppendInt(append(buf[:0], "bench-"...), int64(i), 10))
 			h["Idempotency-Key"] = key
 		})

@@ -8,7 +8,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/idempotency"
 	"github.com/valyala/fasthttp"
 
-	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
 	"github.com/idem-go/idem/fiberidem"
 )
 
@@ -82,30 +82,14 @@ func run(b *testing.B, h fasthttp.RequestHandler, withKey, fresh bool) {
 	}
 }
 
-// benchEngine returns an Engine on a memory store with room for every key of
-// b (a full store would fail open, and measure the unprotected path), which
-// fails b on any store error.
-func benchEngine(b *testing.B) *core.Engine {
-	eng, err := core.New(core.Config{
-		Store: core.NewMemoryStore(b.N + 2),
-		Observer: func(ev core.Event) {
-			if ev.Outcome == core.OutcomeStoreError {
-				b.Error(ev.Err)
-			}
-		},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return eng
-}
-
 // BenchmarkFiber compares, in the same run, the bare handler, fiberidem on
 // the memory store, and Fiber's own middleware/idempotency on its default
 // memory storage and lock, which does less: no fingerprint (a reused key
 // with another body gets the first response), no scope, no distributed lock.
 func BenchmarkFiber(b *testing.B) {
-	idem := func(b *testing.B) fiber.Handler { return fiberidem.New(fiberidem.Config{Engine: benchEngine(b)}) }
+	idem := func(b *testing.B) fiber.Handler {
+		return fiberidem.New(fiberidem.Config{Engine: idemtest.BenchEngine(b)})
+	}
 	fiberOwn := func() fiber.Handler {
 		return idempotency.New(idempotency.Config{KeyHeader: "Idempotency-Key"})
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
 	"github.com/idem-go/idem/ginidem"
 )
 
@@ -23,38 +23,20 @@ func BenchmarkGin(b *testing.B) {
 		run(b, benchGin(), nil)
 	})
 	b.Run("no-key", func(b *testing.B) { // the middleware lets a request without a key pass
-		run(b, benchGin(ginidem.New(benchEngine(b))), nil)
+		run(b, benchGin(ginidem.New(idemtest.BenchEngine(b))), nil)
 	})
 	b.Run("replay", func(b *testing.B) { // one stored key, replayed
 		key := []string{"bench-replay"}
-		run(b, benchGin(ginidem.New(benchEngine(b))), func(h http.Header, _ int) { h["Idempotency-Key"] = key })
+		run(b, benchGin(ginidem.New(idemtest.BenchEngine(b))), func(h http.Header, _ int) { h["Idempotency-Key"] = key })
 	})
 	b.Run("first-run", func(b *testing.B) { // a fresh key every time: lock, run, capture, store
 		key := []string{""}
 		buf := make([]byte, 0, 32)
-		run(b, benchGin(ginidem.New(benchEngine(b))), func(h http.Header, i int) {
+		run(b, benchGin(ginidem.New(idemtest.BenchEngine(b))), func(h http.Header, i int) {
 			key[0] = string(strconv.AppendInt(append(buf[:0], "bench-"...), int64(i), 10))
 			h["Idempotency-Key"] = key
 		})
 	})
-}
-
-// benchEngine returns an Engine on a memory store with room for every key of
-// b (a full store would fail open, and measure the unprotected path), which
-// fails b on any store error.
-func benchEngine(b *testing.B) *core.Engine {
-	eng, err := core.New(core.Config{
-		Store: core.NewMemoryStore(b.N + 2),
-		Observer: func(ev core.Event) {
-			if ev.Outcome == core.OutcomeStoreError {
-				b.Error(ev.Err)
-			}
-		},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return eng
 }
 
 var benchResponse = []byte(`{"id":"ord_1","item":"book","qty":2}`)

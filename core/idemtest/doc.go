@@ -7,6 +7,8 @@
 //   - TestHTTP checks an HTTP integration, row by row of the HTTP contract,
 //     through a real loopback server. The net/http middleware runs it, and
 //     so does every framework adapter.
+//   - BenchEngine gives an adapter's benchmarks an Engine whose store never
+//     fills up mid-benchmark.
 //
 // A store's test is then one call:
 //
