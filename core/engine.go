@@ -30,10 +30,14 @@ type Request struct {
 	// Context carries the request's deadline and values (for Scope).
 	Context context.Context
 	Method  string
-	// Route is the route template (/orders/{id}), so that path parameters do
-	// not change a request's fingerprint. Empty means Path.
+	// Route is the route template (/orders/{id}): the endpoint that
+	// Config.ScopeRoute joins to the scope, and Event.Route, a label for
+	// metrics that path parameters do not multiply. Empty means Path.
 	Route string
-	Path  string
+	// Path is the request's path. It joins the fingerprint: one key sent to
+	// /orders/1 and then to /orders/2 is a key reused (422), not a replay of
+	// the first order's response.
+	Path string
 	// Query is the raw query string (without "?"): it joins the fingerprint,
 	// parameters sorted, so ?amount=1 and ?amount=1000 are two requests.
 	Query  string
@@ -168,7 +172,7 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 		start:       start,
 		body:        body,
 		id:          e.id(ev.Scope, key, route),
-		fingerprint: fingerprint(req.Method, route, req.Query, req.Header.Get("Content-Type"), body, e.cfg.CriticalHeaders, req.Header),
+		fingerprint: fingerprint(req.Method, req.Path, req.Query, req.Header.Get("Content-Type"), body, e.cfg.CriticalHeaders, req.Header),
 		ttl:         e.cfg.ResponseTTL,
 	}
 	if e.cfg.TTL != nil {

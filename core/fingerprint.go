@@ -8,12 +8,15 @@ import (
 )
 
 // fingerprint is the SHA-256 over the parts of a request that make two
-// requests with one key "the same request": the method, the route template,
-// the query (parameters sorted), the body's media type if there is a body
-// (it says what the body means: a handler may refuse one and accept the
-// other), the canonical body and the critical headers. Every part is
-// length-prefixed, so no two different requests hash the same input.
-func fingerprint(method, route, query, contentType string, body []byte, critical []string, header HeaderGetter) [32]byte {
+// requests with one key "the same request": the method, the path (not the
+// route template: one key sent to /orders/1/refunds and to
+// /orders/2/refunds is a key reused on another resource, refused with 422,
+// never a replay of the other order's refund), the query (parameters
+// sorted), the body's media type if there is a body (it says what the body
+// means: a handler may refuse one and accept the other), the canonical body
+// and the critical headers. Every part is length-prefixed, so no two
+// different requests hash the same input.
+func fingerprint(method, path, query, contentType string, body []byte, critical []string, header HeaderGetter) [32]byte {
 	var mt string // the media type of a body; none without one
 	if len(body) > 0 {
 		mt = mediaType(contentType)
@@ -24,9 +27,9 @@ func fingerprint(method, route, query, contentType string, body []byte, critical
 			query = v.Encode()
 		}
 	}
-	b := make([]byte, 0, len(method)+len(route)+len(query)+len(mt)+len(canon)+64)
+	b := make([]byte, 0, len(method)+len(path)+len(query)+len(mt)+len(canon)+64)
 	b = appendField(b, method)
-	b = appendField(b, route)
+	b = appendField(b, path)
 	b = appendField(b, query)
 	b = appendField(b, mt)
 	b = binary.AppendUvarint(b, uint64(len(canon)))

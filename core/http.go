@@ -10,11 +10,11 @@ import (
 // Middleware protects next with e, for net/http routers: the Go 1.22+
 // http.ServeMux, chi, or any router that takes func(http.Handler) http.Handler.
 //
-// The route template that joins the fingerprint is r.Pattern, which the
-// ServeMux sets when it routes a request: wrap the handlers inside the mux,
-// mux.Handle("POST /orders/{id}", eng.Middleware(h)), not the mux itself.
-// Without a pattern (the middleware outside the router) the route is the URL
-// path, so /orders/1 and /orders/2 count as different requests.
+// The route template (Event.Route, and the endpoint of Config.ScopeRoute) is
+// r.Pattern, which the ServeMux sets when it routes a request: wrap the
+// handlers inside the mux, mux.Handle("POST /orders/{id}", eng.Middleware(h)),
+// not the mux itself. Without a pattern (the middleware outside the router)
+// the URL path stands in for the route.
 //
 // A handler that panics, flushes (streams) or hijacks the connection has
 // its lock released without storing; the panic goes on up the stack to

@@ -23,8 +23,8 @@
 // # Ordering
 //
 // Middleware registered with e.Use runs after routing, so the middleware
-// sees the route template (c.Path(), "/orders/:id"): two paths of one route
-// are one request for the fingerprint. The 404 and 405 of a request that
+// sees the route template (c.Path(), "/orders/:id", for core.Event.Route and
+// core.Config.ScopeRoute). The 404 and 405 of a request that
 // matched no route (echo.ErrNotFound and echo.ErrMethodNotAllowed, from the
 // router or a group's catch-all) are sent but not stored, like those of the
 // other adapters, so that a key sent to a wrong URL stays free for the right

@@ -20,14 +20,12 @@
 //
 // Mount the middleware on the routes it protects, as above, or on each
 // route of a group (g.Post("/:id", idem, h)). There c.Route().Path is the
-// route template ("/orders/:id"), which joins the request's fingerprint
-// instead of the path, as core.Engine expects. app.Use(fiberidem.New(…))
-// and app.Group("/orders", fiberidem.New(…)) work too, but in Fiber v2 a
-// Use middleware runs before the router has picked the handler's route:
-// c.Route() is then the Use route ("/"), so the
-// path stands in for the template and /orders/7 and /orders/8 count as
-// different requests (the same key on both: 422). That is what core's
-// net/http middleware does outside a ServeMux.
+// route template ("/orders/:id"), for core.Event.Route and
+// core.Config.ScopeRoute. app.Use(fiberidem.New(…)) and
+// app.Group("/orders", fiberidem.New(…)) work too, but in Fiber v2 a Use
+// middleware runs before the router has picked the handler's route:
+// c.Route() is then the Use route ("/"), so the path stands in for the
+// template, as in core's net/http middleware outside a ServeMux.
 //
 // Install it after recover.New() and after the authentication middleware
 // (so that the scope is known). Middleware that shapes the response per

@@ -29,9 +29,8 @@
 // like any other. To protect only some routes, use it on a group
 // (api := r.Group("/api", ginidem.New(eng))) or on a route.
 //
-// The route template that joins the fingerprint is c.FullPath()
-// ("/orders/:id"), so /orders/1 and /orders/2 with one key and one body are
-// the same request. A request that matched no route (the NoRoute and
+// The route template (core.Event.Route, and the endpoint of
+// core.Config.ScopeRoute) is c.FullPath() ("/orders/:id"). A request that matched no route (the NoRoute and
 // NoMethod handlers) passes through untouched, like the 404 and 405 of the
 // other adapters: a key sent to a wrong URL stays free for the right one.
 //

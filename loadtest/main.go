@@ -221,7 +221,7 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 	fixedKey := func(path string) string { return prefix + "-fixed" + path }
 
 	// Each store's fixed key gets its first request now, so that its replay
-	// phases are replays only (the route is part of the fingerprint: one key
+	// phases are replays only (the path is part of the fingerprint: one key
 	// per path).
 	for _, path := range []string{"/orders", "/orders-batched"} {
 		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(`{"item":"book","qty":2}`))

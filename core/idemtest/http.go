@@ -26,7 +26,7 @@ import (
 //
 // app must be routed for every method at /orders and at /orders/:id (a path
 // parameter in the framework's syntax), so that the route template, not the
-// path, reaches the Engine. Outside the idempotency middleware, as an
+// path, reaches the Engine (Config.ScopeRoute scopes keys by it). Outside the idempotency middleware, as an
 // application would, the harness installs the framework's recovery
 // middleware (a panic in app must be recovered) and a middleware that sets
 // the response header OuterHeader to the value of the request header
@@ -393,16 +393,20 @@ func testRouteTemplate(t *testing.T, h *harness) {
 	s := h.start(t, core.Config{})
 	first := s.do(http.MethodPost, "/orders/1", order, key, "route-1")
 	wantStatus(t, first, http.StatusCreated)
-	// Same route template, other path parameter: the same request.
-	wantReplayOf(t, s.do(http.MethodPost, "/orders/2", order, key, "route-1"), first)
+	wantReplayOf(t, s.do(http.MethodPost, "/orders/1", order, key, "route-1"), first)
+	// Same route, another resource: the key is reused, never a replay of
+	// the other resource's response.
+	wantProblem(t, s.do(http.MethodPost, "/orders/2", order, key, "route-1"), http.StatusUnprocessableEntity, core.ProblemKeyReused)
 	// Another route: another request.
 	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "route-1"), http.StatusUnprocessableEntity, core.ProblemKeyReused)
 	s.wantRuns(1)
 
-	// With ScopeRoute the same key may be used once per route.
+	// With ScopeRoute the same key may be used once per route: the route
+	// template, not the path, so /orders/2 meets /orders/1's record.
 	s = h.start(t, core.Config{ScopeRoute: true})
 	wantStatus(t, s.do(http.MethodPost, "/orders/1", order, key, "route-2"), http.StatusCreated)
 	wantStatus(t, s.do(http.MethodPost, "/orders", order, key, "route-2"), http.StatusCreated)
+	wantProblem(t, s.do(http.MethodPost, "/orders/2", order, key, "route-2"), http.StatusUnprocessableEntity, core.ProblemKeyReused)
 	s.wantRuns(2)
 }
 

@@ -40,8 +40,8 @@ func main() {
 	// is stored, and the client's retry runs the handler again.
 	f.Use(recover.New())
 	// The middleware is mounted on the route, where c.Route().Path is the
-	// route template that joins the fingerprint (under app.Use, Fiber v2
-	// has not routed the request yet and the path stands in for it).
+	// route template, for the Engine's events (under app.Use, Fiber v2 has
+	// not routed the request yet and the path stands in for it).
 	idem := fiberidem.Config{Engine: app.Engine}
 	f.Post("/orders", fiberidem.New(idem), h.create)
 	f.Get("/orders", h.list)

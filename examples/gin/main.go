@@ -34,7 +34,7 @@ func main() {
 	// Recovery outside idem: a panic releases the key's lock, nothing is
 	// stored, and the client's retry runs the handler again. GET is not
 	// covered by the Engine and passes through; POST /orders is protected,
-	// its route template (c.FullPath()) joining the fingerprint.
+	// its route template (c.FullPath()) in the Engine's events.
 	r.Use(gin.Recovery(), ginidem.New(app.Engine))
 	r.POST("/orders", h.create)
 	r.GET("/orders", h.list)
