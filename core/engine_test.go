@@ -522,19 +522,48 @@ func (lostRefresh) Refresh(context.Context, string, string, time.Duration) error
 	return core.ErrLockLost
 }
 
-// A lock lost while the handler runs is reported once, by the event of the
-// request's end.
+// A lock lost while the handler runs (it expired and a duplicate took the
+// key) is reported once, by the event of the request's end.
 func TestLockLostReportedOnce(t *testing.T) {
 	var ev events
 	eng, _ := core.New(core.Config{LockTTL: 60 * time.Millisecond, Store: lostRefresh{core.NewMemoryStore(0)}, Observer: ev.observe})
-	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(150 * time.Millisecond) // refreshes fail, the lock expires
+	var runs atomic.Int32
+	var h http.Handler
+	h = eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			time.Sleep(100 * time.Millisecond) // refreshes fail, the lock expires
+			if got := post(t, h, "k", "{}"); got.Code != http.StatusCreated {
+				t.Errorf("duplicate after the lock expired: %d, want 201", got.Code)
+			}
+		}
 		w.WriteHeader(http.StatusCreated)
 	}))
 	post(t, h, "k", "{}")
-	ev.mu.Lock()
-	defer ev.mu.Unlock()
-	if len(ev.all) != 1 || ev.all[0].Outcome != core.OutcomeLockLost {
-		t.Errorf("events %v, want one lock_lost", ev.all)
+	if n := ev.count(core.OutcomeLockLost); n != 1 || ev.count(core.OutcomeStored) != 1 {
+		t.Errorf("events %v, want one lock_lost (the first) and one stored (the duplicate)", ev.all)
+	}
+}
+
+// A lock that expired while the handler ran, with no duplicate taking the
+// key, still gets its response stored: the retry is a replay, not a second
+// run of the handler.
+func TestExpiredLockStoredLate(t *testing.T) {
+	var ev events
+	eng, _ := core.New(core.Config{LockTTL: 60 * time.Millisecond, Store: lostRefresh{core.NewMemoryStore(0)}, Observer: ev.observe})
+	var runs atomic.Int32
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		time.Sleep(150 * time.Millisecond)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	post(t, h, "k", "{}")
+	if got := post(t, h, "k", "{}"); got.Code != http.StatusCreated || got.Header().Get(core.HeaderReplay) != "true" {
+		t.Errorf("retry: %d replay %q, want the 201 replay", got.Code, got.Header().Get(core.HeaderReplay))
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+	if ev.count(core.OutcomeStored) != 1 || ev.count(core.OutcomeReplay) != 1 {
+		t.Errorf("events %v, want stored then replay", ev.all)
 	}
 }

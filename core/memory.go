@@ -83,12 +83,24 @@ func (s *MemoryStore) Acquire(_ context.Context, key string, lockTTL time.Durati
 func (s *MemoryStore) Complete(_ context.Context, key, token string, record []byte, ttl time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, err := s.owned(key, token)
-	if err != nil {
-		return err
+	now := s.now()
+	s.sweep(now) // token's lock, had it expired, is gone now
+	e, ok := s.entries[key]
+	switch {
+	case !ok:
+		// The lock expired and nobody took the key: store late.
+		if len(s.entries) >= s.max {
+			return ErrStoreFull
+		}
+		e = &memEntry{key: key, record: record, expires: now.Add(ttl)}
+		s.entries[key] = e
+		heap.Push(&s.expiry, e)
+		return nil
+	case e.token == "" || e.token != token:
+		return ErrLockLost
 	}
 	e.record, e.token = record, ""
-	e.expires = s.now().Add(ttl)
+	e.expires = now.Add(ttl)
 	heap.Fix(&s.expiry, e.index)
 	e.wake()
 	return nil

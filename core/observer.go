@@ -20,7 +20,7 @@ const (
 	OutcomeTooLarge                      // the request body was over the limit: 413
 	OutcomeBadBody                       // the request body could not be read: 400
 	OutcomeStoreError                    // the store failed: before the handler, the request ran unprotected (fail-open) or got 503 (fail-closed); after it, the response was not stored and the lock is left to expire
-	OutcomeLockLost                      // the lock expired or was taken over while the handler ran (reported once, when the flight ends)
+	OutcomeLockLost                      // a duplicate took the key after the lock expired while the handler ran; nothing stored (reported once, when the flight ends)
 )
 
 var outcomeNames = [...]string{

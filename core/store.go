@@ -33,8 +33,12 @@ type Store interface {
 	// Otherwise it takes the key's lock for lockTTL and returns a new owner
 	// token. If another request holds the lock it returns ErrInFlight.
 	Acquire(ctx context.Context, key string, lockTTL time.Duration) (record []byte, token string, err error)
-	// Complete stores record under key for ttl and releases the lock, only if
-	// token still owns the lock; otherwise it returns ErrLockLost and changes nothing.
+	// Complete stores record under key for ttl and releases the lock, if
+	// token still owns the lock, or if the key has neither a lock nor a
+	// record: token's lock expired and no other request took the key, so
+	// the handler ran once and storing its response late keeps a retry from
+	// running it again. Otherwise (another request holds the lock or stored
+	// a record) it returns ErrLockLost and changes nothing.
 	Complete(ctx context.Context, key, token string, record []byte, ttl time.Duration) error
 	// Release drops the lock of key if token owns it, without storing anything,
 	// so that a retry may run the handler. It returns ErrLockLost if token does

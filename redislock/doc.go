@@ -29,10 +29,12 @@
 // trip:
 //
 //	acquire.lua   GET the record; if there is none and no lock, SET the lock
-//	              PX with a new token. Returns the record, "locked" or "in
-//	              flight".
-//	complete.lua  if the lock still holds our token: SET the record PX ttl and
-//	              DEL the lock, atomically. Otherwise change nothing: ErrLockLost.
+//	              PX with a new token. Returns the record, 1 (locked) or 0
+//	              (in flight).
+//	complete.lua  if the lock still holds our token, or if there is neither
+//	              a lock nor a record (our lock expired and nobody took the
+//	              key): SET the record PX ttl and DEL the lock, atomically.
+//	              Otherwise change nothing: core.ErrLockLost.
 //	release.lua   if the lock still holds our token, DEL it (5xx, panic, stream).
 //	refresh.lua   if the lock still holds our token, PEXPIRE it (long handlers).
 //
@@ -53,10 +55,12 @@
 // trip (NOSCRIPT, then EVAL, which also caches it), once per script per node
 // and again after a SCRIPT FLUSH or a failover to a node that never ran it.
 //
-// Completion is fenced by the token: a request whose lock expired, or was
-// taken over by a duplicate after it expired, gets core.ErrLockLost from
-// complete, release and refresh, and cannot overwrite the other request's
-// record nor drop its lock.
+// Completion is fenced by the token: a request whose lock was taken over by
+// a duplicate after it expired gets core.ErrLockLost from complete, release
+// and refresh, and cannot overwrite the other request's record nor drop its
+// lock. A lock that expired with nobody taking the key (refreshes failed
+// during a Redis outage, a long pause of the process) still completes: the
+// handler ran once, and its record keeps a retry from running it again.
 //
 // # Why not bsm/redislock's Obtain
 //

@@ -28,6 +28,7 @@ func TestStore(t *testing.T, newStore func(t *testing.T) core.Store) {
 		{"WrongTokenChangesNothing", testWrongToken},
 		{"RefreshKeepsLock", testRefreshKeepsLock},
 		{"ExpiredLockIsTakenOverAndFenced", testExpiredLockFenced},
+		{"ExpiredLockNotTakenOverCompletesLate", testExpiredLockCompletesLate},
 		{"RecordExpires", testRecordExpires},
 		{"KeysAreIndependent", testKeysIndependent},
 		{"BinaryAndLargeRecords", testBinaryRecords},
@@ -175,6 +176,23 @@ func testExpiredLockFenced(t *testing.T, s core.Store) {
 	}
 	wantLockLost(t, "late Complete after the new owner's", s.Complete(ctx, key, stale, []byte("stale"), time.Minute))
 	wantRecord(t, s, key, []byte("fresh"))
+}
+
+// testExpiredLockCompletesLate: a lock that expired with no other request
+// taking the key (a long pause, refreshes failing) still stores its
+// response, so a retry gets the replay instead of running the handler again.
+func testExpiredLockCompletesLate(t *testing.T, s core.Store) {
+	ctx := context.Background()
+	key := Key(t)
+	stale := mustLock(t, s, key, 200*time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
+	wantLockLost(t, "Refresh of an expired lock", s.Refresh(ctx, key, stale, time.Minute))
+	if err := s.Complete(ctx, key, stale, []byte("late"), time.Minute); err != nil {
+		t.Fatalf("Complete of an expired lock nobody took: %v", err)
+	}
+	wantRecord(t, s, key, []byte("late"))
+	wantLockLost(t, "Release after the late Complete", s.Release(ctx, key, stale))
+	wantRecord(t, s, key, []byte("late"))
 }
 
 func testRecordExpires(t *testing.T, s core.Store) {
