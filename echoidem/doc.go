@@ -24,12 +24,15 @@
 //
 // Middleware registered with e.Use runs after routing, so the middleware
 // sees the route template (c.Path(), "/orders/:id", for core.Event.Route and
-// core.Config.ScopeRoute). The 404 and 405 of a request that
-// matched no route (echo.ErrNotFound and echo.ErrMethodNotAllowed, from the
-// router or a group's catch-all) are sent but not stored, like those of the
-// other adapters, so that a key sent to a wrong URL stays free for the right
-// one; a handler returning one of those two errors itself is not stored
-// either (a retry runs it again).
+// core.Config.ScopeRoute). A request that matched no route passes through
+// untouched, as in the other adapters, so that a key sent to a wrong URL
+// gets Echo's own 404 or 405 and stays free for the right one: when the
+// router picked echo.NotFoundHandler or echo.MethodNotAllowedHandler, the
+// middleware does not look at the request at all; when the request reached
+// the catch-all route of a group with middleware (which Echo registers for
+// it), the key is checked and locked, but the 404 is sent without being
+// stored. A handler returning echo.ErrNotFound or echo.ErrMethodNotAllowed
+// itself is not stored either (a retry runs it again).
 // Do not register it with e.Pre. It
 // may also be given to a single route or group: e.POST("/orders", h,
 // echoidem.New(eng)). Put middleware.Recover() before it (outside): after a

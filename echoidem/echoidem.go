@@ -3,6 +3,7 @@ package echoidem
 import (
 	"context"
 	"errors"
+	"reflect"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -63,7 +64,7 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			req := c.Request()
-			if cfg.Skipper(c) || !eng.Covers(req.Method) {
+			if cfg.Skipper(c) || !eng.Covers(req.Method) || routerAnswer(c.Handler()) {
 				return next(c)
 			}
 			st := &state{ctx: scopeContext{Context: req.Context(), c: c}}
@@ -145,12 +146,25 @@ func (s *scopeContext) Value(key any) any {
 	return s.Context.Value(key)
 }
 
+// routerAnswer reports whether h is the handler Echo's router picked because
+// no route matched the request: echo.NotFoundHandler or
+// echo.MethodNotAllowedHandler (read when called: an app may replace them).
+// Such a request, under e.Use, passes through untouched, with the 404 or
+// 405 a client would get without the middleware.
+func routerAnswer(h echo.HandlerFunc) bool {
+	p := reflect.ValueOf(h).Pointer()
+	return p == reflect.ValueOf(echo.NotFoundHandler).Pointer() ||
+		p == reflect.ValueOf(echo.MethodNotAllowedHandler).Pointer()
+}
+
 // unrouted reports whether err is what Echo's router answers when no route
-// matches (echo.ErrNotFound, echo.ErrMethodNotAllowed, from its own handlers
-// or a group's catch-all). Such a response is sent but not stored, as with
-// the other adapters, so that a key sent to a wrong URL stays free for the
-// right one. A handler that returns one of these errors itself is treated
-// the same way: its 404 or 405 is not stored, and a retry runs it again.
+// matches (echo.ErrNotFound, echo.ErrMethodNotAllowed), for the requests
+// that routerAnswer cannot tell beforehand: those that reach a group's
+// catch-all route, whose handler the group's middleware wraps. Such a
+// response is sent but not stored, as with the other adapters, so that a
+// key sent to a wrong URL stays free for the right one. A handler that
+// returns one of these errors itself is treated the same way: its 404 or
+// 405 is not stored, and a retry runs it again.
 func unrouted(err error) bool {
 	return errors.Is(err, echo.ErrNotFound) || errors.Is(err, echo.ErrMethodNotAllowed)
 }

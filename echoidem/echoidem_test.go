@@ -300,4 +300,17 @@ func TestEchoUnmatchedRouteNotStored(t *testing.T) {
 		}
 		wantResponse(t, name+": the right URL", send(tc.e, http.MethodPost, tc.orders, "stray-"+name), http.StatusCreated, "created", false)
 	}
+
+	// Under e.Use, a request the router found no route for never meets the
+	// Engine: it gets Echo's own 404 or 405 even with a key already used
+	// (not 422) or an invalid key (not 400).
+	wantResponse(t, "the key's first use", send(global, http.MethodPost, "/orders", "used"), http.StatusCreated, "created", false)
+	for stray, code := range map[string]int{"POST /nowhere": http.StatusNotFound, "PUT /orders": http.StatusMethodNotAllowed} {
+		method, path, _ := strings.Cut(stray, " ")
+		for _, key := range []string{"used", strings.Repeat("k", 300)} {
+			if rec := send(global, method, path, key); rec.Code != code {
+				t.Errorf("%s with key %.10s…: %d %s, want %d", stray, key, rec.Code, rec.Body, code)
+			}
+		}
+	}
 }
