@@ -25,7 +25,11 @@
 // app.Group("/orders", fiberidem.New(…)) work too, but in Fiber v2 a Use
 // middleware runs before the router has picked the handler's route:
 // c.Route() is then the Use route ("/"), so the path stands in for the
-// template, as in core's net/http middleware outside a ServeMux.
+// template, as in core's net/http middleware outside a ServeMux. There a
+// request that matches no route reaches the middleware too: its key is
+// checked and locked, and the router's 404 or 405 is sent but not stored,
+// so the key stays free for the right URL (as is a 404 or 405 *fiber.Error
+// that a handler behind app.Use returns itself: a retry runs it again).
 //
 // Install it after recover.New() and after the authentication middleware
 // (so that the scope is known). Middleware that shapes the response per

@@ -3,6 +3,7 @@ package fiberidem
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"reflect"
@@ -38,10 +39,11 @@ func New(config ...Config) fiber.Handler {
 		if contentLength < 0 {
 			contentLength = -1 // chunked or unknown
 		}
+		route := routeTemplate(c)
 		f, resp := eng.Begin(&core.Request{
 			Context:        localsContext{Context: c.UserContext(), c: c},
 			Method:         stableMethod(method),
-			Route:          routeTemplate(c),
+			Route:          route,
 			Path:           utils.CopyString(c.Path()),
 			Query:          string(req.URI().QueryString()),
 			Header:         requestHeader{&req.Header},
@@ -76,6 +78,9 @@ func New(config ...Config) fiber.Handler {
 			if c.App().ErrorHandler(c, err) != nil {
 				_ = c.SendStatus(fiber.StatusInternalServerError)
 			}
+			if route == "" && unrouted(err) {
+				return nil // the deferred Abort releases the key
+			}
 		}
 		res := c.Response()
 		if res.IsBodyStream() || c.Context().Hijacked() {
@@ -98,6 +103,18 @@ func routeTemplate(c *fiber.Ctx) string {
 		return ""
 	}
 	return r.Path // registered at start-up: not a request buffer
+}
+
+// unrouted reports whether err is the 404 or 405 of Fiber's router, which
+// a Use middleware meets when the request matches no route ("Cannot POST
+// /orderz"). Such a response is sent but not stored, as with the other
+// adapters, so that a key sent to a wrong URL stays free for the right one.
+// A handler behind app.Use that returns a 404 or 405 *fiber.Error itself is
+// treated the same way (a retry runs it again); one behind a middleware
+// mounted on its route is stored as usual.
+func unrouted(err error) bool {
+	var fe *fiber.Error
+	return errors.As(err, &fe) && (fe.Code == fiber.StatusNotFound || fe.Code == fiber.StatusMethodNotAllowed)
 }
 
 // useField is the index of fiber.Route's unexported "use" flag. Fiber v2

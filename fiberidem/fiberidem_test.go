@@ -299,6 +299,15 @@ func TestFiberUseFallsBackToPath(t *testing.T) {
 		t.Fatalf("another path with app.Use: %d %s, want 422 (the path is the route)", r.status, r.body)
 	}
 	wantRuns(t, &runs, 1)
+	// A wrong URL gets Fiber's 404, not stored: the key stays free for the
+	// right URL.
+	for range 2 {
+		if r := c.post("/orderz", order, "Idempotency-Key", "use-2"); r.status != http.StatusNotFound || r.header.Get(core.HeaderReplay) != "" {
+			t.Fatalf("a URL no route matches: %d replay %q %s, want Fiber's 404", r.status, r.header.Get(core.HeaderReplay), r.body)
+		}
+	}
+	want(t, c.post("/orders/3", order, "Idempotency-Key", "use-2"), 201, "created", false)
+	wantRuns(t, &runs, 2)
 	mu.Lock()
 	defer mu.Unlock()
 	if routes[0] != "/orders/1" {
