@@ -106,7 +106,12 @@ type result struct {
 
 func (s *server) post(user, key, body string) result {
 	s.t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, s.url+"/orders", strings.NewReader(body))
+	return s.send(http.MethodPost, "/orders", user, key, body)
+}
+
+func (s *server) send(method, path, user, key, body string) result {
+	s.t.Helper()
+	req, _ := http.NewRequest(method, s.url+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-User-ID", user)
 	if key != "" {
@@ -262,8 +267,29 @@ func testContract(t *testing.T, s *server) {
 	wantProblem(t, "300-character key", s.post("alice", strings.Repeat("k", 300), order), http.StatusBadRequest, "invalid-key")
 	wantProblem(t, "non-ASCII key", s.post("alice", "clé-"+newKey(t), order), http.StatusBadRequest, "invalid-key")
 
+	// A wrong URL or method gets the framework's 404 or 405, whatever the
+	// key: the request never was the handler's, and the key stays alice's.
+	for _, stray := range []struct {
+		method, path string
+		status       int
+	}{
+		{http.MethodPost, "/nowhere", http.StatusNotFound},
+		{http.MethodPost, "/ORDERS", http.StatusNotFound},
+		{http.MethodPut, "/orders", http.StatusMethodNotAllowed},
+		{http.MethodDelete, "/orders", http.StatusMethodNotAllowed},
+	} {
+		for _, k := range []string{key, strings.Repeat("k", 300)} {
+			wantStatus(t, stray.method+" "+stray.path, s.send(stray.method, stray.path, "alice", k, order), stray.status)
+		}
+	}
+	wantReplay(t, "retry after requests to wrong URLs", s.post("alice", key, order), first)
+
 	// The handler's own 400s are stored and replayed.
-	for name, body := range map[string]string{"qty 0": `{"item": "book", "qty": 0}`, "broken JSON": `{"item": `} {
+	for name, body := range map[string]string{
+		"qty 0":         `{"item": "book", "qty": 0}`,
+		"broken JSON":   `{"item": `,
+		"trailing data": `{"item": "book", "qty": 1}xyz`,
+	} {
 		k := newKey(t)
 		r := s.post("alice", k, body)
 		wantStatus(t, name, r, http.StatusBadRequest)

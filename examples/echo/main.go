@@ -10,6 +10,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 
@@ -72,14 +73,17 @@ type handlers struct{ svc *orders.Service }
 //	@Failure	500			{object}	orders.Error
 //	@Router		/orders [post]
 func (h *handlers) create(c echo.Context) error {
-	// JSON whatever the Content-Type says, as in the other examples (c.Bind
-	// would pick a binder by Content-Type).
-	var req orders.CreateRequest
-	if err := c.Echo().JSONSerializer.Deserialize(c, &req); err != nil {
-		return invalid(err)
+	// orders.Decode, as in the other examples: JSON whatever the
+	// Content-Type says (c.Bind would pick a binder by Content-Type), and
+	// all of it (Echo's JSONSerializer decodes a stream, and would take
+	// {"item":"book","qty":1}xyz for an order).
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, err.Error()).SetInternal(err)
 	}
-	if err := req.Validate(); err != nil {
-		return invalid(err)
+	req, err := orders.Decode(body)
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, err.Error()).SetInternal(err)
 	}
 	o, err := h.svc.Create(c.Request().Context(), req)
 	if err != nil {
@@ -102,19 +106,6 @@ func (h *handlers) list(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, l)
-}
-
-// invalid is the 400 of a request the handler refuses: broken JSON (from
-// the serializer) or a failed validation.
-func invalid(err error) error {
-	var he *echo.HTTPError
-	switch {
-	case errors.As(err, &he):
-		err = fmt.Errorf("%w: %v", orders.ErrInvalid, he.Message)
-	case !errors.Is(err, orders.ErrInvalid):
-		err = fmt.Errorf("%w: %v", orders.ErrInvalid, err)
-	}
-	return echo.NewHTTPError(http.StatusBadRequest, err.Error()).SetInternal(err)
 }
 
 // renderError is the app's HTTPErrorHandler: an *echo.HTTPError keeps its

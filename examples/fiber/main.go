@@ -31,6 +31,10 @@ func main() {
 	h := &handlers{svc: app.Orders}
 	f := fiber.New(fiber.Config{
 		DisableStartupMessage: true,
+		// Routes as in the other examples: /ORDERS and /orders/ are not
+		// /orders (Fiber matches them by default).
+		CaseSensitive: true,
+		StrictRouting: true,
 		// Handlers return errors; this renders them as {"error": …}. For a
 		// request with a key, fiberidem calls it itself, so that a 400 is
 		// stored and replayed like any 4xx, and a 500 is not stored.

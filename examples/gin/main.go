@@ -8,7 +8,6 @@
 package main
 
 import (
-	"fmt"
 	"log"
 	"net/http"
 
@@ -31,6 +30,9 @@ func main() {
 
 	h := &handlers{svc: app.Orders}
 	r := gin.New()
+	// 405 for a method /orders does not serve, as in the other examples
+	// (Gin answers 404 by default).
+	r.HandleMethodNotAllowed = true
 	// Recovery outside idem: a panic releases the key's lock, nothing is
 	// stored, and the client's retry runs the handler again. GET is not
 	// covered by the Engine and passes through; POST /orders is protected,
@@ -81,12 +83,15 @@ type handlers struct{ svc *orders.Service }
 //	@Failure	500			{object}	orders.Error
 //	@Router		/orders [post]
 func (h *handlers) create(c *gin.Context) {
-	var req orders.CreateRequest
-	if err := c.ShouldBindJSON(&req); err != nil {
-		c.JSON(http.StatusBadRequest, orders.Error{Error: fmt.Errorf("%w: %v", orders.ErrInvalid, err).Error()})
+	// orders.Decode, as in the other examples: c.ShouldBindJSON decodes a
+	// stream, and would take {"item":"book","qty":1}xyz for an order.
+	body, err := c.GetRawData()
+	if err != nil {
+		c.JSON(http.StatusBadRequest, orders.Error{Error: err.Error()})
 		return
 	}
-	if err := req.Validate(); err != nil {
+	req, err := orders.Decode(body)
+	if err != nil {
 		c.JSON(http.StatusBadRequest, orders.Error{Error: err.Error()})
 		return
 	}

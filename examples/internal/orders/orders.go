@@ -72,11 +72,10 @@ func Decode(body []byte) (CreateRequest, error) {
 	if err := json.Unmarshal(body, &req); err != nil {
 		return req, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return req, req.Validate()
+	return req, req.validate()
 }
 
-// Validate checks a request that a framework's binder has decoded.
-func (r CreateRequest) Validate() error {
+func (r CreateRequest) validate() error {
 	switch {
 	case r.Item == "":
 		return fmt.Errorf("%w: item is required", ErrInvalid)
