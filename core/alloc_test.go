@@ -3,6 +3,7 @@ package core_test
 import (
 	"bytes"
 	"net/http"
+	"runtime"
 	"strconv"
 	"testing"
 
@@ -116,5 +117,33 @@ func TestAllocationBudget(t *testing.T) {
 	}
 	if noKey > noKeyAllocBudget {
 		t.Errorf("no key: %.0f allocs/request, budget %d", noKey, noKeyAllocBudget)
+	}
+}
+
+// A declared body length is not allocated before the bytes arrive: a client
+// that declares 1 MiB and sends two bytes costs the buffer's cap
+// (initialBodyBuffer, 64 KiB), not the megabyte.
+func TestDeclaredBodyLengthNotAllocatedUpFront(t *testing.T) {
+	eng, _ := core.New(core.Config{})
+	const n = 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		f, resp := eng.Begin(&core.Request{
+			Method:        http.MethodPost,
+			Path:          "/orders",
+			Header:        http.Header{"Idempotency-Key": {"declared-" + strconv.Itoa(i)}},
+			Body:          bytes.NewReader([]byte("{}")),
+			ContentLength: 1 << 20,
+		})
+		if f == nil {
+			t.Fatalf("Begin: %+v", resp)
+		}
+		f.Abort()
+	}
+	runtime.ReadMemStats(&after)
+	if perRequest := (after.TotalAlloc - before.TotalAlloc) / n; perRequest > 128<<10 {
+		t.Fatalf("%d bytes allocated per request, want the 64 KiB buffer and little more", perRequest)
 	}
 }

@@ -64,6 +64,10 @@ type Engine struct {
 	retry  string          // Retry-After, in seconds
 }
 
+// initialBodyBuffer bounds the buffer allocated for a request body before
+// its bytes arrive.
+const initialBodyBuffer = 64 << 10
+
 // Wait mode without a core.Waiter polls Acquire with exponential backoff.
 const (
 	firstWaitStep = 10 * time.Millisecond
@@ -197,6 +201,7 @@ func (e *Engine) acquire(ctx context.Context, f *Flight) (*Flight, *Response) {
 	var (
 		inFlight bool  // the key was seen in flight
 		waitErr  error // a store error met since
+		last     bool  // the wait is over: this was the last look
 	)
 	for {
 		// Not cancelled with the request: a store call cut off half-way may
@@ -220,9 +225,14 @@ func (e *Engine) acquire(ctx context.Context, f *Flight) (*Flight, *Response) {
 			// FailClosed says. Keep waiting; at the deadline, 409.
 			waitErr = err
 		}
-		if ctx.Err() == nil && time.Now().Before(deadline) {
-			if err := e.wait(ctx, f.id, deadline, step); err == nil {
+		if e.cfg.Wait > 0 && !last && ctx.Err() == nil {
+			if time.Now().Before(deadline) && e.wait(ctx, f.id, deadline, step) == nil {
 				step = min(2*step, maxWaitStep)
+				continue
+			}
+			// The deadline cut the last backoff step short: look once
+			// more, the first request may have finished meanwhile.
+			if last = ctx.Err() == nil; last {
 				continue
 			}
 		}
@@ -317,9 +327,12 @@ func (e *Engine) readBody(req *Request) ([]byte, error) {
 	if req.ContentLength > limit {
 		return nil, errBodyTooLarge
 	}
-	// One allocation when the length is declared; read one byte past the
-	// limit to tell "exactly the limit" from "over it".
-	buf := make([]byte, 0, max(min(req.ContentLength, limit)+1, 512))
+	// One allocation when the length is declared, up to initialBodyBuffer:
+	// past that the buffer grows as the bytes arrive, so that a client that
+	// declares a large body and sends it slowly does not hold that much
+	// memory from the start. Read one byte past the limit to tell "exactly
+	// the limit" from "over it".
+	buf := make([]byte, 0, max(min(req.ContentLength, limit, initialBodyBuffer)+1, 512))
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
@@ -367,7 +380,7 @@ func (e *Engine) key(h HeaderGetter) (key string, present bool, err error) {
 		err = e.cfg.ValidateKey(key)
 	}
 	if err != nil {
-		return raw, true, fmt.Errorf("%w: %v", ErrInvalidKey, err)
+		return raw, true, fmt.Errorf("%w: %w", ErrInvalidKey, err) // the validator's error stays reachable with errors.Is and errors.As
 	}
 	return key, true, nil
 }

@@ -292,6 +292,30 @@ func TestWaitModePollsStoresWithoutWaiter(t *testing.T) {
 	}
 }
 
+// A waiter whose backoff would overshoot Config.Wait looks once more at the
+// deadline: polls at about 10, 30, 70 and 150 ms into the wait, the first
+// request done at about 180 ms, the next step (160 ms) cut at 300 ms.
+func TestWaitLooksOnceMoreAtTheDeadline(t *testing.T) {
+	eng, _ := core.New(core.Config{Wait: 300 * time.Millisecond, Store: pollingStore{core.NewMemoryStore(0)}})
+	var runs atomic.Int32
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		time.Sleep(200 * time.Millisecond)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		post(t, h, "deadline", "{}")
+	}()
+	time.Sleep(20 * time.Millisecond)
+	w := post(t, h, "deadline", "{}")
+	<-done
+	if w.Code != http.StatusCreated || w.Header().Get(core.HeaderReplay) != "true" || runs.Load() != 1 {
+		t.Fatalf("waiter: %d replay %q, handler runs %d; want the replay of the one run", w.Code, w.Header().Get(core.HeaderReplay), runs.Load())
+	}
+}
+
 func TestSlogObserverMasksKeys(t *testing.T) {
 	var buf bytes.Buffer
 	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -565,5 +589,23 @@ func TestExpiredLockStoredLate(t *testing.T) {
 	}
 	if ev.count(core.OutcomeStored) != 1 || ev.count(core.OutcomeReplay) != 1 {
 		t.Errorf("events %v, want stored then replay", ev.all)
+	}
+}
+
+// A validator's error stays in the chain of the event's error, under
+// ErrInvalidKey, for an Observer that branches on it.
+func TestValidatorErrorWrapped(t *testing.T) {
+	errBadTenant := errors.New("unknown tenant prefix")
+	var ev events
+	eng, _ := core.New(core.Config{
+		ValidateKey: func(string) error { return errBadTenant },
+		Observer:    ev.observe,
+	})
+	h := eng.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("handler ran") }))
+	if w := post(t, h, "k", "{}"); w.Code != http.StatusBadRequest {
+		t.Fatalf("status %d, want 400", w.Code)
+	}
+	if len(ev.all) != 1 || !errors.Is(ev.all[0].Err, core.ErrInvalidKey) || !errors.Is(ev.all[0].Err, errBadTenant) {
+		t.Fatalf("events %v, want one whose error is both ErrInvalidKey and the validator's", ev.all)
 	}
 }

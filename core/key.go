@@ -33,7 +33,7 @@ func ValidateUUIDv4(key string) error {
 		return err
 	}
 	if u.Version() != 4 || u.Variant() != uuid.RFC4122 {
-		return fmt.Errorf("not a version 4 UUID (version %d)", u.Version())
+		return fmt.Errorf("not a version 4 UUID (version %d, variant %s)", u.Version(), u.Variant())
 	}
 	return nil
 }

@@ -16,8 +16,10 @@ const DefaultMemoryMaxEntries = 100_000
 // balancer need a shared store such as the Redis one.
 //
 // Expired entries are swept on every Acquire from a heap ordered by expiry,
-// so memory is bounded by the live keys and no goroutine runs in the
-// background; nothing needs closing. A store holding MaxEntries live keys
+// so the number of entries is bounded by the live keys and no goroutine runs
+// in the background; nothing needs closing. The entries' size is bounded by
+// the Engine's Config.MaxStoredBodyBytes per record (1 MiB by default):
+// lower it, or MaxEntries, to bound the store's memory more tightly. A store holding MaxEntries live keys
 // answers ErrStoreFull, which the Engine handles like any store error.
 // MemoryStore implements Waiter: a waiting request wakes up when the lock is
 // released, not by polling.

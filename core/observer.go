@@ -49,7 +49,7 @@ func (o Outcome) String() string {
 // for concurrent use.
 type Event struct {
 	Outcome Outcome
-	Key     string // the client's key as sent; mask it before logging (MaskKey)
+	Key     string // the client's key, unquoted; mask it before logging (MaskKey)
 	Scope   string
 	Method  string
 	Route   string

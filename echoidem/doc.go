@@ -38,7 +38,9 @@
 // echoidem.New(eng)). Put middleware.Recover() before it (outside): after a
 // panic the key's lock is released and nothing is stored, so a retry runs
 // the handler again. Put authentication before it too, so that a scope can
-// read the user.
+// read the user, and middleware that shapes the response per client, such
+// as middleware.Gzip(), so that what is stored does not depend on one
+// client's Accept-Encoding.
 //
 // # Scope
 //

@@ -27,12 +27,15 @@
 // after ginidem is part of the protected response: if it answers with
 // c.AbortWithStatusJSON (say 403), that response is stored and replayed
 // like any other. To protect only some routes, use it on a group
-// (api := r.Group("/api", ginidem.New(eng))) or on a route.
+// (api := r.Group("/api", ginidem.New(eng))) or on a route. Middleware that
+// shapes the response per client, such as gzip, belongs before ginidem, so
+// that what is stored does not depend on one client's Accept-Encoding.
 //
 // The route template (core.Event.Route, and the endpoint of
-// core.Config.ScopeRoute) is c.FullPath() ("/orders/:id"). A request that matched no route (the NoRoute and
-// NoMethod handlers) passes through untouched, like the 404 and 405 of the
-// other adapters: a key sent to a wrong URL stays free for the right one.
+// core.Config.ScopeRoute) is c.FullPath() ("/orders/:id"). A request that
+// matched no route (the NoRoute and NoMethod handlers) passes through
+// untouched, as in the other adapters: a key sent to a wrong URL gets Gin's
+// 404 or 405 and stays free for the right one.
 //
 // # Scope
 //

@@ -142,8 +142,9 @@ type writer struct {
 	streamed bool
 }
 
-// snapshot keeps the headers as Gin sends them, on the first write: later
-// changes never reach the client, so they are not stored.
+// snapshot keeps the headers as Gin sends them, on the first write or
+// WriteHeaderNow: later changes never reach the client, so they are not
+// stored.
 func (w *writer) snapshot() {
 	if w.sent == nil {
 		w.sent = w.Header().Clone()
@@ -160,6 +161,12 @@ func (w *writer) WriteString(s string) (int, error) {
 	w.snapshot()
 	w.f.Write([]byte(s)) //nolint:errcheck // never fails
 	return w.ResponseWriter.WriteString(s)
+}
+
+// WriteHeaderNow sends the headers without a body (c.AbortWithStatus).
+func (w *writer) WriteHeaderNow() {
+	w.snapshot()
+	w.ResponseWriter.WriteHeaderNow()
 }
 
 // Flush marks the response as streamed: it is not stored.

@@ -99,6 +99,29 @@ func TestGinAbortWithStatusJSONStored(t *testing.T) {
 	wantRuns(t, "the handler", &runs, 0)
 }
 
+// Headers set after c.AbortWithStatus never reach the client (the headers
+// went out with the status): they are not stored either.
+func TestGinAbortWithStatusHeadersAsSent(t *testing.T) {
+	t.Parallel()
+	r := gin.New()
+	r.Use(ginidem.New(newEngine(t, core.Config{})))
+	r.POST("/orders", func(c *gin.Context) {
+		c.Header("X-Early", "sent")
+		c.AbortWithStatus(http.StatusAccepted)
+		c.Header("X-Late", "never sent")
+	})
+	for i := range 2 {
+		rec := post(r, "/orders", "abort-status-1")
+		got := rec.Result().Header // as on the wire: at WriteHeader
+		if rec.Code != http.StatusAccepted || got.Get("X-Early") != "sent" || got.Get("X-Late") != "" {
+			t.Fatalf("response %d: %d, X-Early %q, X-Late %q", i+1, rec.Code, got.Get("X-Early"), got.Get("X-Late"))
+		}
+		if replay := got.Get(core.HeaderReplay) == "true"; replay != (i == 1) {
+			t.Fatalf("response %d: replay %v", i+1, replay)
+		}
+	}
+}
+
 // A handler that records c.Error and writes nothing leaves its response to
 // an error middleware before ginidem, after ginidem has returned: nothing is
 // stored, the lock is released, and the retry runs the handler again.
