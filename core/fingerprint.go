@@ -1,9 +1,14 @@
 package core
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"io"
+	"mime"
+	"mime/multipart"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -21,7 +26,7 @@ func fingerprint(method, path, query, contentType string, body []byte, critical 
 	if len(body) > 0 {
 		mt = mediaType(contentType)
 	}
-	canon := canonicalBody(mt, body)
+	canon := canonicalBody(contentType, mt, body)
 	if query != "" {
 		if v, err := url.ParseQuery(query); err == nil {
 			query = v.Encode()
@@ -54,9 +59,14 @@ func appendField(b []byte, s string) []byte {
 //     written (1.0 and 1 differ, so do "\u0041" and "A");
 //   - form data (application/x-www-form-urlencoded): keys sorted, the order
 //     of the values of one key kept;
-//   - anything else, or a JSON or form body that does not parse: the raw bytes.
+//   - multipart/form-data: the parts without the boundary, which a client
+//     draws anew for every attempt (each part's form name, file name,
+//     Content-Type and content), sorted by form name, the order of the
+//     parts of one name kept;
+//   - anything else, or a body of those types that does not parse: the raw
+//     bytes.
 func CanonicalBody(contentType string, body []byte) []byte {
-	return canonicalBody(mediaType(contentType), body)
+	return canonicalBody(contentType, mediaType(contentType), body)
 }
 
 // mediaType returns the media type of a Content-Type, lower-cased, without
@@ -66,7 +76,7 @@ func mediaType(contentType string) string {
 	return strings.ToLower(strings.TrimSpace(mt))
 }
 
-func canonicalBody(mt string, body []byte) []byte {
+func canonicalBody(contentType, mt string, body []byte) []byte {
 	if len(body) == 0 {
 		return body
 	}
@@ -79,6 +89,52 @@ func canonicalBody(mt string, body []byte) []byte {
 		if v, err := url.ParseQuery(string(body)); err == nil {
 			return []byte(v.Encode())
 		}
+	case mt == "multipart/form-data":
+		if c, ok := canonicalMultipart(contentType, body); ok {
+			return c
+		}
 	}
 	return body
+}
+
+// canonicalMultipart returns the canonical form of a multipart/form-data
+// body (see CanonicalBody), or false if it has no parts or does not parse.
+func canonicalMultipart(contentType string, body []byte) ([]byte, bool) {
+	_, params, err := mime.ParseMediaType(contentType)
+	if err != nil || params["boundary"] == "" {
+		return nil, false
+	}
+	type part struct {
+		name string
+		enc  []byte // length-prefixed form name, file name, Content-Type, content
+	}
+	var parts []part
+	r := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	for {
+		p, err := r.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, false
+		}
+		content, err := io.ReadAll(p)
+		if err != nil {
+			return nil, false
+		}
+		enc := appendField(nil, p.FormName())
+		enc = appendField(enc, p.FileName())
+		enc = appendField(enc, p.Header.Get("Content-Type"))
+		enc = binary.AppendUvarint(enc, uint64(len(content)))
+		parts = append(parts, part{p.FormName(), append(enc, content...)})
+	}
+	if len(parts) == 0 {
+		return nil, false // not what the Content-Type says: the raw bytes
+	}
+	slices.SortStableFunc(parts, func(a, b part) int { return strings.Compare(a.name, b.name) })
+	c := make([]byte, 0, len(body))
+	for _, p := range parts {
+		c = append(c, p.enc...)
+	}
+	return c, true
 }

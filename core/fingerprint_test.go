@@ -3,6 +3,8 @@ package core
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"mime/multipart"
 	"net/http"
 	"reflect"
 	"runtime"
@@ -148,5 +150,64 @@ func TestCanonicalJSONMemory(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if n := after.TotalAlloc - before.TotalAlloc; n > 4*uint64(len(body)) {
 		t.Errorf("canonicalising %d bytes allocated %d bytes; want at most 4x", len(body), n)
+	}
+}
+
+// multipartBody encodes fields (name, value pairs; a name ending in ".txt"
+// is sent as a file part) with a fresh random boundary, as a client does
+// for every attempt.
+func multipartBody(t *testing.T, fields ...string) (contentType string, body []byte) {
+	t.Helper()
+	var b bytes.Buffer
+	w := multipart.NewWriter(&b)
+	for i := 0; i+1 < len(fields); i += 2 {
+		var err error
+		if strings.HasSuffix(fields[i], ".txt") {
+			var fw io.Writer
+			if fw, err = w.CreateFormFile("file", fields[i]); err == nil {
+				_, err = io.WriteString(fw, fields[i+1])
+			}
+		} else {
+			err = w.WriteField(fields[i], fields[i+1])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return w.FormDataContentType(), b.Bytes()
+}
+
+func TestCanonicalMultipart(t *testing.T) {
+	fp := func(fields ...string) [32]byte {
+		ct, body := multipartBody(t, fields...)
+		return fingerprint("POST", "/upload", "", ct, body, nil, http.Header{})
+	}
+	base := fp("amount", "100", "currency", "EUR", "invoice.txt", "paid")
+	if fp("amount", "100", "currency", "EUR", "invoice.txt", "paid") != base {
+		t.Error("the same form with another boundary changed the fingerprint")
+	}
+	if fp("invoice.txt", "paid", "currency", "EUR", "amount", "100") != base {
+		t.Error("the order of the form's fields changed the fingerprint")
+	}
+	for name, other := range map[string][32]byte{
+		"value":        fp("amount", "1000", "currency", "EUR", "invoice.txt", "paid"),
+		"file content": fp("amount", "100", "currency", "EUR", "invoice.txt", "unpaid"),
+		"file name":    fp("amount", "100", "currency", "EUR", "receipt.txt", "paid"),
+		"field moved":  fp("amount", "100EUR", "currency", "", "invoice.txt", "paid"),
+		"values order": fp("a", "1", "a", "2"),
+	} {
+		if other == base || (name == "values order" && other == fp("a", "2", "a", "1")) {
+			t.Errorf("changing the %s did not change the fingerprint", name)
+		}
+	}
+	// Bytes that are not the multipart body the Content-Type announces are
+	// fingerprinted raw: two different ones never meet.
+	ct, _ := multipartBody(t, "a", "1")
+	if fingerprint("POST", "/upload", "", ct, []byte("garbage one"), nil, http.Header{}) ==
+		fingerprint("POST", "/upload", "", ct, []byte("garbage two"), nil, http.Header{}) {
+		t.Error("two bodies without parts have one fingerprint")
 	}
 }
