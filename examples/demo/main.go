@@ -193,9 +193,11 @@ func (d *demo) run() {
 	d.check(bob.status == http.StatusCreated && bob.header.Get("X-Idempotency-Replay") == "", "201: keys are scoped per user, bob's order is his own")
 
 	fmt.Println("\n5. A malformed key (300 characters)")
+	orders := d.count()
 	bad := d.post(strings.Repeat("k", 300), user, order)
 	show(bad)
-	d.check(bad.status == http.StatusBadRequest, "400 problem+json, the handler did not run")
+	d.check(bad.status == http.StatusBadRequest && strings.HasPrefix(bad.header.Get("Content-Type"), "application/problem+json") &&
+		d.count() == orders, "400 problem+json, the handler did not run")
 
 	fmt.Println("\n6. The handler fails (item \"boom\"): 500 is not stored, a retry runs again")
 	boomKey := newKey()
@@ -227,7 +229,7 @@ func (d *demo) run() {
 			created = r.body
 		case r.status == http.StatusCreated:
 			counts["201 replay"]++
-		case r.status == http.StatusConflict:
+		case r.status == http.StatusConflict && r.header.Get("Retry-After") != "":
 			counts["409 in flight"]++
 		default:
 			counts[fmt.Sprintf("%d other", r.status)]++

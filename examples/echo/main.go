@@ -38,6 +38,7 @@ func main() {
 	// echoidem calls it before storing, so a 400 is stored and replayed as
 	// the client first saw it, and a 500 is not stored.
 	e.HTTPErrorHandler = renderError
+	e.Server.ReadTimeout = exampleapp.ReadTimeout
 	e.Use(middleware.Recover()) // outside idem: a panic releases the key's lock
 	// After routing, so the middleware sees the route template (c.Path());
 	// GET is not covered and passes through.

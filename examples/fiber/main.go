@@ -31,6 +31,7 @@ func main() {
 	h := &handlers{svc: app.Orders}
 	f := fiber.New(fiber.Config{
 		DisableStartupMessage: true,
+		ReadTimeout:           exampleapp.ReadTimeout,
 		// Routes as in the other examples: /ORDERS and /orders/ are not
 		// /orders (Fiber matches them by default).
 		CaseSensitive: true,

@@ -48,7 +48,7 @@ func main() {
 		log.Fatal(err)
 	}
 
-	srv := &http.Server{Addr: app.Addr, Handler: r}
+	srv := &http.Server{Addr: app.Addr, Handler: r, ReadTimeout: exampleapp.ReadTimeout}
 	if err := app.Serve("gin", srv.ListenAndServe, srv.Shutdown); err != nil {
 		log.Fatal(err)
 	}

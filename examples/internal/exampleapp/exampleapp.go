@@ -26,6 +26,12 @@ import (
 // authentication, and the scope of idempotency keys.
 const UserHeader = "X-User-ID"
 
+// ReadTimeout bounds the reading of a request, its headers and body, in
+// every example server: a client that stalls half-way is cut off rather than
+// holding its connection for ever. No write timeout: delay_ms may hold a
+// response as long as the client asks.
+const ReadTimeout = 30 * time.Second
+
 // App is what an example server needs.
 type App struct {
 	Addr   string       // $ADDR, default 127.0.0.1:8080
