@@ -37,7 +37,7 @@ func Example() {
 	summarize(out)
 	// Output:
 	// GET /orders: responses [200]
-	// POST /orders: header Idempotency-Key (required: true, maxLength: 255); responses [201 400 409 422]; 201 headers [X-Idempotency-Replay]
+	// POST /orders: header Idempotency-Key (required: true, maxLength: 255); responses [201 400 409 413 422]; 201 headers [X-Idempotency-Replay]
 }
 
 // A swag docs.go template is rewritten once, before it is served; its

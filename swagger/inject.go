@@ -13,8 +13,8 @@ import (
 )
 
 // ProblemSchema is the name of the definition (Swagger 2.0) or component
-// schema (OpenAPI 3) of the problem details body of the 400, 409 and 422
-// responses. It is added once, unless the document already has one by that
+// schema (OpenAPI 3) of the problem details body of the 400, 409, 413 and
+// 422 responses. It is added once, unless the document already has one by that
 // name.
 const ProblemSchema = "idem.Problem"
 
@@ -251,8 +251,10 @@ func (in *injector) operation(item, op *yaml.Node) error {
 	}
 	for i := 0; i+1 < len(responses.Content); i += 2 {
 		code, resp := responses.Content[i].Value, responses.Content[i+1]
-		if len(code) != 3 || code[0] != '2' || resp.Kind != yaml.MappingNode || resp.Anchor != "" || get(resp, "$ref") != nil {
-			continue // not a success response, or one shared with other operations
+		status, err := strconv.Atoi(code)
+		if err != nil || len(code) != 3 || !in.opts.Storable(status) || resp.Kind != yaml.MappingNode || resp.Anchor != "" ||
+			get(resp, "$ref") != nil || in.isProblem(resp) {
+			continue // not a response that is stored, one shared with other operations, or idem's own
 		}
 		headers := get(resp, "headers")
 		if headers == nil {
@@ -271,7 +273,7 @@ func (in *injector) operation(item, op *yaml.Node) error {
 		}
 	}
 	added := false
-	for _, code := range []string{"400", "409", "422"} {
+	for _, code := range []string{"400", "409", "413", "422"} {
 		if get(responses, code) == nil {
 			k := insertSorted(responses, code, in.problemResponse(code))
 			if like != nil {
@@ -285,6 +287,18 @@ func (in *injector) operation(item, op *yaml.Node) error {
 	}
 	in.problem = in.problem || added
 	return nil
+}
+
+// isProblem reports whether resp is one of idem's problem responses: its
+// body is ProblemSchema.
+func (in *injector) isProblem(resp *yaml.Node) bool {
+	schema := get(resp, "schema")
+	ref := "#/definitions/" + ProblemSchema
+	if in.v3 {
+		schema = get(get(get(resp, "content"), problemJSON), "schema")
+		ref = "#/components/schemas/" + ProblemSchema
+	}
+	return scalar(get(schema, "$ref")) == ref
 }
 
 // hasKeyParam reports whether a parameter list has the key header.
@@ -360,6 +374,8 @@ func (in *injector) problemResponse(code string) *yaml.Node {
 		}
 	case "409":
 		desc = "A request with the same idempotency key is still in progress; retry after Retry-After seconds."
+	case "413":
+		desc = "The request carries an idempotency key and a body over " + strconv.FormatInt(in.opts.MaxBodyBytes, 10) + " bytes."
 	case "422":
 		desc = "The idempotency key was already used with a different request."
 	}

@@ -282,7 +282,7 @@ func TestHandWritten(t *testing.T) {
 				t.Errorf("a second key parameter was added:\n%s", out)
 			}
 			// The responses are still added.
-			for _, code := range []string{"400", "409", "422"} {
+			for _, code := range []string{"400", "409", "413", "422"} {
 				if _, ok := op["responses"].(map[string]any)[code]; !ok {
 					t.Errorf("no %s response", code)
 				}
@@ -295,13 +295,13 @@ func TestHandWrittenResponsesKept(t *testing.T) {
 	t.Parallel()
 	doc := `{"swagger": "2.0", "paths": {"/o": {"post": {"responses": {
 		"201": {"description": "Created", "headers": {"x-idempotency-replay": {"type": "string", "description": "mine"}}},
-		"400": {"description": "mine 400"}, "409": {"description": "mine 409"}, "422": {"description": "mine 422"}}}}}}`
+		"400": {"description": "mine 400"}, "409": {"description": "mine 409"}, "413": {"description": "mine 413"}, "422": {"description": "mine 422"}}}}}}`
 	out, err := Inject([]byte(doc), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp := operations(t, out)["/o"]["post"]["responses"].(map[string]any)
-	for _, code := range []string{"400", "409", "422"} {
+	for _, code := range []string{"400", "409", "413", "422"} {
 		if d := resp[code].(map[string]any)["description"]; d != "mine "+code {
 			t.Errorf("%s: description %q", code, d)
 		}
@@ -481,5 +481,44 @@ func TestSortOperations(t *testing.T) {
 	want := []Operation{{"POST", "/a"}, {"PUT", "/a"}, {"POST", "/b"}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("SortOperations = %v, want %v", got, want)
+	}
+}
+
+// The replay header goes on the documented responses the Engine's policy
+// stores, which a retry may get back; the 413 names the Engine's limit.
+func TestReplayHeaderOnStoredResponses(t *testing.T) {
+	t.Parallel()
+	doc := `{"swagger": "2.0", "paths": {"/o": {"post": {"responses": {
+		"201": {"description": "Created"}, "400": {"description": "the app's own"},
+		"429": {"description": "slow down"}, "500": {"description": "failed"}, "default": {"description": "other"}}}}}}`
+	for name, tc := range map[string]struct {
+		cfg  core.Config
+		want []string // the responses with the replay header
+	}{
+		"default policy": {core.Config{MaxBodyBytes: 4096}, []string{"201", "400"}},
+		"2xx only":       {core.Config{MaxBodyBytes: 4096, Storable: func(s int) bool { return s < 300 }}, []string{"201"}},
+	} {
+		eng, err := core.New(tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := Inject([]byte(doc), OptionsFor(eng.Config()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp := operations(t, out)["/o"]["post"]["responses"].(map[string]any)
+		var got []string
+		for code, r := range resp {
+			if h, _ := r.(map[string]any)["headers"].(map[string]any); h[core.HeaderReplay] != nil {
+				got = append(got, code)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: replay header on %v, want %v", name, got, tc.want)
+		}
+		if d, _ := resp["413"].(map[string]any)["description"].(string); !strings.Contains(d, "4096 bytes") {
+			t.Errorf("%s: 413 %q does not name the limit", name, d)
+		}
 	}
 }

@@ -22,6 +22,14 @@ type Options struct {
 	// MaxKeyLength is the documented maxLength of the key.
 	// Default: core.DefaultMaxKeyLength.
 	MaxKeyLength int
+	// MaxBodyBytes is the body size past which a request with a key gets
+	// 413, as the Engine's Config.MaxBodyBytes. Default:
+	// core.DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Storable is the Engine's store policy (Config.Storable): the
+	// documented responses whose status it stores get the replay header.
+	// Default: core.DefaultStorable.
+	Storable func(status int) bool
 	// Methods are the covered methods; an operation with another method is
 	// left untouched. Default: core.DefaultMethods.
 	Methods []string
@@ -59,6 +67,8 @@ func OptionsFor(cfg core.Config, ops ...Operation) Options {
 		KeyHeader:    cfg.KeyHeader,
 		Required:     cfg.Required,
 		MaxKeyLength: cfg.MaxKeyLength,
+		MaxBodyBytes: cfg.MaxBodyBytes,
+		Storable:     cfg.Storable,
 		Methods:      append([]string(nil), cfg.Methods...),
 		Operations:   ops,
 	}
@@ -237,6 +247,12 @@ func (o Options) filled() Options {
 	}
 	if o.MaxKeyLength == 0 {
 		o.MaxKeyLength = core.DefaultMaxKeyLength
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = core.DefaultMaxBodyBytes
+	}
+	if o.Storable == nil {
+		o.Storable = core.DefaultStorable
 	}
 	if o.Methods == nil {
 		o.Methods = core.DefaultMethods

@@ -414,9 +414,17 @@ func testSpec(t *testing.T, s *server) {
 	if has("get") {
 		t.Fatal("GET /orders documents Idempotency-Key")
 	}
-	for _, code := range []string{"400", "409", "422"} {
-		if _, ok := doc.Paths["/orders"]["post"].Responses[code]; !ok {
+	responses := doc.Paths["/orders"]["post"].Responses
+	for _, code := range []string{"400", "409", "413", "422"} {
+		if _, ok := responses[code]; !ok {
 			t.Fatalf("POST /orders does not document %s", code)
+		}
+	}
+	// The responses a retry may get replayed (the 201, the handler's own
+	// 400) carry the replay header.
+	for _, code := range []string{"201", "400"} {
+		if !bytes.Contains(responses[code], []byte(`"X-Idempotency-Replay"`)) {
+			t.Fatalf("POST /orders %s does not document X-Idempotency-Replay: %s", code, responses[code])
 		}
 	}
 }
