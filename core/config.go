@@ -113,7 +113,10 @@ type Config struct {
 	// a result of zero or less means ResponseTTL. Default: none.
 	TTL func(*Request) time.Duration
 	// LockTTL bounds how long a lock outlives a crashed instance. The lock is
-	// refreshed every LockTTL/3 while the handler runs. Default: DefaultLockTTL.
+	// refreshed every LockTTL/3 while the handler runs, for as long as it
+	// runs: a handler that never returns keeps its key in flight (409), so
+	// bound handlers with the request's context or a timeout of their own.
+	// Default: DefaultLockTTL.
 	LockTTL time.Duration
 
 	// Wait makes a request whose key is in flight wait up to this long for the
