@@ -32,7 +32,13 @@
 // the catch-all route of a group with middleware (which Echo registers for
 // it), the key is checked and locked, but the 404 is sent without being
 // stored. A handler returning echo.ErrNotFound or echo.ErrMethodNotAllowed
-// itself is not stored either (a retry runs it again).
+// itself is not stored either (a retry runs it again). A context that has
+// not been routed yet also holds echo.NotFoundHandler (under e.Pre, or
+// from e.NewContext in a test): the middleware then routes the request on
+// a context of its own to tell, so a routable request stays protected. An
+// app's own e.RouteNotFound handler is a route like any other: if it writes
+// a 404 and returns nil, that 404 is stored; have it return echo.ErrNotFound
+// (rendered by the app's HTTPErrorHandler) instead.
 // Do not register it with e.Pre. It
 // may also be given to a single route or group: e.POST("/orders", h,
 // echoidem.New(eng)). Put middleware.Recover() before it (outside): after a

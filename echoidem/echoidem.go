@@ -64,7 +64,7 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			req := c.Request()
-			if cfg.Skipper(c) || !eng.Covers(req.Method) || routerAnswer(c.Handler()) {
+			if cfg.Skipper(c) || !eng.Covers(req.Method) || routerAnswer(c) {
 				return next(c)
 			}
 			st := &state{ctx: scopeContext{Context: req.Context(), c: c}}
@@ -146,15 +146,37 @@ func (s *scopeContext) Value(key any) any {
 	return s.Context.Value(key)
 }
 
-// routerAnswer reports whether h is the handler Echo's router picked because
-// no route matched the request: echo.NotFoundHandler or
-// echo.MethodNotAllowedHandler (read when called: an app may replace them).
-// Such a request, under e.Use, passes through untouched, with the 404 or
-// 405 a client would get without the middleware.
-func routerAnswer(h echo.HandlerFunc) bool {
-	p := reflect.ValueOf(h).Pointer()
-	return p == reflect.ValueOf(echo.NotFoundHandler).Pointer() ||
-		p == reflect.ValueOf(echo.MethodNotAllowedHandler).Pointer()
+// routerAnswer reports whether Echo's router found no route for c's request
+// and picked echo.NotFoundHandler or echo.MethodNotAllowedHandler (read
+// when called: an app may replace them). Such a request, under e.Use, passes
+// through untouched, with the 404 or 405 a client would get without the
+// middleware.
+//
+// NotFoundHandler is also what a context holds before it is routed (a
+// middleware registered with e.Pre, a context from e.NewContext in a test):
+// then the request is routed again on a context of our own, so that a
+// routable request is never taken for a 404 and left unprotected. That
+// costs a route lookup on 404s only.
+func routerAnswer(c echo.Context) bool {
+	switch p := reflect.ValueOf(c.Handler()).Pointer(); p {
+	case reflect.ValueOf(echo.MethodNotAllowedHandler).Pointer():
+		return true // only the router sets it
+	case reflect.ValueOf(echo.NotFoundHandler).Pointer():
+		e, req := c.Echo(), c.Request()
+		router := e.Router()
+		if r, ok := e.Routers()[req.Host]; ok { // as Echo picks a host's router
+			router = r
+		}
+		probe := e.AcquireContext()
+		defer func() {
+			probe.Reset(nil, nil) // holds nothing of this request in the pool
+			e.ReleaseContext(probe)
+		}()
+		probe.Reset(req, nil)
+		router.Find(req.Method, echo.GetPath(req), probe)
+		return reflect.ValueOf(probe.Handler()).Pointer() == p
+	}
+	return false
 }
 
 // unrouted reports whether err is what Echo's router answers when no route

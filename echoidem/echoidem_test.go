@@ -314,3 +314,37 @@ func TestEchoUnmatchedRouteNotStored(t *testing.T) {
 		}
 	}
 }
+
+// A context that has not been routed holds echo.NotFoundHandler too: under
+// e.Pre (which the docs advise against) or driven directly on a context
+// from e.NewContext, as handlers are unit-tested, a routable request is
+// still protected, never taken for a 404.
+func TestEchoUnroutedContextStillProtected(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	h := func(c echo.Context) error {
+		runs.Add(1)
+		return c.String(http.StatusCreated, "created")
+	}
+
+	pre := newEcho()
+	pre.Pre(echoidem.New(newEngine(t, core.Config{})))
+	pre.POST("/orders", h)
+	wantResponse(t, "e.Pre, first", send(pre, http.MethodPost, "/orders", "pre-1"), http.StatusCreated, "created", false)
+	wantResponse(t, "e.Pre, retry", send(pre, http.MethodPost, "/orders", "pre-1"), http.StatusCreated, "created", true)
+	wantRuns(t, &runs, 1)
+
+	e := newEcho()
+	e.POST("/orders", h)
+	mw := echoidem.New(newEngine(t, core.Config{}))
+	for i := range 2 {
+		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(order))
+		req.Header.Set("Idempotency-Key", "direct-1")
+		rec := httptest.NewRecorder()
+		if err := mw(h)(e.NewContext(req, rec)); err != nil {
+			t.Fatal(err)
+		}
+		wantResponse(t, "a context from e.NewContext", rec, http.StatusCreated, "created", i == 1)
+	}
+	wantRuns(t, &runs, 2)
+}
