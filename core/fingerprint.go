@@ -19,14 +19,15 @@ import (
 // never a replay of the other order's refund), the query (parameters
 // sorted), the body's media type if there is a body (it says what the body
 // means: a handler may refuse one and accept the other), the canonical body
-// and the critical headers. Every part is length-prefixed, so no two
-// different requests hash the same input.
+// (tagged canonical or raw, so that raw bytes never meet another body's
+// canonical form) and the critical headers. Every part is length-prefixed,
+// so no two different requests hash the same input.
 func fingerprint(method, path, query, contentType string, body []byte, critical []string, header HeaderGetter) [32]byte {
 	var mt string // the media type of a body; none without one
 	if len(body) > 0 {
 		mt = mediaType(contentType)
 	}
-	canon := canonicalBody(contentType, mt, body)
+	canon, canonical := canonicalBody(contentType, mt, body)
 	if query != "" {
 		if v, err := url.ParseQuery(query); err == nil {
 			query = v.Encode()
@@ -37,6 +38,11 @@ func fingerprint(method, path, query, contentType string, body []byte, critical 
 	b = appendField(b, path)
 	b = appendField(b, query)
 	b = appendField(b, mt)
+	if canonical {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
 	b = binary.AppendUvarint(b, uint64(len(canon)))
 	b = append(b, canon...)
 	for _, name := range critical {
@@ -60,13 +66,15 @@ func appendField(b []byte, s string) []byte {
 //   - form data (application/x-www-form-urlencoded): keys sorted, the order
 //     of the values of one key kept;
 //   - multipart/form-data: the parts without the boundary, which a client
-//     draws anew for every attempt (each part's form name, file name,
-//     Content-Type and content), sorted by form name, the order of the
-//     parts of one name kept;
+//     draws anew for every attempt (each part's Content-Disposition,
+//     Content-Type, Content-Transfer-Encoding and content), sorted by form
+//     name, the order of the parts of one name kept; a body of more than
+//     1000 parts is fingerprinted raw, which bounds the work;
 //   - anything else, or a body of those types that does not parse: the raw
 //     bytes.
 func CanonicalBody(contentType string, body []byte) []byte {
-	return canonicalBody(contentType, mediaType(contentType), body)
+	c, _ := canonicalBody(contentType, mediaType(contentType), body)
+	return c
 }
 
 // mediaType returns the media type of a Content-Type, lower-cased, without
@@ -76,65 +84,79 @@ func mediaType(contentType string) string {
 	return strings.ToLower(strings.TrimSpace(mt))
 }
 
-func canonicalBody(contentType, mt string, body []byte) []byte {
+// canonicalBody returns the canonical form of body, and whether it is one
+// (false: the raw bytes).
+func canonicalBody(contentType, mt string, body []byte) ([]byte, bool) {
 	if len(body) == 0 {
-		return body
+		return body, false
 	}
 	switch {
 	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
 		if c, ok := canonicalJSON(body); ok {
-			return c
+			return c, true
 		}
 	case mt == "application/x-www-form-urlencoded":
 		if v, err := url.ParseQuery(string(body)); err == nil {
-			return []byte(v.Encode())
+			return []byte(v.Encode()), true
 		}
 	case mt == "multipart/form-data":
 		if c, ok := canonicalMultipart(contentType, body); ok {
-			return c
+			return c, true
 		}
 	}
-	return body
+	return body, false
 }
 
+// maxMultipartParts bounds the parts of a multipart body put in canonical
+// form: each costs a header map and a sort entry, and a hostile body of
+// empty parts would otherwise cost a hundred times its size.
+const maxMultipartParts = 1000
+
 // canonicalMultipart returns the canonical form of a multipart/form-data
-// body (see CanonicalBody), or false if it has no parts or does not parse.
+// body (see CanonicalBody), or false if it has no parts, too many, or does
+// not parse.
 func canonicalMultipart(contentType string, body []byte) ([]byte, bool) {
 	_, params, err := mime.ParseMediaType(contentType)
 	if err != nil || params["boundary"] == "" {
 		return nil, false
 	}
 	type part struct {
-		name string
-		enc  []byte // length-prefixed form name, file name, Content-Type, content
+		name       string
+		start, end int // its encoding in enc
 	}
-	var parts []part
+	var (
+		parts   []part
+		enc     = make([]byte, 0, len(body)) // the parts' encodings, in body order
+		content bytes.Buffer                 // one part's content, reused
+	)
 	r := multipart.NewReader(bytes.NewReader(body), params["boundary"])
 	for {
-		p, err := r.NextPart()
+		p, err := r.NextRawPart() // raw: the bytes as sent, no decoding
 		if err == io.EOF {
 			break
 		}
-		if err != nil {
+		if err != nil || len(parts) == maxMultipartParts {
 			return nil, false
 		}
-		content, err := io.ReadAll(p)
-		if err != nil {
+		content.Reset()
+		if _, err := content.ReadFrom(p); err != nil {
 			return nil, false
 		}
-		enc := appendField(nil, p.FormName())
-		enc = appendField(enc, p.FileName())
+		start := len(enc)
+		enc = appendField(enc, p.Header.Get("Content-Disposition"))
 		enc = appendField(enc, p.Header.Get("Content-Type"))
-		enc = binary.AppendUvarint(enc, uint64(len(content)))
-		parts = append(parts, part{p.FormName(), append(enc, content...)})
+		enc = appendField(enc, p.Header.Get("Content-Transfer-Encoding"))
+		enc = binary.AppendUvarint(enc, uint64(content.Len()))
+		enc = append(enc, content.Bytes()...)
+		parts = append(parts, part{p.FormName(), start, len(enc)})
 	}
 	if len(parts) == 0 {
 		return nil, false // not what the Content-Type says: the raw bytes
 	}
 	slices.SortStableFunc(parts, func(a, b part) int { return strings.Compare(a.name, b.name) })
-	c := make([]byte, 0, len(body))
+	c := make([]byte, 0, len(enc))
 	for _, p := range parts {
-		c = append(c, p.enc...)
+		c = append(c, enc[p.start:p.end]...)
 	}
 	return c, true
 }

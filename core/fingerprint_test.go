@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"mime"
 	"mime/multipart"
 	"net/http"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -210,4 +212,61 @@ func TestCanonicalMultipart(t *testing.T) {
 		fingerprint("POST", "/upload", "", ct, []byte("garbage two"), nil, http.Header{}) {
 		t.Error("two bodies without parts have one fingerprint")
 	}
+}
+
+// A multipart body of many tiny parts costs a bounded amount of work: past
+// maxMultipartParts it is fingerprinted raw.
+func TestCanonicalMultipartMemory(t *testing.T) {
+	const ct = "multipart/form-data; boundary=B"
+	var hostile []byte
+	for len(hostile) < 1<<20 {
+		hostile = append(hostile, "\r\n--B\r\n\r\n"...)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	c := CanonicalBody(ct, hostile)
+	runtime.ReadMemStats(&after)
+	if !bytes.Equal(c, hostile) {
+		t.Error("a body of more than maxMultipartParts parts was not left raw")
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 4*uint64(len(hostile)) {
+		t.Errorf("%d bytes of empty parts allocated %d bytes; want at most 4x", len(hostile), n)
+	}
+
+	// At the bound, a form is still canonical.
+	fields := make([]string, 0, 2*maxMultipartParts)
+	for i := range maxMultipartParts {
+		fields = append(fields, "f", strconv.Itoa(i))
+	}
+	ct2, body := multipartBody(t, fields...)
+	if bytes.Equal(CanonicalBody(ct2, body), body) {
+		t.Error("a form of maxMultipartParts parts was left raw")
+	}
+}
+
+// Raw bytes never meet another body's canonical form: the bytes of a form's
+// canonical form, sent as the body, are a different request.
+func TestRawBodyNeverMeetsCanonical(t *testing.T) {
+	ct, body := multipartBody(t, "amount", "100")
+	canon := CanonicalBody(ct, body)
+	if bytes.Equal(canon, body) {
+		t.Fatal("the form was not canonicalised")
+	}
+	if fingerprint("POST", "/pay", "", ct, body, nil, http.Header{}) == fingerprint("POST", "/pay", "", ct, canon, nil, http.Header{}) {
+		t.Error("raw bytes equal to a form's canonical form have the form's fingerprint")
+	}
+}
+
+// FuzzCanonicalMultipart: any body under a multipart Content-Type gets a
+// canonical form without panicking, the same one every time.
+func FuzzCanonicalMultipart(f *testing.F) {
+	f.Add("B", []byte("--B\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n--B--\r\n"))
+	f.Add("B", []byte("\r\n--B\r\n\r\n\r\n--B\r\n\r\n"))
+	f.Add("x", []byte("--x\r\nContent-Type: text/plain\r\n\r\n--x--"))
+	f.Fuzz(func(t *testing.T, boundary string, body []byte) {
+		ct := mime.FormatMediaType("multipart/form-data", map[string]string{"boundary": boundary})
+		if !bytes.Equal(CanonicalBody(ct, body), CanonicalBody(ct, body)) {
+			t.Fatal("two canonical forms of one body")
+		}
+	})
 }
