@@ -147,3 +147,31 @@ func TestDeclaredBodyLengthNotAllocatedUpFront(t *testing.T) {
 		t.Fatalf("%d bytes allocated per request, want the 64 KiB buffer and little more", perRequest)
 	}
 }
+
+// A large declared body is read with one growth of the buffer past its
+// first 64 KiB, not a series of reallocations.
+func TestLargeBodyReadWithoutRegrowing(t *testing.T) {
+	eng, _ := core.New(core.Config{})
+	body := bytes.Repeat([]byte("x"), 1<<20-1)
+	const n = 10
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		f, resp := eng.Begin(&core.Request{
+			Method:        http.MethodPost,
+			Path:          "/upload",
+			Header:        http.Header{"Idempotency-Key": {"large-" + strconv.Itoa(i)}},
+			Body:          bytes.NewReader(body),
+			ContentLength: int64(len(body)),
+		})
+		if f == nil {
+			t.Fatalf("Begin: %+v", resp)
+		}
+		f.Abort()
+	}
+	runtime.ReadMemStats(&after)
+	if perRequest := (after.TotalAlloc - before.TotalAlloc) / n; perRequest > uint64(len(body))*3/2 {
+		t.Fatalf("%d bytes allocated per request of %d bytes, want the body's buffer and little more", perRequest, len(body))
+	}
+}

@@ -332,10 +332,15 @@ func (e *Engine) readBody(req *Request) ([]byte, error) {
 	// declares a large body and sends it slowly does not hold that much
 	// memory from the start. Read one byte past the limit to tell "exactly
 	// the limit" from "over it".
-	buf := make([]byte, 0, max(min(req.ContentLength, limit, initialBodyBuffer)+1, 512))
+	want := min(req.ContentLength, limit) + 1 // the whole declared body, or 0 if undeclared
+	buf := make([]byte, 0, max(min(want, initialBodyBuffer), 512))
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			if int64(len(buf)) < want {
+				buf = slices.Grow(buf, int(want)-len(buf)) // the first 64 KiB came: the rest at once
+			} else {
+				buf = append(buf, 0)[:len(buf)]
+			}
 		}
 		n, err := req.Body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -422,9 +427,10 @@ type Flight struct {
 	size   int64
 	hasher hash.Hash
 
-	mu    sync.Mutex // guards done and timer against the refresher
-	done  bool
-	timer *time.Timer
+	mu      sync.Mutex // guards done, expired and timer against the refresher
+	done    bool
+	expired bool // a refresh found the lock gone
+	timer   *time.Timer
 }
 
 // Body returns the request body that Begin read, for the handler.
@@ -461,6 +467,9 @@ func (f *Flight) Complete(status int, header http.Header) {
 	if !f.finish() {
 		return
 	}
+	f.mu.Lock()
+	expired := f.expired
+	f.mu.Unlock()
 	f.ev.Status = status
 	if !storable {
 		f.release(nil)
@@ -492,6 +501,10 @@ func (f *Flight) Complete(status int, header http.Header) {
 	defer cancel()
 	err := f.e.cfg.Store.Complete(ctx, f.id, f.token, data, f.ttl)
 	switch {
+	case err == nil && expired:
+		// Stored late: the lock had expired and nobody took the key, but
+		// for a while a duplicate could have run the handler.
+		f.ev.Outcome, f.ev.Err = OutcomeStored, errStoredLate
 	case err == nil:
 		f.ev.Outcome = OutcomeStored
 	case errors.Is(err, ErrLockLost):
@@ -520,6 +533,10 @@ func (f *Flight) Abort() {
 		f.release(errAborted)
 	}
 }
+
+// errStoredLate is the Err of an OutcomeStored event whose lock expired
+// while the handler ran.
+var errStoredLate = fmt.Errorf("%w while the handler ran (refreshes failed); the response was stored as no other request had taken the key", ErrLockLost)
 
 var errAborted = errors.New("idem: flight aborted: response not stored (panic, streamed, hijacked or not the handler's)")
 
@@ -581,7 +598,10 @@ func (f *Flight) refresh() {
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.done || errors.Is(err, ErrLockLost) {
+	if errors.Is(err, ErrLockLost) {
+		f.expired = true
+	}
+	if f.done || f.expired {
 		// No use refreshing a lock someone else may hold. The loss is
 		// reported once, by Complete or Abort, whose store call finds it.
 		return

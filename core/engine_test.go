@@ -590,6 +590,10 @@ func TestExpiredLockStoredLate(t *testing.T) {
 	if ev.count(core.OutcomeStored) != 1 || ev.count(core.OutcomeReplay) != 1 {
 		t.Errorf("events %v, want stored then replay", ev.all)
 	}
+	// The event says the lock had expired: a duplicate could have run.
+	if !errors.Is(ev.all[0].Err, core.ErrLockLost) {
+		t.Errorf("stored late with Err %v, want one wrapping ErrLockLost", ev.all[0].Err)
+	}
 }
 
 // A validator's error stays in the chain of the event's error, under

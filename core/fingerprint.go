@@ -33,7 +33,9 @@ func fingerprint(method, path, query, contentType string, body []byte, critical 
 			query = v.Encode()
 		}
 	}
-	b := make([]byte, 0, len(method)+len(path)+len(query)+len(mt)+len(canon)+64)
+	// The fields around the body are small: one buffer, hashed before and
+	// after the body, which is hashed where it is rather than copied.
+	b := make([]byte, 0, len(method)+len(path)+len(query)+len(mt)+64)
 	b = appendField(b, method)
 	b = appendField(b, path)
 	b = appendField(b, query)
@@ -44,12 +46,18 @@ func fingerprint(method, path, query, contentType string, body []byte, critical 
 		b = append(b, 0)
 	}
 	b = binary.AppendUvarint(b, uint64(len(canon)))
-	b = append(b, canon...)
+	h := sha256.New()
+	h.Write(b)
+	h.Write(canon)
+	b = b[:0]
 	for _, name := range critical {
 		b = appendField(b, name)
 		b = appendField(b, header.Get(name))
 	}
-	return sha256.Sum256(b)
+	h.Write(b)
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 func appendField(b []byte, s string) []byte {

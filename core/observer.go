@@ -12,7 +12,7 @@ type Outcome int
 // Outcomes reported to the Observer.
 const (
 	OutcomeReplay     Outcome = iota + 1 // a stored response was replayed
-	OutcomeStored                        // the handler ran and its response was stored
+	OutcomeStored                        // the handler ran and its response was stored (with an Err wrapping ErrLockLost if stored late: the lock had expired, no other request had taken the key)
 	OutcomeNotStored                     // the handler ran; its response was not stored (5xx, panic, streamed, policy), the lock was released
 	OutcomeConflict                      // the key was in flight: 409
 	OutcomeMismatch                      // the key was used with another request: 422
@@ -20,7 +20,7 @@ const (
 	OutcomeTooLarge                      // the request body was over the limit: 413
 	OutcomeBadBody                       // the request body could not be read: 400
 	OutcomeStoreError                    // the store failed: before the handler, the request ran unprotected (fail-open) or got 503 (fail-closed); after it, the response was not stored and the lock is left to expire
-	OutcomeLockLost                      // a duplicate took the key after the lock expired while the handler ran; nothing stored (reported once, when the flight ends)
+	OutcomeLockLost                      // the lock expired while the handler ran, and the response was not stored (a duplicate took the key, or it was to be released anyway); reported once, when the flight ends
 )
 
 var outcomeNames = [...]string{
@@ -57,7 +57,9 @@ type Event struct {
 	Status int
 	// Duration is the time from the start of the request to this outcome.
 	Duration time.Duration
-	// Err is the store or validation error behind the outcome, if any.
+	// Err is the store or validation error behind the outcome, if any; for
+	// OutcomeStored, an error wrapping ErrLockLost if the response was
+	// stored after the lock expired.
 	Err error
 }
 
@@ -72,7 +74,8 @@ func MaskKey(key string) string {
 
 // SlogObserver returns an Observer that logs every event to l with the key
 // masked: store errors and lost locks at Error level, conflicts, mismatches,
-// invalid keys and too large bodies at Warn, the rest at Debug.
+// invalid keys, too large bodies and responses stored late (after the lock
+// expired) at Warn, the rest at Debug.
 func SlogObserver(l *slog.Logger) func(Event) {
 	return func(e Event) {
 		level := slog.LevelDebug
@@ -81,6 +84,10 @@ func SlogObserver(l *slog.Logger) func(Event) {
 			level = slog.LevelError
 		case OutcomeConflict, OutcomeMismatch, OutcomeInvalidKey, OutcomeTooLarge, OutcomeBadBody:
 			level = slog.LevelWarn
+		case OutcomeStored:
+			if e.Err != nil {
+				level = slog.LevelWarn
+			}
 		}
 		ctx := context.Background()
 		if !l.Enabled(ctx, level) {
