@@ -336,8 +336,8 @@ func (e *Engine) readBody(req *Request) ([]byte, error) {
 	buf := make([]byte, 0, max(min(want, initialBodyBuffer), 512))
 	for {
 		if len(buf) == cap(buf) {
-			if int64(len(buf)) < want {
-				buf = slices.Grow(buf, int(want)-len(buf)) // the first 64 KiB came: the rest at once
+			if int64(len(buf)) < want { // the first 64 KiB came: room for the rest at once
+				buf = append(make([]byte, 0, want), buf...)
 			} else {
 				buf = append(buf, 0)[:len(buf)]
 			}
