@@ -17,10 +17,11 @@ const DefaultMemoryMaxEntries = 100_000
 //
 // Expired entries are swept on every Acquire from a heap ordered by expiry,
 // so the number of entries is bounded by the live keys and no goroutine runs
-// in the background; nothing needs closing. The entries' size is bounded by
-// the Engine's Config.MaxStoredBodyBytes per record (1 MiB by default):
-// lower it, or MaxEntries, to bound the store's memory more tightly. A store holding MaxEntries live keys
-// answers ErrStoreFull, which the Engine handles like any store error.
+// in the background; nothing needs closing. A store holding its maximum of
+// live keys (NewMemoryStore) answers ErrStoreFull, which the Engine handles
+// like any store error. The entries' size is bounded by the Engine's
+// Config.MaxStoredBodyBytes per record (1 MiB by default): lower it, or the
+// number of keys, to bound the store's memory more tightly.
 // MemoryStore implements Waiter: a waiting request wakes up when the lock is
 // released, not by polling.
 type MemoryStore struct {
@@ -90,9 +91,10 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, record []by
 	e, ok := s.entries[key]
 	switch {
 	case !ok:
-		// The lock expired and nobody took the key: store late.
+		// The lock expired and nobody took the key: store late, if there
+		// is room (if not, the response is lost as with a lock taken over).
 		if len(s.entries) >= s.max {
-			return ErrStoreFull
+			return ErrLockLost
 		}
 		e = &memEntry{key: key, record: record, expires: now.Add(ttl)}
 		s.entries[key] = e

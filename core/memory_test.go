@@ -45,3 +45,22 @@ func TestMemoryStoreSweepsExpired(t *testing.T) {
 		t.Fatalf("Len after sweep = %d, want 1", n)
 	}
 }
+
+// A late Complete (its lock expired, nobody took the key) on a full store
+// reports the response lost, as a lock taken over does, not a full store:
+// there is no lock left for a retry to wait on.
+func TestMemoryStoreLateCompleteWhenFull(t *testing.T) {
+	ctx := context.Background()
+	s := core.NewMemoryStore(1)
+	_, stale, err := s.Acquire(ctx, "a", time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if _, _, err := s.Acquire(ctx, "b", time.Minute); err != nil { // sweeps a, fills the store
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "a", stale, []byte("late"), time.Minute); !errors.Is(err, core.ErrLockLost) {
+		t.Fatalf("late Complete on a full store: err = %v, want ErrLockLost", err)
+	}
+}

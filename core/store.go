@@ -11,7 +11,8 @@ var (
 	// ErrInFlight reports that another request holds the lock of the key.
 	ErrInFlight = errors.New("idem: key in flight")
 	// ErrLockLost reports that the lock token no longer owns the key: the lock
-	// expired, or was taken over by another request after it expired.
+	// expired (Release, Refresh), or another request took the key after it
+	// expired (Complete, which stores late when nobody did).
 	ErrLockLost = errors.New("idem: lock lost")
 	// ErrStoreFull reports that a bounded store has no room for another key.
 	ErrStoreFull = errors.New("idem: store full")

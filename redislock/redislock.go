@@ -132,7 +132,9 @@ func (s *Store) Acquire(ctx context.Context, key string, lockTTL time.Duration) 
 }
 
 // Complete implements core.Store with one script, one round trip: if token
-// still owns the lock, it stores record with its TTL and deletes the lock.
+// still owns the lock, or if the key has neither a lock nor a record (the
+// lock expired and nobody took the key), it stores record with its TTL and
+// deletes the lock.
 func (s *Store) Complete(ctx context.Context, key, token string, record []byte, ttl time.Duration) error {
 	resp, lock, err := s.Keys(key)
 	if err != nil {

@@ -251,8 +251,8 @@ func (in *injector) operation(item, op *yaml.Node) error {
 	}
 	for i := 0; i+1 < len(responses.Content); i += 2 {
 		code, resp := responses.Content[i].Value, responses.Content[i+1]
-		status, err := strconv.Atoi(code)
-		if err != nil || len(code) != 3 || !in.opts.Storable(status) || resp.Kind != yaml.MappingNode || resp.Anchor != "" ||
+		status, ok := statusOf(code)
+		if !ok || !in.opts.Storable(status) || resp.Kind != yaml.MappingNode || resp.Anchor != "" ||
 			get(resp, "$ref") != nil || in.isProblem(resp) {
 			continue // not a response that is stored, one shared with other operations, or idem's own
 		}
@@ -287,6 +287,17 @@ func (in *injector) operation(item, op *yaml.Node) error {
 	}
 	in.problem = in.problem || added
 	return nil
+}
+
+// statusOf returns the status of a response code: "201", or for an
+// OpenAPI 3 range ("2XX") the first of its class (200), which the store
+// policy judges for the whole range.
+func statusOf(code string) (int, bool) {
+	if len(code) == 3 && code[0] >= '1' && code[0] <= '5' && strings.EqualFold(code[1:], "XX") {
+		return int(code[0]-'0') * 100, true
+	}
+	n, err := strconv.Atoi(code)
+	return n, err == nil && len(code) == 3
 }
 
 // isProblem reports whether resp is one of idem's problem responses: its

@@ -489,14 +489,15 @@ func TestSortOperations(t *testing.T) {
 func TestReplayHeaderOnStoredResponses(t *testing.T) {
 	t.Parallel()
 	doc := `{"swagger": "2.0", "paths": {"/o": {"post": {"responses": {
-		"201": {"description": "Created"}, "400": {"description": "the app's own"},
-		"429": {"description": "slow down"}, "500": {"description": "failed"}, "default": {"description": "other"}}}}}}`
+		"201": {"description": "Created"}, "2XX": {"description": "a range, as OpenAPI 3 allows"},
+		"400": {"description": "the app's own"}, "429": {"description": "slow down"},
+		"500": {"description": "failed"}, "default": {"description": "other"}}}}}}`
 	for name, tc := range map[string]struct {
 		cfg  core.Config
 		want []string // the responses with the replay header
 	}{
-		"default policy": {core.Config{MaxBodyBytes: 4096}, []string{"201", "400"}},
-		"2xx only":       {core.Config{MaxBodyBytes: 4096, Storable: func(s int) bool { return s < 300 }}, []string{"201"}},
+		"default policy": {core.Config{MaxBodyBytes: 4096}, []string{"201", "2XX", "400"}},
+		"2xx only":       {core.Config{MaxBodyBytes: 4096, Storable: func(s int) bool { return s < 300 }}, []string{"201", "2XX"}},
 	} {
 		eng, err := core.New(tc.cfg)
 		if err != nil {

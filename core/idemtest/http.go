@@ -26,11 +26,11 @@ import (
 //
 // app must be routed for every method at /orders and at /orders/:id (a path
 // parameter in the framework's syntax), so that the route template, not the
-// path, reaches the Engine (Config.ScopeRoute scopes keys by it). Outside the idempotency middleware, as an
-// application would, the harness installs the framework's recovery
-// middleware (a panic in app must be recovered) and a middleware that sets
-// the response header OuterHeader to the value of the request header
-// OuterHeader, as CORS does with Origin.
+// path, reaches the Engine (Config.ScopeRoute scopes keys by it). Outside
+// the idempotency middleware, as an application would, the harness installs
+// the framework's recovery middleware (a panic in app must be recovered) and
+// a middleware that sets the response header OuterHeader to the value of
+// the request header OuterHeader, as CORS does with Origin.
 type Serve func(t *testing.T, eng *core.Engine, app http.Handler) string
 
 // OuterHeader is set on the response, before the idempotency middleware
