@@ -327,17 +327,16 @@ func (e *Engine) readBody(req *Request) ([]byte, error) {
 	if req.ContentLength > limit {
 		return nil, errBodyTooLarge
 	}
-	// One allocation when the length is declared, up to initialBodyBuffer:
-	// past that the buffer grows as the bytes arrive, so that a client that
-	// declares a large body and sends it slowly does not hold that much
-	// memory from the start. Read one byte past the limit to tell "exactly
-	// the limit" from "over it".
+	// Up to initialBodyBuffer at first, then doubling as the bytes arrive,
+	// up to the declared length: a client that declares a large body and
+	// sends it slowly holds at most twice what it sent. Read one byte past
+	// the limit to tell "exactly the limit" from "over it".
 	want := min(req.ContentLength, limit) + 1 // the whole declared body, or 0 if undeclared
 	buf := make([]byte, 0, max(min(want, initialBodyBuffer), 512))
 	for {
 		if len(buf) == cap(buf) {
-			if int64(len(buf)) < want { // the first 64 KiB came: room for the rest at once
-				buf = append(make([]byte, 0, want), buf...)
+			if int64(len(buf)) < want {
+				buf = append(make([]byte, 0, min(want, 2*int64(cap(buf)))), buf...)
 			} else {
 				buf = append(buf, 0)[:len(buf)]
 			}
@@ -427,9 +426,10 @@ type Flight struct {
 	size   int64
 	hasher hash.Hash
 
-	mu      sync.Mutex // guards done, expired and timer against the refresher
+	mu      sync.Mutex // guards done, held, expired and timer against the refresher
 	done    bool
-	expired bool // a refresh found the lock gone
+	held    time.Time // when the lock was last known held for LockTTL: taken or refreshed
+	expired bool      // a refresh found the lock gone
 	timer   *time.Timer
 }
 
@@ -468,7 +468,9 @@ func (f *Flight) Complete(status int, header http.Header) {
 		return
 	}
 	f.mu.Lock()
-	expired := f.expired
+	// Expired: a refresh found the lock gone, or none succeeded for LockTTL
+	// (they failed with other errors).
+	expired := f.expired || time.Since(f.held) >= f.e.cfg.LockTTL
 	f.mu.Unlock()
 	f.ev.Status = status
 	if !storable {
@@ -573,6 +575,7 @@ func (f *Flight) finish() bool {
 // handler runs, so that a slow handler keeps its lock and is never run twice.
 func (f *Flight) startRefresh() {
 	f.mu.Lock()
+	f.held = time.Now()
 	f.timer = time.AfterFunc(f.e.cfg.LockTTL/3, f.refresh)
 	f.mu.Unlock()
 }
@@ -593,12 +596,16 @@ func (f *Flight) refresh() {
 	// adapter returns.
 	period := f.e.cfg.LockTTL / 3
 	ctx, cancel := context.WithTimeout(context.Background(), period/2)
+	sent := time.Now()
 	err := f.e.cfg.Store.Refresh(ctx, f.id, f.token, f.e.cfg.LockTTL)
 	cancel()
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if errors.Is(err, ErrLockLost) {
+	switch {
+	case err == nil:
+		f.held = sent
+	case errors.Is(err, ErrLockLost):
 		f.expired = true
 	}
 	if f.done || f.expired {

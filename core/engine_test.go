@@ -572,28 +572,58 @@ func TestLockLostReportedOnce(t *testing.T) {
 // key, still gets its response stored: the retry is a replay, not a second
 // run of the handler.
 func TestExpiredLockStoredLate(t *testing.T) {
+	for name, store := range map[string]core.Store{
+		"refresh finds the lock gone": lostRefresh{core.NewMemoryStore(0)},
+		"refreshes fail":              failingRefresh{core.NewMemoryStore(0)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var ev events
+			eng, _ := core.New(core.Config{LockTTL: 60 * time.Millisecond, Store: store, Observer: ev.observe})
+			var runs atomic.Int32
+			h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				time.Sleep(150 * time.Millisecond)
+				w.WriteHeader(http.StatusCreated)
+			}))
+			post(t, h, "k", "{}")
+			if got := post(t, h, "k", "{}"); got.Code != http.StatusCreated || got.Header().Get(core.HeaderReplay) != "true" {
+				t.Errorf("retry: %d replay %q, want the 201 replay", got.Code, got.Header().Get(core.HeaderReplay))
+			}
+			if n := runs.Load(); n != 1 {
+				t.Errorf("handler ran %d times, want 1", n)
+			}
+			if ev.count(core.OutcomeStored) != 1 || ev.count(core.OutcomeReplay) != 1 {
+				t.Errorf("events %v, want stored then replay", ev.all)
+			}
+			// The event says the lock had expired: a duplicate could have run.
+			if !errors.Is(ev.all[0].Err, core.ErrLockLost) {
+				t.Errorf("stored late with Err %v, want one wrapping ErrLockLost", ev.all[0].Err)
+			}
+		})
+	}
+}
+
+// A handler that outlives LockTTL while its refreshes succeed stores its
+// response with no hint of an expired lock.
+func TestRefreshedLockStoredClean(t *testing.T) {
 	var ev events
-	eng, _ := core.New(core.Config{LockTTL: 60 * time.Millisecond, Store: lostRefresh{core.NewMemoryStore(0)}, Observer: ev.observe})
-	var runs atomic.Int32
+	eng, _ := core.New(core.Config{LockTTL: 150 * time.Millisecond, Observer: ev.observe})
 	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
-		time.Sleep(150 * time.Millisecond)
+		time.Sleep(400 * time.Millisecond)
 		w.WriteHeader(http.StatusCreated)
 	}))
 	post(t, h, "k", "{}")
-	if got := post(t, h, "k", "{}"); got.Code != http.StatusCreated || got.Header().Get(core.HeaderReplay) != "true" {
-		t.Errorf("retry: %d replay %q, want the 201 replay", got.Code, got.Header().Get(core.HeaderReplay))
+	if len(ev.all) != 1 || ev.all[0].Outcome != core.OutcomeStored || ev.all[0].Err != nil {
+		t.Fatalf("events %v, want one stored without error", ev.all)
 	}
-	if n := runs.Load(); n != 1 {
-		t.Errorf("handler ran %d times, want 1", n)
-	}
-	if ev.count(core.OutcomeStored) != 1 || ev.count(core.OutcomeReplay) != 1 {
-		t.Errorf("events %v, want stored then replay", ev.all)
-	}
-	// The event says the lock had expired: a duplicate could have run.
-	if !errors.Is(ev.all[0].Err, core.ErrLockLost) {
-		t.Errorf("stored late with Err %v, want one wrapping ErrLockLost", ev.all[0].Err)
-	}
+}
+
+// failingRefresh is a memory store whose Refresh fails as a store does
+// when Redis is unreachable.
+type failingRefresh struct{ *core.MemoryStore }
+
+func (failingRefresh) Refresh(context.Context, string, string, time.Duration) error {
+	return errors.New("i/o timeout")
 }
 
 // A validator's error stays in the chain of the event's error, under

@@ -77,7 +77,8 @@ func appendField(b []byte, s string) []byte {
 //     draws anew for every attempt (each part's Content-Disposition,
 //     Content-Type, Content-Transfer-Encoding and content), sorted by form
 //     name, the order of the parts of one name kept; a body of more than
-//     1000 parts is fingerprinted raw, which bounds the work;
+//     1000 parts or 4000 part header lines is fingerprinted raw, which
+//     bounds the work;
 //   - anything else, or a body of those types that does not parse: the raw
 //     bytes.
 func CanonicalBody(contentType string, body []byte) []byte {
@@ -115,10 +116,16 @@ func canonicalBody(contentType, mt string, body []byte) ([]byte, bool) {
 	return body, false
 }
 
-// maxMultipartParts bounds the parts of a multipart body put in canonical
-// form: each costs a header map and a sort entry, and a hostile body of
-// empty parts would otherwise cost a hundred times its size.
-const maxMultipartParts = 1000
+// Bounds of the multipart bodies put in canonical form: each part costs a
+// header map, each header line a map entry, and a hostile body of empty
+// parts or of one-letter headers would otherwise cost 30 to 100 times its
+// size. Past them the body is fingerprinted raw (a retry that rebuilds it
+// then gets 422, never another request's replay).
+const (
+	maxMultipartParts       = 1000
+	maxMultipartHeaders     = 4 * maxMultipartParts // header lines, all parts together
+	maxMultipartDisposition = 1 << 10               // bytes of one Content-Disposition
+)
 
 // canonicalMultipart returns the canonical form of a multipart/form-data
 // body (see CanonicalBody), or false if it has no parts, too many, or does
@@ -134,6 +141,7 @@ func canonicalMultipart(contentType string, body []byte) ([]byte, bool) {
 	}
 	var (
 		parts   []part
+		headers int
 		enc     = make([]byte, 0, len(body)) // the parts' encodings, in body order
 		content bytes.Buffer                 // one part's content, reused
 	)
@@ -146,12 +154,19 @@ func canonicalMultipart(contentType string, body []byte) ([]byte, bool) {
 		if err != nil || len(parts) == maxMultipartParts {
 			return nil, false
 		}
+		for _, v := range p.Header {
+			headers += len(v)
+		}
+		disposition := p.Header.Get("Content-Disposition")
+		if headers > maxMultipartHeaders || len(disposition) > maxMultipartDisposition {
+			return nil, false
+		}
 		content.Reset()
 		if _, err := content.ReadFrom(p); err != nil {
 			return nil, false
 		}
 		start := len(enc)
-		enc = appendField(enc, p.Header.Get("Content-Disposition"))
+		enc = appendField(enc, disposition)
 		enc = appendField(enc, p.Header.Get("Content-Type"))
 		enc = appendField(enc, p.Header.Get("Content-Transfer-Encoding"))
 		enc = binary.AppendUvarint(enc, uint64(content.Len()))

@@ -270,3 +270,26 @@ func FuzzCanonicalMultipart(f *testing.F) {
 		}
 	})
 }
+
+// Parts full of header lines cost a bounded amount too.
+func TestCanonicalMultipartHeadersMemory(t *testing.T) {
+	const ct = "multipart/form-data; boundary=B"
+	var hostile []byte
+	for len(hostile) < 1<<20 {
+		hostile = append(hostile, "\r\n--B\r\n"...)
+		for range 250 {
+			hostile = append(hostile, "A: 1\r\n"...)
+		}
+		hostile = append(hostile, "\r\n"...)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	c := CanonicalBody(ct, hostile)
+	runtime.ReadMemStats(&after)
+	if !bytes.Equal(c, hostile) {
+		t.Error("a body of more than maxMultipartHeaders header lines was not left raw")
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 4*uint64(len(hostile)) {
+		t.Errorf("%d bytes of header lines allocated %d bytes; want at most 4x", len(hostile), n)
+	}
+}

@@ -20,7 +20,7 @@ const (
 	OutcomeTooLarge                      // the request body was over the limit: 413
 	OutcomeBadBody                       // the request body could not be read: 400
 	OutcomeStoreError                    // the store failed: before the handler, the request ran unprotected (fail-open) or got 503 (fail-closed); after it, the response was not stored and the lock is left to expire
-	OutcomeLockLost                      // the lock expired while the handler ran, and the response was not stored (a duplicate took the key, or it was to be released anyway); reported once, when the flight ends
+	OutcomeLockLost                      // the lock expired while the handler ran, and the response was not stored (a duplicate took the key, a full memory store had no room, or it was to be released anyway); reported once, when the flight ends
 )
 
 var outcomeNames = [...]string{

@@ -35,7 +35,12 @@
 // itself is not stored either (a retry runs it again). A context that has
 // not been routed yet also holds echo.NotFoundHandler (under e.Pre, or
 // from e.NewContext in a test): the middleware then routes the request on
-// a context of its own to tell, so a routable request stays protected. An
+// a context of its own to tell, so a request that a route of that Echo
+// matches stays protected (in a test, register the route on the Echo whose
+// NewContext you call). Under e.Pre the request is routed as it is when the
+// middleware runs: a Pre middleware after it that rewrites the path (such
+// as middleware.RemoveTrailingSlash) can make it look unrouted, one more
+// reason to use e.Use. An
 // app's own e.RouteNotFound handler is a route like any other: if it writes
 // a 404 and returns nil, that 404 is stored; have it return echo.ErrNotFound
 // (rendered by the app's HTTPErrorHandler) instead.

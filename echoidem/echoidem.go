@@ -156,7 +156,7 @@ func (s *scopeContext) Value(key any) any {
 // middleware registered with e.Pre, a context from e.NewContext in a test):
 // then the request is routed again on a context of our own, so that a
 // routable request is never taken for a 404 and left unprotected. That
-// costs a route lookup on 404s only.
+// costs a route lookup and a context on 404s only.
 func routerAnswer(c echo.Context) bool {
 	switch p := reflect.ValueOf(c.Handler()).Pointer(); p {
 	case reflect.ValueOf(echo.MethodNotAllowedHandler).Pointer():
@@ -167,12 +167,9 @@ func routerAnswer(c echo.Context) bool {
 		if r, ok := e.Routers()[req.Host]; ok { // as Echo picks a host's router
 			router = r
 		}
-		probe := e.AcquireContext()
-		defer func() {
-			probe.Reset(nil, nil) // holds nothing of this request in the pool
-			e.ReleaseContext(probe)
-		}()
-		probe.Reset(req, nil)
+		// A new context, not a pooled one: a pooled context's parameter
+		// slice is sized by the routes there were when it was made.
+		probe := e.NewContext(req, nil)
 		router.Find(req.Method, echo.GetPath(req), probe)
 		return reflect.ValueOf(probe.Handler()).Pointer() == p
 	}

@@ -348,3 +348,25 @@ func TestEchoUnroutedContextStillProtected(t *testing.T) {
 	}
 	wantRuns(t, &runs, 2)
 }
+
+// Routes added after a context was made do not break the check: Echo sizes
+// a context's path parameters by the routes there were when it was made.
+func TestEchoRoutesAddedAfterContexts(t *testing.T) {
+	t.Parallel()
+	e := newEcho()
+	mw := echoidem.New(newEngine(t, core.Config{}))
+	h := func(c echo.Context) error { return c.String(http.StatusCreated, "created") }
+	serve := func(path string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(order))
+		req.Header.Set("Idempotency-Key", "late-routes-1")
+		rec := httptest.NewRecorder()
+		if err := mw(h)(e.NewContext(req, rec)); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	serve("/x") // a context, and a probe, made before any route with a parameter
+	e.POST("/orders/:id", h)
+	wantResponse(t, "first", serve("/orders/1"), http.StatusCreated, "created", false)
+	wantResponse(t, "retry", serve("/orders/1"), http.StatusCreated, "created", true)
+}

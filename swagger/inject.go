@@ -251,8 +251,7 @@ func (in *injector) operation(item, op *yaml.Node) error {
 	}
 	for i := 0; i+1 < len(responses.Content); i += 2 {
 		code, resp := responses.Content[i].Value, responses.Content[i+1]
-		status, ok := statusOf(code)
-		if !ok || !in.opts.Storable(status) || resp.Kind != yaml.MappingNode || resp.Anchor != "" ||
+		if !in.stored(code) || resp.Kind != yaml.MappingNode || resp.Anchor != "" ||
 			get(resp, "$ref") != nil || in.isProblem(resp) {
 			continue // not a response that is stored, one shared with other operations, or idem's own
 		}
@@ -289,15 +288,25 @@ func (in *injector) operation(item, op *yaml.Node) error {
 	return nil
 }
 
-// statusOf returns the status of a response code: "201", or for an
-// OpenAPI 3 range ("2XX") the first of its class (200), which the store
-// policy judges for the whole range.
-func statusOf(code string) (int, bool) {
-	if len(code) == 3 && code[0] >= '1' && code[0] <= '5' && strings.EqualFold(code[1:], "XX") {
-		return int(code[0]-'0') * 100, true
+// stored reports whether the store policy keeps a response of this code:
+// "201", or an OpenAPI 3 range ("2XX") of which it keeps any status.
+func (in *injector) stored(code string) bool {
+	if len(code) != 3 || code[0] < '1' || code[0] > '5' {
+		return false
 	}
-	n, err := strconv.Atoi(code)
-	return n, err == nil && len(code) == 3
+	class := int(code[0]-'0') * 100
+	if strings.EqualFold(code[1:], "XX") {
+		for s := class; s < class+100; s++ {
+			if in.opts.Storable(s) {
+				return true
+			}
+		}
+		return false
+	}
+	if code[1] < '0' || code[1] > '9' || code[2] < '0' || code[2] > '9' {
+		return false
+	}
+	return in.opts.Storable(class + int(code[1]-'0')*10 + int(code[2]-'0'))
 }
 
 // isProblem reports whether resp is one of idem's problem responses: its

@@ -498,6 +498,7 @@ func TestReplayHeaderOnStoredResponses(t *testing.T) {
 	}{
 		"default policy": {core.Config{MaxBodyBytes: 4096}, []string{"201", "2XX", "400"}},
 		"2xx only":       {core.Config{MaxBodyBytes: 4096, Storable: func(s int) bool { return s < 300 }}, []string{"201", "2XX"}},
+		"201 only":       {core.Config{MaxBodyBytes: 4096, Storable: func(s int) bool { return s == 201 }}, []string{"201", "2XX"}},
 	} {
 		eng, err := core.New(tc.cfg)
 		if err != nil {
