@@ -123,7 +123,8 @@ func TestAllocationBudget(t *testing.T) {
 // A declared body length is not allocated before the bytes arrive: the
 // buffer starts at 64 KiB and doubles as bytes come, so a client that
 // declares a large body and sends little holds about twice what it sent.
-// A body that does come whole costs about twice its size in buffers.
+// A body that does come whole, declared or not, costs about twice its size
+// in buffers.
 func TestBodyBufferFollowsTheBytes(t *testing.T) {
 	eng, _ := core.New(core.Config{MaxBodyBytes: 8 << 20})
 	perRequest := func(body []byte, declared int64) uint64 {
@@ -155,7 +156,9 @@ func TestBodyBufferFollowsTheBytes(t *testing.T) {
 	}{
 		{"2 bytes of 8 MiB declared", 2, 8 << 20, 128 << 10},
 		{"64 KiB + 1 of 8 MiB declared", 64<<10 + 1, 8 << 20, 512 << 10},
-		{"8 MiB whole", 8<<20 - 1, 8<<20 - 1, 3 * 8 << 20},
+		{"8 MiB - 1 whole", 8<<20 - 1, 8<<20 - 1, 5 * 8 << 20 / 2},
+		{"8 MiB whole, the limit", 8 << 20, 8 << 20, 5 * 8 << 20 / 2},
+		{"8 MiB undeclared", 8 << 20, -1, 5 * 8 << 20 / 2},
 	} {
 		if got := perRequest(bytes.Repeat([]byte("x"), tc.sent), tc.declared); got > tc.atMost {
 			t.Errorf("%s: %d bytes allocated per request, want at most %d", tc.name, got, tc.atMost)

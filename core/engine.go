@@ -207,11 +207,12 @@ func (e *Engine) acquire(ctx context.Context, f *Flight) (*Flight, *Response) {
 		// Not cancelled with the request: a store call cut off half-way may
 		// have taken the lock all the same (Redis ran the script, the reply
 		// was lost), leaving a lock nobody releases before it expires.
+		sent := time.Now() // the lock's TTL runs from about then
 		raw, token, err := e.cfg.Store.Acquire(f.ctx, f.id, e.cfg.LockTTL)
 		switch {
 		case err == nil && token != "":
 			f.token = token
-			f.startRefresh()
+			f.startRefresh(sent)
 			return f, nil
 		case err == nil:
 			return e.replay(f, raw)
@@ -329,17 +330,22 @@ func (e *Engine) readBody(req *Request) ([]byte, error) {
 	}
 	// Up to initialBodyBuffer at first, then doubling as the bytes arrive,
 	// up to the declared length: a client that declares a large body and
-	// sends it slowly holds at most twice what it sent. Read one byte past
-	// the limit to tell "exactly the limit" from "over it".
-	want := min(req.ContentLength, limit) + 1 // the whole declared body, or 0 if undeclared
+	// sends it slowly holds at most twice what it sent. The buffer holds one
+	// byte more than the body, to read its EOF, or, past the limit, to tell
+	// "exactly the limit" from "over it".
+	want := min(req.ContentLength, limit) + 1 // the declared body and its EOF, or 0 if undeclared
 	buf := make([]byte, 0, max(min(want, initialBodyBuffer), 512))
 	for {
 		if len(buf) == cap(buf) {
+			ceiling := limit + 1
 			if int64(len(buf)) < want {
-				buf = append(make([]byte, 0, min(want, 2*int64(cap(buf)))), buf...)
-			} else {
-				buf = append(buf, 0)[:len(buf)]
+				ceiling = want
 			}
+			next := 2 * int64(cap(buf))
+			if next >= ceiling-1 {
+				next = ceiling // not one byte short of it, which would cost a copy more
+			}
+			buf = append(make([]byte, 0, next), buf...)
 		}
 		n, err := req.Body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -504,8 +510,9 @@ func (f *Flight) Complete(status int, header http.Header) {
 	err := f.e.cfg.Store.Complete(ctx, f.id, f.token, data, f.ttl)
 	switch {
 	case err == nil && expired:
-		// Stored late: the lock had expired and nobody took the key, but
-		// for a while a duplicate could have run the handler.
+		// Stored late: the lock expired, or may have (no refresh confirmed
+		// it), and nobody took the key; but for a while a duplicate could
+		// have run the handler.
 		f.ev.Outcome, f.ev.Err = OutcomeStored, errStoredLate
 	case err == nil:
 		f.ev.Outcome = OutcomeStored
@@ -536,9 +543,9 @@ func (f *Flight) Abort() {
 	}
 }
 
-// errStoredLate is the Err of an OutcomeStored event whose lock expired
-// while the handler ran.
-var errStoredLate = fmt.Errorf("%w while the handler ran (refreshes failed); the response was stored as no other request had taken the key", ErrLockLost)
+// errStoredLate is the Err of an OutcomeStored event whose lock expired,
+// or may have, while the handler ran.
+var errStoredLate = fmt.Errorf("%w (or may have been: no refresh confirmed the lock for LockTTL) while the handler ran; the response was stored as no other request had taken the key", ErrLockLost)
 
 var errAborted = errors.New("idem: flight aborted: response not stored (panic, streamed, hijacked or not the handler's)")
 
@@ -573,9 +580,9 @@ func (f *Flight) finish() bool {
 
 // startRefresh arms a timer that extends the lock every LockTTL/3 while the
 // handler runs, so that a slow handler keeps its lock and is never run twice.
-func (f *Flight) startRefresh() {
+func (f *Flight) startRefresh(taken time.Time) {
 	f.mu.Lock()
-	f.held = time.Now()
+	f.held = taken
 	f.timer = time.AfterFunc(f.e.cfg.LockTTL/3, f.refresh)
 	f.mu.Unlock()
 }

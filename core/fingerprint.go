@@ -77,8 +77,8 @@ func appendField(b []byte, s string) []byte {
 //     draws anew for every attempt (each part's Content-Disposition,
 //     Content-Type, Content-Transfer-Encoding and content), sorted by form
 //     name, the order of the parts of one name kept; a body of more than
-//     1000 parts or 4000 part header lines is fingerprinted raw, which
-//     bounds the work;
+//     1000 parts, 4000 part header lines, 8 KiB of Content-Disposition in
+//     one part or 64 KiB in all is fingerprinted raw, which bounds the work;
 //   - anything else, or a body of those types that does not parse: the raw
 //     bytes.
 func CanonicalBody(contentType string, body []byte) []byte {
@@ -117,14 +117,16 @@ func canonicalBody(contentType, mt string, body []byte) ([]byte, bool) {
 }
 
 // Bounds of the multipart bodies put in canonical form: each part costs a
-// header map, each header line a map entry, and a hostile body of empty
-// parts or of one-letter headers would otherwise cost 30 to 100 times its
-// size. Past them the body is fingerprinted raw (a retry that rebuilds it
-// then gets 422, never another request's replay).
+// header map, each header line a map entry, each Content-Disposition
+// parameter a map entry too, and a hostile body of empty parts, one-letter
+// headers or parameters would otherwise cost 20 to 100 times its size. Past
+// them the body is fingerprinted raw (a retry that rebuilds it then gets
+// 422, never another request's replay).
 const (
-	maxMultipartParts       = 1000
-	maxMultipartHeaders     = 4 * maxMultipartParts // header lines, all parts together
-	maxMultipartDisposition = 1 << 10               // bytes of one Content-Disposition
+	maxMultipartParts            = 1000
+	maxMultipartHeaders          = 4 * maxMultipartParts // header lines, all parts together
+	maxMultipartDisposition      = 8 << 10               // bytes of one part's Content-Disposition (a long UTF-8 file name fits)
+	maxMultipartDispositionTotal = 64 << 10              // bytes of all parts' Content-Disposition together
 )
 
 // canonicalMultipart returns the canonical form of a multipart/form-data
@@ -140,10 +142,11 @@ func canonicalMultipart(contentType string, body []byte) ([]byte, bool) {
 		start, end int // its encoding in enc
 	}
 	var (
-		parts   []part
-		headers int
-		enc     = make([]byte, 0, len(body)) // the parts' encodings, in body order
-		content bytes.Buffer                 // one part's content, reused
+		parts        []part
+		headers      int                          // header lines so far
+		dispositions int                          // bytes of Content-Disposition so far
+		enc          = make([]byte, 0, len(body)) // the parts' encodings, in body order
+		content      bytes.Buffer                 // one part's content, reused
 	)
 	r := multipart.NewReader(bytes.NewReader(body), params["boundary"])
 	for {
@@ -158,7 +161,9 @@ func canonicalMultipart(contentType string, body []byte) ([]byte, bool) {
 			headers += len(v)
 		}
 		disposition := p.Header.Get("Content-Disposition")
-		if headers > maxMultipartHeaders || len(disposition) > maxMultipartDisposition {
+		dispositions += len(disposition)
+		if headers > maxMultipartHeaders || len(disposition) > maxMultipartDisposition ||
+			dispositions > maxMultipartDispositionTotal {
 			return nil, false
 		}
 		content.Reset()

@@ -222,6 +222,7 @@ func TestCanonicalMultipartMemory(t *testing.T) {
 	for len(hostile) < 1<<20 {
 		hostile = append(hostile, "\r\n--B\r\n\r\n"...)
 	}
+	hostile = append(hostile, "\r\n--B--\r\n"...) // well formed: only the bound leaves it raw
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	c := CanonicalBody(ct, hostile)
@@ -282,6 +283,7 @@ func TestCanonicalMultipartHeadersMemory(t *testing.T) {
 		}
 		hostile = append(hostile, "\r\n"...)
 	}
+	hostile = append(hostile, "\r\n--B--\r\n"...) // well formed: only the bound leaves it raw
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	c := CanonicalBody(ct, hostile)
@@ -291,5 +293,34 @@ func TestCanonicalMultipartHeadersMemory(t *testing.T) {
 	}
 	if n := after.TotalAlloc - before.TotalAlloc; n > 4*uint64(len(hostile)) {
 		t.Errorf("%d bytes of header lines allocated %d bytes; want at most 4x", len(hostile), n)
+	}
+}
+
+// A Content-Disposition of many parameters is bounded too, per part and in
+// all; a long UTF-8 file name is not caught by the bound.
+func TestCanonicalMultipartDisposition(t *testing.T) {
+	const ct = "multipart/form-data; boundary=B"
+	form := func(parts int, disposition string) []byte {
+		var b []byte
+		for range parts {
+			b = append(b, "--B\r\nContent-Disposition: "+disposition+"\r\n\r\nv\r\n"...)
+		}
+		return append(b, "--B--\r\n"...)
+	}
+	params := "form-data; name=\"f\"" + strings.Repeat("; a=b", 2000)
+	longName := `form-data; name="file"; filename*=UTF-8''` + strings.Repeat("%E2%82%AC", 255)
+	for _, tc := range []struct {
+		name      string
+		body      []byte
+		canonical bool
+	}{
+		{"one part of 10 KB of parameters", form(1, params), false},
+		{"100 parts of 1 KB each", form(100, params[:1000]), false},
+		{"a 255-character UTF-8 file name", form(1, longName), true},
+	} {
+		c := CanonicalBody(ct, tc.body)
+		if got := !bytes.Equal(c, tc.body); got != tc.canonical {
+			t.Errorf("%s: canonical = %v, want %v", tc.name, got, tc.canonical)
+		}
 	}
 }

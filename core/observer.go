@@ -12,7 +12,7 @@ type Outcome int
 // Outcomes reported to the Observer.
 const (
 	OutcomeReplay     Outcome = iota + 1 // a stored response was replayed
-	OutcomeStored                        // the handler ran and its response was stored (with an Err wrapping ErrLockLost if stored late: the lock had expired, no other request had taken the key)
+	OutcomeStored                        // the handler ran and its response was stored (with an Err wrapping ErrLockLost if the lock expired, or may have: no refresh confirmed it for LockTTL; no other request had taken the key)
 	OutcomeNotStored                     // the handler ran; its response was not stored (5xx, panic, streamed, policy), the lock was released
 	OutcomeConflict                      // the key was in flight: 409
 	OutcomeMismatch                      // the key was used with another request: 422
@@ -59,7 +59,8 @@ type Event struct {
 	Duration time.Duration
 	// Err is the store or validation error behind the outcome, if any; for
 	// OutcomeStored, an error wrapping ErrLockLost if the response was
-	// stored after the lock expired.
+	// stored after the lock expired, or may have (no refresh confirmed it
+	// for LockTTL).
 	Err error
 }
 
@@ -74,8 +75,8 @@ func MaskKey(key string) string {
 
 // SlogObserver returns an Observer that logs every event to l with the key
 // masked: store errors and lost locks at Error level, conflicts, mismatches,
-// invalid keys, too large bodies and responses stored late (after the lock
-// expired) at Warn, the rest at Debug.
+// invalid keys, too large bodies and responses stored after the lock
+// expired, or may have, at Warn, the rest at Debug.
 func SlogObserver(l *slog.Logger) func(Event) {
 	return func(e Event) {
 		level := slog.LevelDebug

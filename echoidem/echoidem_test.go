@@ -351,6 +351,8 @@ func TestEchoUnroutedContextStillProtected(t *testing.T) {
 
 // Routes added after a context was made do not break the check: Echo sizes
 // a context's path parameters by the routes there were when it was made.
+// (Against a check on a pooled context this fails most of the time, not
+// always: the race detector makes sync.Pool drop objects at random.)
 func TestEchoRoutesAddedAfterContexts(t *testing.T) {
 	t.Parallel()
 	e := newEcho()
