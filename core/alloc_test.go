@@ -18,8 +18,8 @@ import (
 // raceAllocs. Raise a budget only with a reason in the commit message.
 const (
 	replayAllocBudget   = 18
-	firstRunAllocBudget = 28
-	noKeyAllocBudget    = 2
+	firstRunAllocBudget = 27
+	noKeyAllocBudget    = 1
 )
 
 // discardWriter is a minimal http.ResponseWriter that allocates nothing.

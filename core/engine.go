@@ -110,6 +110,16 @@ func (e *Engine) Covers(method string) bool {
 	return false
 }
 
+// Keyed reports whether Begin acts on a request with this method and these
+// headers: the method is covered, and the request carries a key header
+// (KeyHeader or LegacyKeyHeader, even an empty one) or keys are Required.
+// It allocates nothing, so that an adapter can pass the other requests on
+// before it sets anything up for Begin.
+func (e *Engine) Keyed(method string, h HeaderGetter) bool {
+	return e.Covers(method) && (e.cfg.Required || h.Values(e.cfg.KeyHeader) != nil ||
+		e.cfg.LegacyKeyHeader != "" && h.Values(e.cfg.LegacyKeyHeader) != nil)
+}
+
 // Begin decides what to do with req. It returns:
 //
 //   - nil, nil: the request is not covered (its method, or no key while keys

@@ -643,3 +643,29 @@ func TestValidatorErrorWrapped(t *testing.T) {
 		t.Fatalf("events %v, want one whose error is both ErrInvalidKey and the validator's", ev.all)
 	}
 }
+
+func TestKeyed(t *testing.T) {
+	eng, _ := core.New(core.Config{})
+	required, _ := core.New(core.Config{Required: true})
+	noLegacy, _ := core.New(core.Config{LegacyKeyHeader: "-"})
+	for _, tc := range []struct {
+		name   string
+		eng    *core.Engine
+		method string
+		header http.Header
+		want   bool
+	}{
+		{"key", eng, http.MethodPost, http.Header{"Idempotency-Key": {"k"}}, true},
+		{"empty key header", eng, http.MethodPost, http.Header{"Idempotency-Key": {""}}, true},
+		{"legacy header", eng, http.MethodPost, http.Header{"X-Idempotency-Key": {"k"}}, true},
+		{"legacy header refused", noLegacy, http.MethodPost, http.Header{"X-Idempotency-Key": {"k"}}, false},
+		{"no key", eng, http.MethodPost, http.Header{}, false},
+		{"no key, Required", required, http.MethodPost, http.Header{}, true},
+		{"method not covered", eng, http.MethodGet, http.Header{"Idempotency-Key": {"k"}}, false},
+		{"method not covered, Required", required, http.MethodGet, http.Header{}, false},
+	} {
+		if got := tc.eng.Keyed(tc.method, tc.header); got != tc.want {
+			t.Errorf("%s: Keyed = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

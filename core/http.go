@@ -21,6 +21,10 @@ import (
 // whatever recovers it.
 func (e *Engine) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !e.Keyed(r.Method, r.Header) {
+			next.ServeHTTP(w, r) // untouched, at no cost
+			return
+		}
 		route := r.Pattern
 		if route != "" {
 			route = patternRoute(route)

@@ -64,7 +64,7 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			req := c.Request()
-			if cfg.Skipper(c) || !eng.Covers(req.Method) || routerAnswer(c) {
+			if cfg.Skipper(c) || !eng.Keyed(req.Method, req.Header) || routerAnswer(c) {
 				return next(c)
 			}
 			st := &state{ctx: scopeContext{Context: req.Context(), c: c}}

@@ -25,10 +25,10 @@ func New(config ...Config) fiber.Handler {
 			return c.Next()
 		}
 		method := c.Method()
-		if !eng.Covers(method) {
-			return c.Next() // nothing to read or copy for a GET
-		}
 		req := c.Request()
+		if !eng.Keyed(method, requestHeader{&req.Header}) {
+			return c.Next() // nothing to read or copy without a key
+		}
 		var body io.Reader
 		if req.IsBodyStream() { // Fiber's StreamRequestBody: read once, bounded
 			body = req.BodyStream()

@@ -49,7 +49,7 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 		// A request that matched no route (NoRoute, NoMethod: no
 		// c.FullPath) is left alone, so that a key sent to a wrong URL is
 		// not bound to it.
-		if !eng.Covers(r.Method) || c.FullPath() == "" {
+		if !eng.Keyed(r.Method, r.Header) || c.FullPath() == "" {
 			c.Next()
 			return
 		}
