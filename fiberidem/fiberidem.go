@@ -26,7 +26,7 @@ func New(config ...Config) fiber.Handler {
 		}
 		method := c.Method()
 		req := c.Request()
-		if !eng.Keyed(method, requestHeader{&req.Header}) {
+		if !eng.Keyed(method, presentHeader{&req.Header}) {
 			return c.Next() // nothing to read or copy without a key
 		}
 		var body io.Reader
@@ -169,6 +169,22 @@ func (h requestHeader) Values(name string) []string {
 		vs[i] = string(v)
 	}
 	return vs
+}
+
+// presentHeader answers core.Engine.Keyed, which only asks whether a header
+// is there, without copying the values as requestHeader does: a request with
+// a key would otherwise copy it twice, once more in Begin.
+type presentHeader struct{ h *fasthttp.RequestHeader }
+
+var present = []string{""}
+
+func (h presentHeader) Get(name string) string { return string(h.h.Peek(name)) }
+
+func (h presentHeader) Values(name string) []string {
+	if len(h.h.PeekAll(name)) == 0 {
+		return nil
+	}
+	return present
 }
 
 // responseHeader copies the response headers into an http.Header with
