@@ -150,11 +150,15 @@ func (c *Config) setDefaults() error {
 	if c.KeyHeader == "" {
 		c.KeyHeader = DefaultKeyHeader
 	}
+	// Canonical names: an http.Header lookup then allocates nothing.
+	c.KeyHeader = http.CanonicalHeaderKey(c.KeyHeader)
 	switch c.LegacyKeyHeader {
 	case "":
 		c.LegacyKeyHeader = DefaultLegacyKeyHeader
 	case "-":
 		c.LegacyKeyHeader = ""
+	default:
+		c.LegacyKeyHeader = http.CanonicalHeaderKey(c.LegacyKeyHeader)
 	}
 	if c.MaxKeyLength == 0 {
 		c.MaxKeyLength = DefaultMaxKeyLength

@@ -13,7 +13,8 @@
 //
 // An Engine (New) holds the configuration and a Store. Engine.Middleware is
 // the net/http middleware; the ginidem, echoidem and fiberidem modules adapt
-// the same Engine to Gin, Echo and Fiber through Engine.Begin and Flight.
+// the same Engine to Gin, Echo and Fiber through Engine.Keyed (is there
+// anything to do?), Engine.Begin and Flight.
 //
 // # Stores
 //

@@ -113,7 +113,8 @@ func (e *Engine) Covers(method string) bool {
 // Keyed reports whether Begin acts on a request with this method and these
 // headers: the method is covered, and the request carries a key header
 // (KeyHeader or LegacyKeyHeader, even an empty one) or keys are Required.
-// It allocates nothing, so that an adapter can pass the other requests on
+// It only asks whether h.Values is nil, and allocates nothing (the header
+// names are canonical), so that an adapter can pass the other requests on
 // before it sets anything up for Begin.
 func (e *Engine) Keyed(method string, h HeaderGetter) bool {
 	return e.Covers(method) && (e.cfg.Required || h.Values(e.cfg.KeyHeader) != nil ||

@@ -75,6 +75,12 @@
 // has its body read once (bounded by core.Config.MaxBodyBytes) and set back
 // on the request for the handler.
 //
+// The key header is looked up as fasthttp looks up headers: by its
+// canonical name, which fasthttp gives every request header unless the app
+// sets fiber.Config.DisableHeaderNormalizing. With that set, a key sent as
+// "idempotency-key" (as some proxies lower-case names) is not found, and the
+// request runs unprotected: leave header normalizing on.
+//
 // # OpenAPI
 //
 // Operations lists the routes the middleware covers, from Fiber's route

@@ -171,9 +171,10 @@ func (h requestHeader) Values(name string) []string {
 	return vs
 }
 
-// presentHeader answers core.Engine.Keyed, which only asks whether a header
-// is there, without copying the values as requestHeader does: a request with
-// a key would otherwise copy it twice, once more in Begin.
+// presentHeader is for core.Engine.Keyed only, which only asks whether
+// Values is nil: it says whether a header is there without copying its
+// values as requestHeader does (a request with a key would otherwise copy it
+// twice, once more in Begin). Its Values is not the header's values.
 type presentHeader struct{ h *fasthttp.RequestHeader }
 
 var present = []string{""}

@@ -1,10 +1,13 @@
 package fiberidem
 
 import (
+	"bufio"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 )
 
 // TestUseFieldFound fails if a Fiber upgrade renamed Route's "use" flag:
@@ -48,6 +51,28 @@ func TestRouteTemplate(t *testing.T) {
 			if got[i] != want[i] {
 				t.Fatalf("flag %v: templates %q, want %q", flag, got, want)
 			}
+		}
+	}
+}
+
+// presentHeader, which Engine.Keyed reads, and requestHeader, which Begin
+// reads, agree on whether a header is there: absent, empty, repeated, in
+// another case.
+func TestPresentHeaderAgrees(t *testing.T) {
+	for name, raw := range map[string]string{
+		"absent":     "",
+		"empty":      "Idempotency-Key: \r\n",
+		"one":        "Idempotency-Key: k\r\n",
+		"repeated":   "Idempotency-Key: a\r\nIdempotency-Key: b\r\n",
+		"lower case": "idempotency-key: k\r\n",
+	} {
+		var h fasthttp.RequestHeader
+		if err := h.Read(bufio.NewReader(strings.NewReader("POST / HTTP/1.1\r\nHost: x\r\n" + raw + "\r\n"))); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		p := presentHeader{&h}.Values("Idempotency-Key") != nil
+		if r := (requestHeader{&h}).Values("Idempotency-Key") != nil; p != r {
+			t.Errorf("%s: presentHeader says %v, requestHeader %v", name, p, r)
 		}
 	}
 }
