@@ -257,18 +257,24 @@ type readerFunc func([]byte) (int, error)
 
 func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 
+// slowCreated is a handler that counts its runs in runs, takes d, and
+// answers 201 "done".
+func slowCreated(runs *atomic.Int32, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		time.Sleep(d)
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "done")
+	})
+}
+
 // pollingStore hides the MemoryStore's Waiter, so the Engine polls.
 type pollingStore struct{ core.Store }
 
 func TestWaitModePollsStoresWithoutWaiter(t *testing.T) {
 	eng, _ := core.New(core.Config{Wait: 5 * time.Second, Store: pollingStore{core.NewMemoryStore(0)}})
 	var runs atomic.Int32
-	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
-		time.Sleep(200 * time.Millisecond)
-		w.WriteHeader(http.StatusCreated)
-		io.WriteString(w, "done")
-	}))
+	h := eng.Middleware(slowCreated(&runs, 200*time.Millisecond))
 	var wg sync.WaitGroup
 	codes := make([]int, 10)
 	for i := range codes {
@@ -293,22 +299,25 @@ func TestWaitModePollsStoresWithoutWaiter(t *testing.T) {
 }
 
 // A waiter whose backoff would overshoot Config.Wait looks once more at the
-// deadline: polls at about 10, 30, 70 and 150 ms into the wait, the first
-// request done at about 180 ms, the next step (160 ms) cut at 300 ms.
+// deadline: the waiter, sent once the first request's handler has started,
+// polls at about 10, 30, 70 and 150 ms into its wait, the first request is
+// done at about 200 ms, and the next step (160 ms) is cut at 300 ms.
 func TestWaitLooksOnceMoreAtTheDeadline(t *testing.T) {
 	eng, _ := core.New(core.Config{Wait: 300 * time.Millisecond, Store: pollingStore{core.NewMemoryStore(0)}})
 	var runs atomic.Int32
+	slow := slowCreated(&runs, 200*time.Millisecond)
+	started := make(chan struct{})
+	var once sync.Once
 	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
-		time.Sleep(200 * time.Millisecond)
-		w.WriteHeader(http.StatusCreated)
+		once.Do(func() { close(started) })
+		slow.ServeHTTP(w, r)
 	}))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		post(t, h, "deadline", "{}")
 	}()
-	time.Sleep(20 * time.Millisecond)
+	<-started
 	w := post(t, h, "deadline", "{}")
 	<-done
 	if w.Code != http.StatusCreated || w.Header().Get(core.HeaderReplay) != "true" || runs.Load() != 1 {
@@ -580,11 +589,7 @@ func TestExpiredLockStoredLate(t *testing.T) {
 			var ev events
 			eng, _ := core.New(core.Config{LockTTL: 60 * time.Millisecond, Store: store, Observer: ev.observe})
 			var runs atomic.Int32
-			h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				runs.Add(1)
-				time.Sleep(150 * time.Millisecond)
-				w.WriteHeader(http.StatusCreated)
-			}))
+			h := eng.Middleware(slowCreated(&runs, 150*time.Millisecond))
 			post(t, h, "k", "{}")
 			if got := post(t, h, "k", "{}"); got.Code != http.StatusCreated || got.Header().Get(core.HeaderReplay) != "true" {
 				t.Errorf("retry: %d replay %q, want the 201 replay", got.Code, got.Header().Get(core.HeaderReplay))
@@ -608,10 +613,7 @@ func TestExpiredLockStoredLate(t *testing.T) {
 func TestRefreshedLockStoredClean(t *testing.T) {
 	var ev events
 	eng, _ := core.New(core.Config{LockTTL: 150 * time.Millisecond, Observer: ev.observe})
-	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(400 * time.Millisecond)
-		w.WriteHeader(http.StatusCreated)
-	}))
+	h := eng.Middleware(slowCreated(new(atomic.Int32), 400*time.Millisecond))
 	post(t, h, "k", "{}")
 	if len(ev.all) != 1 || ev.all[0].Outcome != core.OutcomeStored || ev.all[0].Err != nil {
 		t.Fatalf("events %v, want one stored without error", ev.all)
