@@ -12,6 +12,7 @@
 //	-key-header name    key header (default Idempotency-Key)
 //	-required           document the header as required (Config.Required)
 //	-max-key-length n   documented maximum key length (default 255)
+//	-max-body-bytes n   body size past which the 413 is documented (default 1048576)
 //	-methods list       covered methods (default POST,PUT,PATCH,DELETE)
 //	-op "METHOD /path"  a covered operation, repeatable; full route path in any
 //	                    router's syntax; without -op, every operation of a
@@ -22,6 +23,9 @@
 //	-base-path path     prefix of the document's paths (default its basePath)
 //
 // The flags mirror the Engine's Config; keep them in step with it. The
+// store policy (Config.Storable) is a function, so the files document the
+// default one (core.DefaultStorable) on the replay header; an Engine with
+// another policy documents it at run time through swagger.OptionsFor. The
 // template in docs/docs.go is left alone: rewrite it at run time with
 // swagger.InjectTemplate.
 package main
@@ -83,6 +87,7 @@ func run(args []string, stderr io.Writer) error {
 	fset.StringVar(&opts.KeyHeader, "key-header", core.DefaultKeyHeader, "key header")
 	fset.BoolVar(&opts.Required, "required", false, "document the key header as required")
 	fset.IntVar(&opts.MaxKeyLength, "max-key-length", core.DefaultMaxKeyLength, "documented maximum key length")
+	fset.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", core.DefaultMaxBodyBytes, "body size past which the 413 is documented")
 	fset.StringVar(&opts.BasePath, "base-path", "", "prefix of the document's paths (default: its basePath or server URL)")
 	fset.Var(&ops, "op", `covered operation "METHOD /path", repeatable (default: every operation of a covered method)`)
 	if err := fset.Parse(args); err != nil {
@@ -91,8 +96,11 @@ func run(args []string, stderr io.Writer) error {
 		}
 		return errUsage
 	}
-	if fset.NArg() > 0 {
+	switch {
+	case fset.NArg() > 0:
 		return fmt.Errorf("unexpected arguments %q", fset.Args())
+	case opts.MaxKeyLength < 1, opts.MaxBodyBytes < 1:
+		return errors.New("-max-key-length and -max-body-bytes must be positive")
 	}
 	opts.Methods = nil
 	for _, m := range strings.Split(*methods, ",") { // "POST, PUT" too

@@ -52,6 +52,20 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunMaxBodyBytes checks that -max-body-bytes reaches the documented
+// 413 (the golden files have the default).
+func TestRunMaxBodyBytes(t *testing.T) {
+	t.Parallel()
+	dir := copyTestdata(t, "swagger.json")
+	if err := run([]string{"-dir", dir, "-max-body-bytes", "4096"}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, "swagger.json"))
+	if !bytes.Contains(got, []byte("a body over 4096 bytes")) || bytes.Contains(got, []byte("1048576")) {
+		t.Errorf("swagger.json does not document a 413 past 4096 bytes (and only that):\n%s", got)
+	}
+}
+
 func TestRunFiles(t *testing.T) {
 	t.Parallel()
 	dir := copyTestdata(t, "openapi.json", "openapi.yaml")
@@ -85,6 +99,8 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"-dir", bad}, "swagger: invalid JSON"},
 		{[]string{"-op", "POST /a /b"}, "usage"},
 		{[]string{"-dir", empty, "extra"}, "unexpected arguments"},
+		{[]string{"-dir", docs, "-max-body-bytes", "0"}, "must be positive"},
+		{[]string{"-dir", docs, "-max-key-length", "-1"}, "must be positive"},
 		{[]string{"-dir", docs, "-op", "POST /api/v1/order"}, `-op "POST /api/v1/order" matches no covered operation`},
 		{[]string{"-dir", docs, "-op", "GET /api/v1/orders"}, `-op "GET /api/v1/orders" matches no covered operation`},
 		{[]string{"-dir", docs, "-op", "POST /api/v1/orders", "-base-path", "/v2"}, "matches no covered operation"},
