@@ -75,11 +75,13 @@
 // has its body read once (bounded by core.Config.MaxBodyBytes) and set back
 // on the request for the handler.
 //
-// The key header is looked up as fasthttp looks up headers: by its
-// canonical name, which fasthttp gives every request header unless the app
-// sets fiber.Config.DisableHeaderNormalizing. With that set, a key sent as
-// "idempotency-key" (as some proxies lower-case names) is not found, and the
-// request runs unprotected: leave header normalizing on.
+// The key header, and any critical header of the fingerprint, is looked up
+// in any case. fasthttp gives every request header its canonical name,
+// unless the app sets fiber.Config.DisableHeaderNormalizing: it then keeps
+// names as sent and matches them byte for byte, and the middleware compares
+// names ignoring case itself, so that a key sent as "idempotency-key" (as
+// HTTP/2 clients and proxies such as Envoy send names) is still found. Your
+// own handlers' c.Get (a Scope function's, say) stays case-sensitive there.
 //
 // # OpenAPI
 //

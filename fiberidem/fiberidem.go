@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"strings"
+	"sync/atomic"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
@@ -20,13 +22,18 @@ import (
 func New(config ...Config) fiber.Handler {
 	cfg := configDefault(config...)
 	eng := cfg.Engine
+	var apps appCache
 	return func(c *fiber.Ctx) error {
 		if cfg.Next != nil && cfg.Next(c) {
 			return c.Next()
 		}
 		method := c.Method()
 		req := c.Request()
-		if !eng.Keyed(method, presentHeader{&req.Header}) {
+		var header, present core.HeaderGetter = requestHeader{&req.Header}, presentHeader{&req.Header}
+		if apps.foldsHeaders(c.App()) {
+			header, present = foldedHeader{&req.Header}, foldedHeader{&req.Header}
+		}
+		if !eng.Keyed(method, present) {
 			return c.Next() // nothing to read or copy without a key
 		}
 		var body io.Reader
@@ -46,7 +53,7 @@ func New(config ...Config) fiber.Handler {
 			Route:          route,
 			Path:           utils.CopyString(c.Path()),
 			Query:          string(req.URI().QueryString()),
-			Header:         requestHeader{&req.Header},
+			Header:         header,
 			Body:           body,
 			ContentLength:  contentLength,
 			ResponseHeader: presetHeader(&c.Response().Header),
@@ -153,23 +160,37 @@ func stableMethod(method string) string {
 	return utils.CopyString(method)
 }
 
+// appCache remembers whether the app that last served a request disables
+// header normalizing (fiber.Config.DisableHeaderNormalizing): App.Config
+// copies the whole Config, too much to do per request.
+type appCache struct{ last atomic.Pointer[appHeaders] }
+
+type appHeaders struct {
+	app  *fiber.App
+	fold bool
+}
+
+// foldsHeaders reports whether the key headers must be looked up in app's
+// requests ignoring case: with normalizing disabled, fasthttp keeps header
+// names as sent and matches them byte for byte, and a key sent as
+// "idempotency-key" (as HTTP/2 and proxies such as Envoy send names) would
+// not be found, leaving the request unprotected.
+func (a *appCache) foldsHeaders(app *fiber.App) bool {
+	if last := a.last.Load(); last != nil && last.app == app {
+		return last.fold
+	}
+	last := &appHeaders{app, app.Config().DisableHeaderNormalizing}
+	a.last.Store(last)
+	return last.fold
+}
+
 // requestHeader is the Engine's view of fasthttp's request headers. It
 // returns copies: the Engine keeps the key and the scope past the request.
 type requestHeader struct{ h *fasthttp.RequestHeader }
 
 func (h requestHeader) Get(name string) string { return string(h.h.Peek(name)) }
 
-func (h requestHeader) Values(name string) []string {
-	all := h.h.PeekAll(name)
-	if len(all) == 0 {
-		return nil
-	}
-	vs := make([]string, len(all))
-	for i, v := range all {
-		vs[i] = string(v)
-	}
-	return vs
-}
+func (h requestHeader) Values(name string) []string { return copyAll(h.h.PeekAll(name)) }
 
 // presentHeader is for core.Engine.Keyed only, which only asks whether
 // Values is nil: it says whether a header is there without copying its
@@ -186,6 +207,42 @@ func (h presentHeader) Values(name string) []string {
 		return nil
 	}
 	return present
+}
+
+// foldedHeader is requestHeader for an app that disables header
+// normalizing: it compares names ignoring case (see appCache.foldsHeaders).
+// It serves Engine.Keyed too, copying a key once more: such apps are rare.
+type foldedHeader struct{ h *fasthttp.RequestHeader }
+
+func (h foldedHeader) Get(name string) string {
+	if all := h.peekAll(name); len(all) > 0 {
+		return string(all[0])
+	}
+	return ""
+}
+
+func (h foldedHeader) Values(name string) []string { return copyAll(h.peekAll(name)) }
+
+func (h foldedHeader) peekAll(name string) [][]byte {
+	var all [][]byte
+	h.h.VisitAll(func(k, v []byte) {
+		if len(k) == len(name) && strings.EqualFold(string(k), name) {
+			all = append(all, v)
+		}
+	})
+	return all
+}
+
+// copyAll copies header values out of fasthttp's buffers; nil if none.
+func copyAll(all [][]byte) []string {
+	if len(all) == 0 {
+		return nil
+	}
+	vs := make([]string, len(all))
+	for i, v := range all {
+		vs[i] = string(v)
+	}
+	return vs
 }
 
 // responseHeader copies the response headers into an http.Header with

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -271,6 +272,49 @@ func TestFiberNextSkips(t *testing.T) {
 	want(t, c.post("/orders", order, "Idempotency-Key", "skip-1"), 201, "run 3", false)
 	want(t, c.post("/orders", order, "Idempotency-Key", "skip-1"), 201, "run 3", true)
 	wantRuns(t, &runs, 3)
+}
+
+// TestFiberDisableHeaderNormalizing checks that the key header is found in
+// any case when the app has fasthttp match header names byte for byte, as
+// HTTP/2 clients and proxies such as Envoy send them in lower case.
+func TestFiberDisableHeaderNormalizing(t *testing.T) {
+	t.Parallel()
+	for _, disable := range []bool{false, true} {
+		var runs atomic.Int64
+		app := fiber.New(fiber.Config{DisableStartupMessage: true, DisableHeaderNormalizing: disable})
+		app.Post("/orders", fiberidem.New(fiberidem.Config{Engine: newEngine(t, core.Config{})}), func(c *fiber.Ctx) error {
+			return c.Status(201).SendString("run " + strconv.FormatInt(runs.Add(1), 10))
+		})
+		send := func(body string, header ...string) (int, string, bool) {
+			t.Helper()
+			req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
+			req.Header["Content-Type"] = []string{"application/json"}
+			for i := 0; i+1 < len(header); i += 2 {
+				req.Header[header[i]] = append(req.Header[header[i]], header[i+1]) // as written, not canonicalised
+			}
+			resp, err := app.Test(req, -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b), resp.Header.Get(core.HeaderReplay) == "true"
+		}
+		key := "fold-" + strconv.FormatBool(disable)
+		if status, body, replay := send(order, "idempotency-key", key); status != 201 || body != "run 1" || replay {
+			t.Fatalf("disable %v: first: %d %q replay %v", disable, status, body, replay)
+		}
+		if status, body, replay := send(order, "IDEMPOTENCY-KEY", key); status != 201 || body != "run 1" || !replay {
+			t.Fatalf("disable %v: retry in upper case: %d %q replay %v, want the replay of run 1", disable, status, body, replay)
+		}
+		if status, _, _ := send(`{"item":"pen"}`, "Idempotency-Key", key); status != http.StatusUnprocessableEntity {
+			t.Fatalf("disable %v: another body: %d, want 422", disable, status)
+		}
+		if status, _, _ := send(order, "idempotency-key", "a-1", "Idempotency-Key", "b-2"); status != http.StatusBadRequest {
+			t.Fatalf("disable %v: two key headers in two cases: %d, want 400", disable, status)
+		}
+		wantRuns(t, &runs, 1)
+	}
 }
 
 // TestFiberUseFallsBackToPath pins the documented behaviour of
