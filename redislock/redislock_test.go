@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"runtime"
 	"strings"
@@ -458,6 +460,47 @@ func TestNewClient(t *testing.T) {
 			t.Errorf("NewClient(%q) = %s, want %s", tt.url, got, tt.want)
 		}
 		c.Close()
+	}
+}
+
+// A TLS client from NewClient gives up a handshake the server never
+// answers after go-redis's default dial timeout (5 s), as go-redis's own
+// does: a TLS dial has no other deadline, and a stalled handshake would
+// otherwise hold its request, and the pool's dial, for ever.
+func TestNewClientTLSDialTimesOut(t *testing.T) {
+	for _, scheme := range []string{"rediss", "rediss+cluster", "rediss+sentinel"} {
+		t.Run(scheme, func(t *testing.T) {
+			t.Parallel()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			url := scheme + "://" + ln.Addr().String() + "/0?max_retries=-1"
+			if strings.HasSuffix(scheme, "sentinel") {
+				url += "&master_name=m"
+			}
+			c, err := redislock.NewClient(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go c.Ping(ctx) //nolint:errcheck // it fails: nobody answers
+			conn, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			ln.Close() // refuse the pool's later dials
+			// Read the ClientHello and say nothing: the handshake stalls
+			// until the client closes the connection.
+			conn.SetReadDeadline(time.Now().Add(15 * time.Second)) //nolint:errcheck
+			if _, err := io.Copy(io.Discard, conn); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("the client still waits for its handshake after 15 s: %v", err)
+			}
+		})
 	}
 }
 
