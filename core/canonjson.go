@@ -2,7 +2,10 @@ package core
 
 import (
 	"bytes"
+	"encoding/json"
 	"slices"
+	"unicode"
+	"unicode/utf8"
 )
 
 // maxJSONDepth bounds the nesting canonicalJSON follows; deeper documents are
@@ -14,8 +17,10 @@ const maxJSONDepth = 64
 // canonicalJSON returns the canonical form of one JSON value: object members
 // sorted by key (byte order of the key as written), no insignificant
 // whitespace, strings and numbers kept as written. It reports false for
-// anything that is not exactly one valid JSON value. It is a small single-pass parser rather than a decode into
-// map[string]any and back, which costs dozens of allocations per request.
+// anything that is not exactly one valid JSON value, and for an object
+// with two members of one name to encoding/json (see object). It is a
+// small single-pass parser rather than a decode into map[string]any and
+// back, which costs dozens of allocations per request.
 func canonicalJSON(body []byte) ([]byte, bool) {
 	p := jsonCanon{in: body}
 	out, ok := p.value(make([]byte, 0, len(body)), 0)
@@ -170,10 +175,12 @@ func (p *jsonCanon) array(dst []byte, depth int) ([]byte, bool) {
 }
 
 // A member is one "key":value of an object, written to the output at
-// [from, to); key is the key as written in the input, quotes included.
+// [from, to); key is the key as written in the input, quotes included, and
+// name the key's string: the bytes between the quotes, decoded if the key
+// holds an escape.
 type member struct {
-	key      []byte
-	from, to int
+	key, name []byte
+	from, to  int
 }
 
 // object writes the members to dst in the order they come, and sorts them
@@ -181,6 +188,13 @@ type member struct {
 // level: an object's members are never copied once per level of nesting, so
 // the work stays linear in the body's size unless a body nests unsorted
 // objects, which maxJSONDepth bounds.
+//
+// An object in which two members have one name to encoding/json (which
+// decodes escapes and matches names ignoring case: "qty", "QTY" and
+// "\u0071ty") means what its order says, since the last one wins: sorted,
+// {"qty":1,"QTY":5} and {"QTY":5,"qty":1} would be one request, whereas a
+// handler reads qty 5 from the first and 1 from the second. object reports
+// false for it, and the body is fingerprinted raw.
 func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 	p.pos++ // {
 	dst = append(dst, '{')
@@ -215,7 +229,15 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 		if dst, ok = p.value(dst, depth+1); !ok {
 			return nil, false
 		}
-		p.members = append(p.members, member{key: key, from: from, to: len(dst)})
+		name := key[1 : len(key)-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			var v string
+			if json.Unmarshal(key, &v) != nil {
+				return nil, false
+			}
+			name = []byte(v)
+		}
+		p.members = append(p.members, member{key: key, name: name, from: from, to: len(dst)})
 		p.ws()
 		if p.pos >= len(p.in) {
 			return nil, false
@@ -228,6 +250,9 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 		}
 		p.pos++
 		break
+	}
+	if sameNames(p.members[base:]) {
+		return nil, false
 	}
 	if !sorted {
 		ms := p.members[base:]
@@ -242,4 +267,45 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 		}
 	}
 	return append(dst, '}'), true
+}
+
+// sameNames reports whether two of ms have one name to encoding/json:
+// equal under Unicode simple case folding, as bytes.EqualFold compares.
+func sameNames(ms []member) bool {
+	if len(ms) <= 16 { // the usual object: compared pairwise, nothing allocated
+		for i := 1; i < len(ms); i++ {
+			for j := range i {
+				if bytes.EqualFold(ms[i].name, ms[j].name) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	seen := make(map[string]struct{}, len(ms))
+	for _, m := range ms {
+		f := string(foldName(m.name))
+		if _, ok := seen[f]; ok {
+			return true
+		}
+		seen[f] = struct{}{}
+	}
+	return false
+}
+
+// foldName returns name with every rune replaced by the smallest rune of its
+// case-folding orbit: foldName(a) == foldName(b) if and only if
+// bytes.EqualFold(a, b).
+func foldName(name []byte) []byte {
+	out := make([]byte, 0, len(name))
+	for len(name) > 0 {
+		r, n := utf8.DecodeRune(name)
+		name = name[n:]
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		out = utf8.AppendRune(out, least)
+	}
+	return out
 }

@@ -70,9 +70,15 @@ func appendField(b []byte, s string) []byte {
 //
 //   - JSON (application/json or any +json type): object members sorted by
 //     key, insignificant whitespace removed, strings and numbers kept as
-//     written (1.0 and 1 differ, so do "\u0041" and "A");
-//   - form data (application/x-www-form-urlencoded): keys sorted, the order
-//     of the values of one key kept;
+//     written (1.0 and 1 differ, so do "\u0041" and "A"); a body with an
+//     object of two members of one name to encoding/json ("qty" and "QTY":
+//     the last one wins, so their order matters) is taken raw;
+//   - form data (application/x-www-form-urlencoded): the pairs sorted by
+//     name (decoded, as a handler reads it), the order of the pairs of one
+//     name kept, each pair as written: "x+y" and "x%20y" are one value to
+//     a form parser but not to a handler that reads the body as something
+//     else (JSON sent with curl -d's default Content-Type, say), so they
+//     stay apart;
 //   - multipart/form-data: the parts without the boundary, which a client
 //     draws anew for every attempt (each part's Content-Disposition,
 //     Content-Type, Content-Transfer-Encoding and content), sorted by form
@@ -105,8 +111,8 @@ func canonicalBody(contentType, mt string, body []byte) ([]byte, bool) {
 			return c, true
 		}
 	case mt == "application/x-www-form-urlencoded":
-		if v, err := url.ParseQuery(string(body)); err == nil {
-			return []byte(v.Encode()), true
+		if c, ok := canonicalForm(body); ok {
+			return c, true
 		}
 	case mt == "multipart/form-data":
 		if c, ok := canonicalMultipart(contentType, body); ok {
@@ -114,6 +120,61 @@ func canonicalBody(contentType, mt string, body []byte) ([]byte, bool) {
 		}
 	}
 	return body, false
+}
+
+// canonicalForm returns the canonical form of a form body (see
+// CanonicalBody), or false if it has no pairs or does not parse as
+// url.ParseQuery would (a semicolon, a bad escape).
+func canonicalForm(body []byte) ([]byte, bool) {
+	type pair struct{ name, raw []byte }
+	var pairs []pair
+	for rest := body; len(rest) > 0; {
+		var raw []byte
+		raw, rest, _ = bytes.Cut(rest, []byte("&"))
+		if len(raw) == 0 {
+			continue // "a=1&&b=2": no pair, for url.ParseQuery too
+		}
+		name, value, _ := bytes.Cut(raw, []byte("="))
+		if bytes.IndexByte(raw, ';') >= 0 || !validEscapes(value) {
+			return nil, false
+		}
+		if bytes.ContainsAny(name, "%+") {
+			n, err := url.QueryUnescape(string(name))
+			if err != nil {
+				return nil, false
+			}
+			name = []byte(n)
+		}
+		pairs = append(pairs, pair{name, raw})
+	}
+	if len(pairs) == 0 {
+		return nil, false
+	}
+	slices.SortStableFunc(pairs, func(a, b pair) int { return bytes.Compare(a.name, b.name) })
+	c := make([]byte, 0, len(body))
+	for i, p := range pairs {
+		if i > 0 {
+			c = append(c, '&')
+		}
+		c = append(c, p.raw...)
+	}
+	return c, true
+}
+
+// validEscapes reports whether every % in b starts an escape of two hex
+// digits, as url.QueryUnescape requires.
+func validEscapes(b []byte) bool {
+	for i := bytes.IndexByte(b, '%'); i >= 0; i = bytes.IndexByte(b, '%') {
+		if i+2 >= len(b) || !isHex(b[i+1]) || !isHex(b[i+2]) {
+			return false
+		}
+		b = b[i+3:]
+	}
+	return true
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // Bounds of the multipart bodies put in canonical form: each part costs a

@@ -7,8 +7,10 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"net/url"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,8 +34,19 @@ func TestCanonicalBody(t *testing.T) {
 		{"json trailing garbage is raw", "application/json", `{"a":1}`, `{"a":1}]`, false},
 		{"json two values is raw", "application/json", `{"a":1}`, `{"a":1} {"a":1}`, false},
 		{"broken json is raw", "application/json", `{"a":`, `{"a":`, true},
+		{"json names in two cases are raw", "application/json", `{"qty":1,"QTY":5}`, `{"QTY":5,"qty":1}`, false},
+		{"json names in two spellings are raw", "application/json", `{"qty":1,"\u0071ty":5}`, `{"\u0071ty":5,"qty":1}`, false},
+		{"json names one under folding are raw", "application/json", `{"k":1,"\u212a":5}`, `{"\u212a":5,"k":1}`, false},
+		{"json duplicate names are raw", "application/json", `{"a":{"x":1,"x":2}}`, `{"a":{"x":2,"x":1}}`, false},
+		{"json big object key order", "application/json", bigObject(40, "", false), bigObject(40, "", true), true},
+		{"json big object names in two cases are raw", "application/json", bigObject(40, `"K17":0`, false), bigObject(40, `"K17":0`, true), false},
 		{"form key order", "application/x-www-form-urlencoded", "a=1&b=2", "b=2&a=1", true},
+		{"form empty pairs", "application/x-www-form-urlencoded", "a=1&&b=2&", "b=2&a=1", true},
 		{"form value order kept", "application/x-www-form-urlencoded", "a=1&a=2", "a=2&a=1", false},
+		{"form escaped name is the name", "application/x-www-form-urlencoded", "a=1&%61=2", "%61=2&a=1", false},
+		{"form escapes kept as written", "application/x-www-form-urlencoded", "a=x+y", "a=x%20y", false},
+		{"json sent as a form", "application/x-www-form-urlencoded", `{"item":"gift+card"}`, `{"item":"gift card"}`, false},
+		{"form bad escape is raw", "application/x-www-form-urlencoded", "b=%zz&a=1", "a=1&b=%zz", false},
 		{"other raw", "text/plain", "a b", "a  b", false},
 		{"no content type raw", "", `{"a":1,"b":2}`, `{"b":2,"a":1}`, false},
 	}
@@ -44,6 +57,22 @@ func TestCanonicalBody(t *testing.T) {
 			t.Errorf("%s: canonical %q and %q: same=%v, want %v", tt.name, ca, cb, !tt.same, tt.same)
 		}
 	}
+}
+
+// bigObject returns a JSON object of n members "k0".."k<n-1>", reversed if
+// reverse, with extra as one more member after the first if not empty.
+func bigObject(n int, extra string, reverse bool) string {
+	var ms []string
+	for i := range n {
+		ms = append(ms, `"k`+strconv.Itoa(i)+`":`+strconv.Itoa(i))
+	}
+	if extra != "" {
+		ms = slices.Insert(ms, 1, extra)
+	}
+	if reverse {
+		slices.Reverse(ms)
+	}
+	return "{" + strings.Join(ms, ",") + "}"
 }
 
 func TestFingerprintParts(t *testing.T) {
@@ -101,6 +130,30 @@ func FuzzCanonicalJSON(f *testing.F) {
 			if err := json.Unmarshal(c, &got); err != nil || !reflect.DeepEqual(got, want) {
 				t.Fatalf("canonical form of %q means something else: %q", body, c)
 			}
+		}
+	})
+}
+
+// FuzzCanonicalForm checks that a form body's canonical form means what the
+// body means to url.ParseQuery, and that a body it refuses stays raw.
+func FuzzCanonicalForm(f *testing.F) {
+	for _, s := range []string{"a=1&b=2", "b=x+y&a=%41&a=2", "a=1;b=2", "%zz=1", "&&", "a"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		want, err := url.ParseQuery(string(body))
+		c, ok := canonicalForm(body)
+		switch {
+		case err != nil && ok:
+			t.Fatalf("%q does not parse, but has the canonical form %q", body, c)
+		case !ok:
+			return
+		}
+		if got, err := url.ParseQuery(string(c)); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("canonical form of %q means something else: %q", body, c)
+		}
+		if again, _ := canonicalForm(c); !bytes.Equal(again, c) {
+			t.Fatalf("not idempotent: %q -> %q -> %q", body, c, again)
 		}
 	})
 }
