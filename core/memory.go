@@ -15,13 +15,18 @@ const DefaultMemoryMaxEntries = 100_000
 // instance, for development and for tests. Several instances behind a load
 // balancer need a shared store such as the Redis one.
 //
-// Expired entries are swept on every Acquire from a heap ordered by expiry,
+// Expired entries are swept on every Acquire from heaps ordered by expiry,
 // so the number of entries is bounded by the live keys and no goroutine runs
 // in the background; nothing needs closing. A store holding its maximum of
-// live keys (NewMemoryStore) answers ErrStoreFull, which the Engine handles
-// like any store error. The entries' size is bounded by the Engine's
-// Config.MaxStoredBodyBytes per record (1 MiB by default): lower it, or the
-// number of keys, to bound the store's memory more tightly.
+// live keys (NewMemoryStore) makes room for a new key by evicting the record
+// that expires soonest (the oldest, for records of one TTL): a retry of that
+// key would run its handler again, but retries come early, and refusing new
+// keys instead would leave every new request unprotected (a store error is
+// served unprotected unless Config.FailClosed). Locks are never evicted: a
+// store full of locks answers ErrStoreFull. The entries' size is bounded by
+// the Engine's Config.MaxStoredBodyBytes per record (1 MiB by default):
+// lower it, or the number of keys, to bound the store's memory more
+// tightly.
 // MemoryStore implements Waiter: a waiting request wakes up when the lock is
 // released, not by polling.
 type MemoryStore struct {
@@ -30,7 +35,8 @@ type MemoryStore struct {
 
 	mu      sync.Mutex
 	entries map[string]*memEntry
-	expiry  expiryHeap
+	locks   expiryHeap // the entries being locked
+	records expiryHeap // the entries holding a record
 	tokens  uint64
 }
 
@@ -39,7 +45,7 @@ type memEntry struct {
 	record  []byte // nil while locked
 	token   string // "" once completed
 	expires time.Time
-	index   int           // in the expiry heap
+	index   int           // in its heap: locks or records
 	waiters chan struct{} // closed when the lock goes; nil until someone waits
 }
 
@@ -72,13 +78,13 @@ func (s *MemoryStore) Acquire(_ context.Context, key string, lockTTL time.Durati
 		}
 		return nil, "", ErrInFlight
 	}
-	if len(s.entries) >= s.max {
+	if !s.room() {
 		return nil, "", ErrStoreFull
 	}
 	s.tokens++
 	e := &memEntry{key: key, token: strconv.FormatUint(s.tokens, 36), expires: now.Add(lockTTL)}
 	s.entries[key] = e
-	heap.Push(&s.expiry, e)
+	heap.Push(&s.locks, e)
 	return nil, e.token, nil
 }
 
@@ -93,19 +99,20 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, record []by
 	case !ok:
 		// The lock expired and nobody took the key: store late, if there
 		// is room (if not, the response is lost as with a lock taken over).
-		if len(s.entries) >= s.max {
+		if !s.room() {
 			return ErrLockLost
 		}
 		e = &memEntry{key: key, record: record, expires: now.Add(ttl)}
 		s.entries[key] = e
-		heap.Push(&s.expiry, e)
+		heap.Push(&s.records, e)
 		return nil
 	case e.token == "" || e.token != token:
 		return ErrLockLost
 	}
+	heap.Remove(&s.locks, e.index)
 	e.record, e.token = record, ""
 	e.expires = now.Add(ttl)
-	heap.Fix(&s.expiry, e.index)
+	heap.Push(&s.records, e)
 	e.wake()
 	return nil
 }
@@ -131,7 +138,7 @@ func (s *MemoryStore) Refresh(_ context.Context, key, token string, lockTTL time
 		return err
 	}
 	e.expires = s.now().Add(lockTTL)
-	heap.Fix(&s.expiry, e.index)
+	heap.Fix(&s.locks, e.index)
 	return nil
 }
 
@@ -172,16 +179,35 @@ func (s *MemoryStore) owned(key, token string) (*memEntry, error) {
 }
 
 func (s *MemoryStore) remove(e *memEntry) {
-	heap.Remove(&s.expiry, e.index)
+	if e.record == nil {
+		heap.Remove(&s.locks, e.index)
+	} else {
+		heap.Remove(&s.records, e.index)
+	}
 	delete(s.entries, e.key)
 	e.wake()
 }
 
 // sweep drops every entry that expired by now.
 func (s *MemoryStore) sweep(now time.Time) {
-	for len(s.expiry) > 0 && !now.Before(s.expiry[0].expires) {
-		s.remove(s.expiry[0])
+	for _, h := range []*expiryHeap{&s.locks, &s.records} {
+		for len(*h) > 0 && !now.Before((*h)[0].expires) {
+			s.remove((*h)[0])
+		}
 	}
+}
+
+// room makes room for one more key, evicting the record that expires
+// soonest if the store is full. It reports false if every key is a lock.
+func (s *MemoryStore) room() bool {
+	if len(s.entries) < s.max {
+		return true
+	}
+	if len(s.records) == 0 {
+		return false
+	}
+	s.remove(s.records[0])
+	return true
 }
 
 func (e *memEntry) wake() {

@@ -27,6 +27,69 @@ func TestMemoryStoreBounded(t *testing.T) {
 	}
 }
 
+// A full store makes room for a new key by evicting the record that expires
+// soonest, never a lock: new keys stay protected.
+func TestMemoryStoreEvictsSoonestRecord(t *testing.T) {
+	ctx := context.Background()
+	s := core.NewMemoryStore(3)
+	complete := func(key string, ttl time.Duration) {
+		t.Helper()
+		_, token, err := s.Acquire(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, key, token, []byte(key), ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	complete("long", time.Hour)
+	complete("short", time.Minute) // expires first: evicted first
+	if _, _, err := s.Acquire(ctx, "locked", time.Second); err != nil { // the lock expires before both
+		t.Fatal(err)
+	}
+	for _, key := range []string{"new-1", "new-2"} {
+		if rec, token, err := s.Acquire(ctx, key, time.Minute); err != nil || rec != nil || token == "" {
+			t.Fatalf("Acquire(%s) on a full store = %q, %q, %v; want a lock", key, rec, token, err)
+		}
+	}
+	if n := s.Len(); n != 3 {
+		t.Fatalf("Len = %d, want 3", n)
+	}
+	// Both records are gone, soonest first; the locks stayed.
+	if _, _, err := s.Acquire(ctx, "locked", time.Second); !errors.Is(err, core.ErrInFlight) {
+		t.Fatalf("the lock of a full store was evicted: Acquire = %v", err)
+	}
+	// A store of nothing but locks has no room.
+	if _, _, err := s.Acquire(ctx, "new-3", time.Minute); !errors.Is(err, core.ErrStoreFull) {
+		t.Fatalf("Acquire on a store full of locks: err = %v, want ErrStoreFull", err)
+	}
+}
+
+// The record that expires soonest goes first, whatever the order in which
+// the records were stored.
+func TestMemoryStoreEvictionOrder(t *testing.T) {
+	ctx := context.Background()
+	s := core.NewMemoryStore(2)
+	for _, kt := range []struct {
+		key string
+		ttl time.Duration
+	}{{"a", time.Hour}, {"b", time.Minute}} {
+		_, token, _ := s.Acquire(ctx, kt.key, time.Minute)
+		if err := s.Complete(ctx, kt.key, token, []byte(kt.key), kt.ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := s.Acquire(ctx, "c", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _, err := s.Acquire(ctx, "a", time.Minute); string(rec) != "a" || err != nil {
+		t.Fatalf("the record expiring last was evicted: Acquire(a) = %q, %v", rec, err)
+	}
+	if rec, token, err := s.Acquire(ctx, "b", time.Minute); rec != nil || token == "" || err != nil {
+		t.Fatalf("Acquire(b) = %q, %q, %v; want a new lock: b's record was evicted", rec, token, err)
+	}
+}
+
 func TestMemoryStoreSweepsExpired(t *testing.T) {
 	ctx := context.Background()
 	s := core.NewMemoryStore(1000)
