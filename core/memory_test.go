@@ -43,7 +43,7 @@ func TestMemoryStoreEvictsSoonestRecord(t *testing.T) {
 		}
 	}
 	complete("long", time.Hour)
-	complete("short", time.Minute) // expires first: evicted first
+	complete("short", time.Minute)                                      // expires first: evicted first
 	if _, _, err := s.Acquire(ctx, "locked", time.Second); err != nil { // the lock expires before both
 		t.Fatal(err)
 	}
