@@ -43,8 +43,9 @@ func TestMemoryStoreEvictsSoonestRecord(t *testing.T) {
 		}
 	}
 	complete("long", time.Hour)
-	complete("short", time.Minute)                                      // expires first: evicted first
-	if _, _, err := s.Acquire(ctx, "locked", time.Second); err != nil { // the lock expires before both
+	complete("short", time.Minute) // expires first: evicted first
+	// A lock that expires before both records is still not evicted.
+	if _, _, err := s.Acquire(ctx, "locked", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	for _, key := range []string{"new-1", "new-2"} {
