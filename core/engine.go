@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -154,7 +155,7 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 	switch {
 	case err != nil:
 		return fail(OutcomeInvalidKey, &Problem{Type: ProblemInvalidKey, Title: "Invalid idempotency key",
-			Status: http.StatusBadRequest, Detail: err.Error()}, err)
+			Status: http.StatusBadRequest, Detail: strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": ")}, err)
 	case !present:
 		return fail(OutcomeInvalidKey, &Problem{Type: ProblemMissingKey, Title: "Missing idempotency key",
 			Status: http.StatusBadRequest, Detail: "this request requires an " + e.cfg.KeyHeader + " header"}, nil)
@@ -375,20 +376,20 @@ func (e *Engine) readBody(req *Request) ([]byte, error) {
 // key returns the request's key: from KeyHeader or LegacyKeyHeader (which
 // must agree, once unquoted, when both are sent), unquoted and validated.
 func (e *Engine) key(h HeaderGetter) (key string, present bool, err error) {
-	values := h.Values(e.cfg.KeyHeader)
+	name, values := e.cfg.KeyHeader, h.Values(e.cfg.KeyHeader)
 	var legacy []string
 	if e.cfg.LegacyKeyHeader != "" {
 		legacy = h.Values(e.cfg.LegacyKeyHeader)
 	}
 	if values == nil {
-		values, legacy = legacy, nil
+		name, values, legacy = e.cfg.LegacyKeyHeader, legacy, nil
 	}
 	switch len(values) {
 	case 0:
 		return "", false, nil
 	case 1:
 	default:
-		return "", true, fmt.Errorf("%w: %d %s headers, want one", ErrInvalidKey, len(values), e.cfg.KeyHeader)
+		return "", true, fmt.Errorf("%w: %d %s headers, want one", ErrInvalidKey, len(values), name)
 	}
 	raw := values[0]
 	key, err = parseKey(raw, e.cfg.MaxKeyLength)

@@ -111,10 +111,13 @@ func ValidateStructuredKey(key string) error {
 	return err
 }
 
-// parseKey turns a raw header value into a key: a quoted structured-field
-// string (RFC 8941, "abc") is unquoted, then the default rules apply:
-// 1 to maxLen characters of printable ASCII (0x20 to 0x7E).
+// parseKey turns a raw header value into a key: spaces and tabs around it
+// are dropped (they are not part of a field value, RFC 9110, though not
+// every server drops them), a quoted structured-field string (RFC 8941,
+// "abc") is unquoted, then the default rules apply: 1 to maxLen characters
+// of printable ASCII (0x20 to 0x7E).
 func parseKey(raw string, maxLen int) (string, error) {
+	raw = strings.Trim(raw, " \t")
 	key := raw
 	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
 		var err error

@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +112,9 @@ func TestKeyHeaders(t *testing.T) {
 		{"repeated", header{"Idempotency-Key": {valid, valid}}, "", true, true},
 		{"empty", header{"Idempotency-Key": {""}}, "", true, true},
 		{"validator", header{"Idempotency-Key": {"short"}}, "", true, true},
+		{"spaces and tabs around", header{"Idempotency-Key": {"\t " + valid + " \t"}}, valid, true, false},
+		{"tabs around a quoted key", header{"Idempotency-Key": {"\t\"" + valid + "\"\t"}}, valid, true, false},
+		{"only spaces", header{"Idempotency-Key": {" \t "}}, "", true, true},
 	}
 	for _, tt := range tests {
 		key, present, err := e.key(tt.h)
@@ -120,6 +124,22 @@ func TestKeyHeaders(t *testing.T) {
 		if err != nil && !errors.Is(err, ErrInvalidKey) {
 			t.Errorf("%s: error %v does not wrap ErrInvalidKey", tt.name, err)
 		}
+	}
+}
+
+// The error names the header that was repeated, and the Problem's detail
+// says what is wrong without the error's prefix.
+func TestKeyErrors(t *testing.T) {
+	e, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.key(header{"X-Idempotency-Key": {"a", "b"}}); err == nil || !strings.Contains(err.Error(), "2 X-Idempotency-Key headers") {
+		t.Errorf("legacy header sent twice: %v, want an error naming X-Idempotency-Key", err)
+	}
+	_, resp := e.Begin(&Request{Method: http.MethodPost, Path: "/", Header: header{"Idempotency-Key": {"a\x01"}}})
+	if resp == nil || resp.Problem == nil || resp.Problem.Detail != "byte 0x1 at 1: want printable ASCII" {
+		t.Fatalf("Begin with a control character in the key: %+v, want the detail without a prefix", resp)
 	}
 }
 
