@@ -599,6 +599,18 @@ func (f *Flight) startRefresh(taken time.Time) {
 	f.mu.Unlock()
 }
 
+// storeRefresh calls Store.Refresh, turning a panic of the store into an
+// error: it runs on a timer's goroutine, where a panic would end the
+// process rather than one request.
+func (f *Flight) storeRefresh(ctx context.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("idem: Store.Refresh panicked: %v", r)
+		}
+	}()
+	return f.e.cfg.Store.Refresh(ctx, f.id, f.token, f.e.cfg.LockTTL)
+}
+
 func (f *Flight) refresh() {
 	f.mu.Lock()
 	done := f.done
@@ -616,7 +628,7 @@ func (f *Flight) refresh() {
 	period := f.e.cfg.LockTTL / 3
 	ctx, cancel := context.WithTimeout(context.Background(), period/2)
 	sent := time.Now()
-	err := f.e.cfg.Store.Refresh(ctx, f.id, f.token, f.e.cfg.LockTTL)
+	err := f.storeRefresh(ctx)
 	cancel()
 
 	f.mu.Lock()

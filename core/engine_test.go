@@ -628,6 +628,43 @@ func (failingRefresh) Refresh(context.Context, string, string, time.Duration) er
 	return errors.New("i/o timeout")
 }
 
+// panickingRefresh is a memory store whose Refresh panics, as a buggy
+// third-party store might.
+type panickingRefresh struct {
+	*core.MemoryStore
+	calls *atomic.Int32
+}
+
+func (s panickingRefresh) Refresh(context.Context, string, string, time.Duration) error {
+	s.calls.Add(1)
+	panic("store bug")
+}
+
+// A store's panic in Refresh, which runs on a timer's goroutine, is an
+// error like any other there: the process goes on, refreshing is tried
+// again, and the response is still stored.
+func TestRefreshPanicRecovered(t *testing.T) {
+	var calls atomic.Int32
+	eng, err := core.New(core.Config{LockTTL: 30 * time.Millisecond, Store: panickingRefresh{core.NewMemoryStore(0), &calls}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		for calls.Load() < 2 { // a refresh panicked, and the next was tried
+			time.Sleep(time.Millisecond)
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	if w := post(t, h, "refresh-panics", "{}"); w.Code != http.StatusCreated {
+		t.Fatalf("status %d, want 201", w.Code)
+	}
+	if w := post(t, h, "refresh-panics", "{}"); w.Header().Get(core.HeaderReplay) != "true" || runs.Load() != 1 {
+		t.Fatalf("retry: %d, replay %q, handler ran %d times; want the replay", w.Code, w.Header().Get(core.HeaderReplay), runs.Load())
+	}
+}
+
 // A validator's error stays in the chain of the event's error, under
 // ErrInvalidKey, for an Observer that branches on it.
 func TestValidatorErrorWrapped(t *testing.T) {
