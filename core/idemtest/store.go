@@ -282,7 +282,9 @@ func testWait(t *testing.T, s core.Store) {
 	ctx := context.Background()
 	key := Key(t)
 	// A free key: Wait returns at once.
-	if err := w.Wait(ctx, key); err != nil {
+	bounded, cancelBounded := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelBounded()
+	if err := w.Wait(bounded, key); err != nil {
 		t.Fatalf("Wait on a free key: %v", err)
 	}
 	token := mustLock(t, s, key, time.Minute)
@@ -293,18 +295,45 @@ func testWait(t *testing.T, s core.Store) {
 		t.Fatalf("Wait on a held lock = %v, want context.DeadlineExceeded", err)
 	}
 	// Completion wakes a waiter.
+	wakes(t, w, key, "Complete", func() {
+		if err := s.Complete(ctx, key, token, []byte("done"), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	})
+	wantRecord(t, s, key, []byte("done"))
+	// So does a release.
+	key = Key(t)
+	token = mustLock(t, s, key, time.Minute)
+	wakes(t, w, key, "Release", func() {
+		if err := s.Release(ctx, key, token); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// And a lock that expires, which nobody releases.
+	key = Key(t)
+	mustLock(t, s, key, 500*time.Millisecond)
+	wakes(t, w, key, "the lock's expiry", func() {})
+}
+
+// wakes checks that a Wait on key, blocked while its lock is held, returns
+// once wake has run. A Wait that has not started blocking after 50 ms only
+// makes the check weaker, never wrong.
+func wakes(t *testing.T, w core.Waiter, key, what string, wake func()) {
+	t.Helper()
 	done := make(chan error, 1)
-	go func() { done <- w.Wait(ctx, key) }()
-	if err := s.Complete(ctx, key, token, []byte("done"), time.Minute); err != nil {
-		t.Fatal(err)
+	go func() { done <- w.Wait(context.Background(), key) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Wait returned while the lock was held: %v", err)
+	case <-time.After(50 * time.Millisecond):
 	}
+	wake()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("Wait: %v", err)
+			t.Fatalf("Wait after %s: %v", what, err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("Wait did not return after Complete")
+		t.Fatalf("Wait did not return after %s", what)
 	}
-	wantRecord(t, s, key, []byte("done"))
 }
