@@ -166,6 +166,18 @@ func newKey(t *testing.T) string {
 	return fmt.Sprintf("bb-%s-%d-%d", t.Name(), time.Now().UnixNano(), keySeq.n)
 }
 
+// duplicates sends two requests of user with key and body at once, and
+// returns their results in the order they come: with a handler slower than
+// the gap between them, the second to arrive gets a 409 while the first
+// runs, and comes first.
+func duplicates(post func(user, key, body string) result, user, key, body string) <-chan result {
+	results := make(chan result, 2)
+	for range 2 {
+		go func() { results <- post(user, key, body) }()
+	}
+	return results
+}
+
 func wantStatus(t *testing.T, what string, r result, status int) {
 	t.Helper()
 	if r.status != status {
@@ -219,13 +231,14 @@ func TestExamplesGracefulShutdown(t *testing.T) {
 		t.Run(fw, func(t *testing.T) {
 			t.Parallel()
 			s := start(t, build(t, fw))
-			done := make(chan result)
-			go func() { done <- s.post("dave", newKey(t), `{"item": "clock", "qty": 1, "delay_ms": 800}`) }()
-			time.Sleep(200 * time.Millisecond) // the request is inside its handler
+			// The 409 of one of two duplicates says the other is inside
+			// its handler: that is when the signal goes.
+			results := duplicates(s.post, "dave", newKey(t), `{"item": "clock", "qty": 1, "delay_ms": 800}`)
+			wantProblem(t, "the duplicate answered first", <-results, http.StatusConflict, "key-in-flight")
 			if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			wantStatus(t, "request in flight during shutdown", <-done, http.StatusCreated)
+			wantStatus(t, "request in flight during shutdown", <-results, http.StatusCreated)
 		})
 	}
 }
@@ -307,18 +320,18 @@ func testContract(t *testing.T, s *server) {
 		t.Fatalf("boom retry: %d replay=%q, want a fresh 500", r.status, r.header.Get("X-Idempotency-Replay"))
 	}
 
-	// In flight: 409 with Retry-After, then the replay.
+	// In flight: 409 with Retry-After, then the replay. Of two duplicates
+	// sent together, whichever comes second finds the other inside its
+	// 700 ms handler.
 	k = newKey(t)
 	slow := `{"item": "pen", "qty": 1, "delay_ms": 700}`
-	done := make(chan result)
-	go func() { done <- s.post("alice", k, slow) }()
-	time.Sleep(200 * time.Millisecond) // the first request is inside its 700 ms handler
-	conflict := s.post("alice", k, slow)
+	pair := duplicates(s.post, "alice", k, slow)
+	conflict := <-pair
 	wantProblem(t, "in flight", conflict, http.StatusConflict, "key-in-flight")
 	if conflict.header.Get("Retry-After") == "" {
 		t.Fatal("409 without Retry-After")
 	}
-	slowFirst := <-done
+	slowFirst := <-pair
 	wantStatus(t, "slow first", slowFirst, http.StatusCreated)
 	wantReplay(t, "after the slow first", s.post("alice", k, slow), slowFirst)
 
