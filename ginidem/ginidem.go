@@ -39,7 +39,13 @@ func WithErrorHandler(h func(c *gin.Context, p *core.Problem)) Option {
 // response is stored, unless a handler panicked, the response was streamed
 // (Flush) or hijacked, or it is not known yet (c.Error with nothing
 // written); see the package documentation.
+//
+// New panics if eng is nil: a programming error, better found when the app
+// is set up than by every covered request.
 func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
+	if eng == nil {
+		panic("ginidem: New with a nil Engine")
+	}
 	var o options
 	for _, opt := range opts {
 		opt(&o)

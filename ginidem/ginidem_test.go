@@ -78,6 +78,15 @@ func created(runs *atomic.Int64) gin.HandlerFunc {
 // A middleware after ginidem that aborts with AbortWithStatusJSON answers
 // for the request: its response is the one stored and replayed, and the
 // handler behind it never runs.
+func TestNewNilEnginePanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("New(nil) did not panic: every covered request would")
+		}
+	}()
+	ginidem.New(nil)
+}
+
 func TestGinAbortWithStatusJSONStored(t *testing.T) {
 	t.Parallel()
 	var guards, runs atomic.Int64
