@@ -58,7 +58,8 @@ type Request struct {
 
 // Engine decides, for each request, whether to run the handler, replay a
 // stored response or refuse. It is safe for concurrent use; build one with
-// New and share it between all the routes that need it.
+// New and share it between all the routes that need it. The zero Engine
+// covers no method: it protects nothing.
 type Engine struct {
 	cfg    Config
 	denied map[string]bool // canonical names of Config.DeniedHeaders
