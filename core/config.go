@@ -126,7 +126,8 @@ type Config struct {
 	// unprotected: it keeps waiting, and gets the 409 at the deadline.
 	// Default: 0, no waiting.
 	Wait time.Duration
-	// RetryAfter is the Retry-After of a 409. Default: DefaultRetryAfter.
+	// RetryAfter is the Retry-After of a 409 (key in flight) and of a 503
+	// (store unavailable, with FailClosed). Default: DefaultRetryAfter.
 	RetryAfter time.Duration
 	// ReplayTimestamp adds HeaderOriginalTimestamp to replays. Default: false.
 	ReplayTimestamp bool

@@ -22,36 +22,41 @@
 //
 // # Ordering
 //
-// Middleware registered with e.Use runs after routing, so the middleware
-// sees the route template (c.Path(), "/orders/:id", for core.Event.Route and
-// core.Config.ScopeRoute). A request that matched no route passes through
-// untouched, as in the other adapters, so that a key sent to a wrong URL
-// gets Echo's own 404 or 405 and stays free for the right one: when the
-// router picked echo.NotFoundHandler or echo.MethodNotAllowedHandler, the
-// middleware does not look at the request at all; when the request reached
-// the catch-all route of a group with middleware (which Echo registers for
-// it), the key is checked and locked, but the 404 is sent without being
-// stored. A handler returning echo.ErrNotFound or echo.ErrMethodNotAllowed
-// itself is not stored either (a retry runs it again). A context that has
-// not been routed yet also holds echo.NotFoundHandler (under e.Pre, or
-// from e.NewContext in a test): the middleware then routes the request on
-// a context of its own to tell, so a request that a route of that Echo
-// matches stays protected (in a test, register the route on the Echo whose
-// NewContext you call). Under e.Pre the request is routed as it is when the
-// middleware runs: a Pre middleware after it that rewrites the path (such
-// as middleware.RemoveTrailingSlash) can make it look unrouted, one more
-// reason to use e.Use. An
-// app's own e.RouteNotFound handler is a route like any other: if it writes
-// a 404 and returns nil, that 404 is stored; have it return echo.ErrNotFound
-// (rendered by the app's HTTPErrorHandler) instead.
-// Do not register it with e.Pre. It
-// may also be given to a single route or group: e.POST("/orders", h,
-// echoidem.New(eng)). Put middleware.Recover() before it (outside): after a
-// panic the key's lock is released and nothing is stored, so a retry runs
-// the handler again. Put authentication before it too, so that a scope can
-// read the user, and middleware that shapes the response per client, such
-// as middleware.Gzip(), so that what is stored does not depend on one
-// client's Accept-Encoding.
+// Register the middleware with e.Use (or on a group, or on a single route:
+// e.POST("/orders", h, echoidem.New(eng))), not with e.Pre. Middleware
+// registered with e.Use runs after routing, so it sees the route template
+// (c.Path(), "/orders/:id", for core.Event.Route and core.Config.ScopeRoute).
+// Put middleware.Recover() before it (outside): after a panic the key's lock
+// is released and nothing is stored, so a retry runs the handler again. Put
+// authentication before it too, so that a scope can read the user, and
+// middleware that shapes the response per client, such as
+// middleware.Gzip(), so that what is stored does not depend on one client's
+// Accept-Encoding.
+//
+// A request that matched no route passes through untouched, as in the
+// other adapters, so that a key sent to a wrong URL gets Echo's own 404 or
+// 405 and stays free for the right one. When the router picked
+// echo.NotFoundHandler or echo.MethodNotAllowedHandler, the middleware does
+// not look at the request at all. When the request reached the catch-all
+// route of a group with middleware (which Echo registers for it), the key
+// is checked and locked, but the 404 is sent without being stored. A
+// handler returning echo.ErrNotFound or echo.ErrMethodNotAllowed itself is
+// not stored either (a retry runs it again).
+//
+// Two cases need care:
+//
+//   - A context that has not been routed yet also holds
+//     echo.NotFoundHandler: under e.Pre, or from e.NewContext in a test. The
+//     middleware then routes the request on a context of its own to tell,
+//     so a request that a route of that Echo matches stays protected (in a
+//     test, register the route on the Echo whose NewContext you call).
+//     Under e.Pre the request is routed as it is when the middleware runs: a
+//     Pre middleware after it that rewrites the path (such as
+//     middleware.RemoveTrailingSlash) can make it look unrouted, one more
+//     reason to use e.Use.
+//   - An app's own e.RouteNotFound handler is a route like any other: if it
+//     writes a 404 and returns nil, that 404 is stored. Have it return
+//     echo.ErrNotFound (rendered by the app's HTTPErrorHandler) instead.
 //
 // # Scope
 //
