@@ -4,8 +4,10 @@
 //   - the key header parameter (Idempotency-Key, or the Engine's KeyHeader):
 //     a string of at most MaxKeyLength characters, required exactly when the
 //     Engine requires a key;
-//   - the 400, 409 (with Retry-After), 413 and 422 responses, whose body is
-//     an application/problem+json problem details object (ProblemSchema);
+//   - the 400, 409 (with Retry-After), 413 and 422 responses, and the 503
+//     (with Retry-After) of a fail-closed Engine (Options.FailClosed), whose
+//     body is an application/problem+json problem details object
+//     (ProblemSchema);
 //   - the X-Idempotency-Replay header on the responses it documents whose
 //     status the Engine stores (Options.Storable: 2xx, and 4xx but 408, 425
 //     and 429, by default), which a retry may get replayed.
@@ -14,7 +16,7 @@
 // package fills that gap. It changes nothing that is already there: an
 // operation that documents the header by hand (matched case-insensitively,
 // also through a path-level or $ref parameter) keeps its own, and
-// hand-written 400, 409, 413 and 422 responses are kept. Running it again
+// hand-written 400, 409, 413, 422 and 503 responses are kept. Running it again
 // changes nothing, and the order of the document's keys is kept.
 //
 // Which operations are covered: those whose method is in Options.Methods

@@ -13,8 +13,8 @@ import (
 )
 
 // ProblemSchema is the name of the definition (Swagger 2.0) or component
-// schema (OpenAPI 3) of the problem details body of the 400, 409, 413 and
-// 422 responses. It is added once, unless the document already has one by that
+// schema (OpenAPI 3) of the problem details body of the 400, 409, 413, 422
+// and (with Options.FailClosed) 503 responses. It is added once, unless the document already has one by that
 // name.
 const ProblemSchema = "idem.Problem"
 
@@ -272,7 +272,11 @@ func (in *injector) operation(item, op *yaml.Node) error {
 		}
 	}
 	added := false
-	for _, code := range []string{"400", "409", "413", "422"} {
+	codes := []string{"400", "409", "413", "422"}
+	if in.opts.FailClosed {
+		codes = append(codes, "503")
+	}
+	for _, code := range codes {
 		if get(responses, code) == nil {
 			k := insertSorted(responses, code, in.problemResponse(code))
 			if like != nil {
@@ -398,9 +402,11 @@ func (in *injector) problemResponse(code string) *yaml.Node {
 		desc = "The request carries an idempotency key and a body over " + strconv.FormatInt(in.opts.MaxBodyBytes, 10) + " bytes."
 	case "422":
 		desc = "The idempotency key was already used with a different request."
+	case "503":
+		desc = "The idempotency store is unavailable: the request was not run; retry after Retry-After seconds."
 	}
 	var headers *yaml.Node
-	if code == "409" {
+	if code == "409" || code == "503" {
 		headers = mapping("Retry-After", in.header("integer", "Seconds to wait before retrying."))
 	}
 	if in.v3 {

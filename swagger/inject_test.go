@@ -336,6 +336,39 @@ func TestOptions(t *testing.T) {
 	}
 }
 
+// An Engine with FailClosed answers 503 when its store fails: OptionsFor
+// documents it, with Retry-After, in both formats; without FailClosed there
+// is no 503.
+func TestFailClosed503(t *testing.T) {
+	t.Parallel()
+	eng, err := core.New(core.Config{FailClosed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range []string{
+		`{"openapi": "3.0.0", "paths": {"/o": {"post": {"responses": {"201": {"description": "ok"}}}}}}`,
+		`{"swagger": "2.0", "paths": {"/o": {"post": {"responses": {"201": {"description": "ok"}}}}}}`,
+	} {
+		for _, failClosed := range []bool{true, false} {
+			opts := OptionsFor(eng.Config())
+			opts.FailClosed = failClosed
+			out, err := Inject([]byte(doc), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, ok := operations(t, out)["/o"]["post"]["responses"].(map[string]any)["503"].(map[string]any)
+			if ok != failClosed {
+				t.Fatalf("FailClosed %v: 503 documented: %v\n%s", failClosed, ok, out)
+			}
+			if ok {
+				if _, ok := r["headers"].(map[string]any)["Retry-After"]; !ok || !strings.Contains(string(out), ProblemSchema) {
+					t.Errorf("503 without Retry-After or the problem schema: %v", r)
+				}
+			}
+		}
+	}
+}
+
 func TestCompactJSON(t *testing.T) {
 	t.Parallel()
 	// As json.Marshal of a kin-openapi *openapi3.T writes it.

@@ -26,6 +26,9 @@ type Options struct {
 	// 413, as the Engine's Config.MaxBodyBytes. Default:
 	// core.DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// FailClosed documents the 503 (store-unavailable) that an Engine with
+	// Config.FailClosed answers when its store fails. Default: false.
+	FailClosed bool
 	// Storable is the Engine's store policy (Config.Storable): the
 	// documented responses whose status it stores get the replay header.
 	// Default: core.DefaultStorable.
@@ -68,6 +71,7 @@ func OptionsFor(cfg core.Config, ops ...Operation) Options {
 		Required:     cfg.Required,
 		MaxKeyLength: cfg.MaxKeyLength,
 		MaxBodyBytes: cfg.MaxBodyBytes,
+		FailClosed:   cfg.FailClosed,
 		Storable:     cfg.Storable,
 		Methods:      append([]string(nil), cfg.Methods...),
 		Operations:   ops,

@@ -13,6 +13,7 @@
 //	-required           document the header as required (Config.Required)
 //	-max-key-length n   documented maximum key length (default 255)
 //	-max-body-bytes n   body size past which the 413 is documented (default 1048576)
+//	-fail-closed        document the 503 of a store failure (Config.FailClosed)
 //	-methods list       covered methods (default POST,PUT,PATCH,DELETE)
 //	-op "METHOD /path"  a covered operation, repeatable; full route path in any
 //	                    router's syntax; without -op, every operation of a
@@ -87,6 +88,7 @@ func run(args []string, stderr io.Writer) error {
 	fset.StringVar(&opts.KeyHeader, "key-header", core.DefaultKeyHeader, "key header")
 	fset.BoolVar(&opts.Required, "required", false, "document the key header as required")
 	fset.IntVar(&opts.MaxKeyLength, "max-key-length", core.DefaultMaxKeyLength, "documented maximum key length")
+	fset.BoolVar(&opts.FailClosed, "fail-closed", false, "document the 503 of a store failure")
 	fset.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", core.DefaultMaxBodyBytes, "body size past which the 413 is documented")
 	fset.StringVar(&opts.BasePath, "base-path", "", "prefix of the document's paths (default: its basePath or server URL)")
 	fset.Var(&ops, "op", `covered operation "METHOD /path", repeatable (default: every operation of a covered method)`)
