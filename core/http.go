@@ -49,7 +49,7 @@ func (e *Engine) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		defer f.Abort() // after a panic; a no-op once Finish ran
-		body := &Body{}
+		body := &BodyReader{}
 		body.Reset(f.Body())
 		r.Body = body
 		cw := &CaptureWriter{ResponseWriter: w, Flight: f}
@@ -74,12 +74,12 @@ func patternRoute(p string) string {
 	return p
 }
 
-// Body gives the handler the request body that Engine.Begin read
+// BodyReader gives the handler the request body that Engine.Begin read
 // (Flight.Body): an io.ReadCloser over the bytes, with Reset to reuse it.
-type Body struct{ bytes.Reader }
+type BodyReader struct{ bytes.Reader }
 
 // Close does nothing: the bytes are in memory.
-func (*Body) Close() error { return nil }
+func (*BodyReader) Close() error { return nil }
 
 // CaptureWriter is the http.ResponseWriter an adapter hands the handler
 // while a Flight is open: it passes the response through to the client and

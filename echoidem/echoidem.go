@@ -126,7 +126,7 @@ type state struct {
 	req  core.Request
 	ctx  scopeContext
 	w    core.CaptureWriter
-	body core.Body
+	body core.BodyReader
 }
 
 // scopeContext is the request's context whose Value(string) also reads

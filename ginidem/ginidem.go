@@ -120,7 +120,7 @@ type state struct {
 	req  core.Request
 	ctx  requestContext
 	w    writer
-	body core.Body
+	body core.BodyReader
 }
 
 // requestContext is the core.Request's Context: the request's deadline and
