@@ -75,6 +75,14 @@
 // has its body read once (bounded by core.Config.MaxBodyBytes) and set back
 // on the request for the handler.
 //
+// The body is fingerprinted and bounded as it was sent. Fiber's c.Body()
+// decompresses a body sent with Content-Encoding: gzip, deflate or br,
+// which net/http, Gin and Echo leave to the handler: on Fiber such a body's
+// MaxBodyBytes bound is on its compressed size, and a retry compressed
+// differently gets 422 (never another request's replay: one compressed body
+// has one content). Set fiber.Config.BodyLimit, and refuse compressed
+// bodies in a middleware before idem if the handler should not get them.
+//
 // The key header, and any critical header of the fingerprint, is looked up
 // in any case. fasthttp gives every request header its canonical name,
 // unless the app sets fiber.Config.DisableHeaderNormalizing: it then keeps
