@@ -203,6 +203,9 @@ func newToken() string {
 	return tokenPrefix + strconv.FormatUint(tokenSeq.Add(1), 36)
 }
 
+// defaultDialTimeout is go-redis's default Options.DialTimeout.
+const defaultDialTimeout = 5 * time.Second
+
 // NewClient returns a Redis client for redisURL, so that every program
 // configures Redis with one REDIS_URL. The scheme picks the client:
 //
@@ -228,7 +231,10 @@ func newToken() string {
 // skip that check (see skipHealthCheck); a connection the server closed is
 // then found by the command itself, which go-redis retries on a new
 // connection, as it does for any network error. TLS connections never had
-// the check, and keep go-redis's own dialer.
+// the check, and keep go-redis's own dialer. A sentinel URL without
+// dial_timeout gets go-redis's default of 5 s for the master's connections
+// too (go-redis leaves them without one, which over TLS meant a handshake
+// the master never answers was waited on for ever).
 func NewClient(redisURL string) (redis.UniversalClient, error) {
 	scheme, rest, ok := strings.Cut(redisURL, "://")
 	if !ok {
@@ -264,6 +270,12 @@ func NewClient(redisURL string) (redis.UniversalClient, error) {
 		}
 		if opt.MasterName == "" {
 			return nil, errors.New("redislock: a sentinel URL needs master_name")
+		}
+		if opt.DialTimeout == 0 {
+			// go-redis's default, which it gives the sentinels' connections
+			// but not the master's: over TLS, the master's handshake had no
+			// deadline at all.
+			opt.DialTimeout = defaultDialTimeout
 		}
 		if opt.TLSConfig == nil {
 			opt.Dialer = skipHealthCheck(redis.NewDialer(&redis.Options{DialTimeout: opt.DialTimeout}))

@@ -1,13 +1,18 @@
 package redislock_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -468,17 +473,22 @@ func TestNewClient(t *testing.T) {
 // does: a TLS dial has no other deadline, and a stalled handshake would
 // otherwise hold its request, and the pool's dial, for ever.
 func TestNewClientTLSDialTimesOut(t *testing.T) {
-	for _, scheme := range []string{"rediss", "rediss+cluster", "rediss+sentinel"} {
-		t.Run(scheme, func(t *testing.T) {
+	for _, stalled := range []string{"rediss", "rediss+cluster", "rediss+sentinel", "rediss+sentinel master"} {
+		t.Run(stalled, func(t *testing.T) {
 			t.Parallel()
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer ln.Close()
-			url := scheme + "://" + ln.Addr().String() + "/0?max_retries=-1"
-			if strings.HasSuffix(scheme, "sentinel") {
-				url += "&master_name=m"
+			var url string
+			switch stalled {
+			case "rediss+sentinel":
+				url = stalled + "://" + ln.Addr().String() + "/0?max_retries=-1&master_name=m"
+			case "rediss+sentinel master": // the sentinel answers, the master it names stalls
+				url = "rediss+sentinel://" + fakeSentinel(t, ln.Addr().String()) + "/0?max_retries=-1&master_name=m&skip_verify=true"
+			default:
+				url = stalled + "://" + ln.Addr().String() + "/0?max_retries=-1"
 			}
 			c, err := redislock.NewClient(url)
 			if err != nil {
@@ -502,6 +512,57 @@ func TestNewClientTLSDialTimesOut(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fakeSentinel serves, over TLS on a loopback port, just enough of Redis
+// Sentinel for go-redis's failover client to ask it for the master, which
+// it names master (host:port). It returns its address.
+func fakeSentinel(t *testing.T, master string) string {
+	t.Helper()
+	srv := httptest.NewTLSServer(nil) // for a certificate
+	certs := srv.TLS.Certificates
+	srv.Close()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: certs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	host, port, _ := net.SplitHostPort(master)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				r := bufio.NewReader(conn)
+				for {
+					var args []string // one command: an array of bulk strings
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "*")))
+					for range n {
+						r.ReadString('\n') //nolint:errcheck // the length
+						arg, _ := r.ReadString('\n')
+						args = append(args, strings.ToUpper(strings.TrimSpace(arg)))
+					}
+					switch cmd := strings.Join(args, " "); {
+					case strings.HasPrefix(cmd, "SENTINEL GET-MASTER-ADDR-BY-NAME"):
+						fmt.Fprintf(conn, "*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(host), host, len(port), port)
+					case strings.HasPrefix(cmd, "SENTINEL"):
+						io.WriteString(conn, "*0\r\n") //nolint:errcheck
+					case strings.Contains(cmd, "SUBSCRIBE"): // no news
+					default: // HELLO, CLIENT SETINFO, ...
+						io.WriteString(conn, "-ERR unknown command\r\n") //nolint:errcheck
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }
 
 // NewClient's connections skip go-redis's per-command health check: they
