@@ -2,7 +2,6 @@ package core
 
 import (
 	"bytes"
-	"encoding/json"
 	"slices"
 	"unicode"
 	"unicode/utf8"
@@ -36,6 +35,7 @@ type jsonCanon struct {
 	pos     int
 	members []member // a stack: the members of the objects being read
 	scratch []byte   // where an object's members are copied to be sorted
+	names   [][]byte // where a large object's names are sorted (sameNames)
 }
 
 func (p *jsonCanon) ws() {
@@ -175,12 +175,10 @@ func (p *jsonCanon) array(dst []byte, depth int) ([]byte, bool) {
 }
 
 // A member is one "key":value of an object, written to the output at
-// [from, to); key is the key as written in the input, quotes included, and
-// name the key's string: the bytes between the quotes, decoded if the key
-// holds an escape.
+// [from, to); key is the key as written in the input, quotes included.
 type member struct {
-	key, name []byte
-	from, to  int
+	key      []byte
+	from, to int
 }
 
 // object writes the members to dst in the order they come, and sorts them
@@ -194,7 +192,9 @@ type member struct {
 // "\u0071ty") means what its order says, since the last one wins: sorted,
 // {"qty":1,"QTY":5} and {"QTY":5,"qty":1} would be one request, whereas a
 // handler reads qty 5 from the first and 1 from the second. object reports
-// false for it, and the body is fingerprinted raw.
+// false for it, and the body is fingerprinted raw; so it does for an object
+// of several members one of which has an escape in its name (rare in
+// request bodies), rather than decode every name.
 func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 	p.pos++ // {
 	dst = append(dst, '{')
@@ -205,7 +205,7 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 	}
 	start, base := len(dst), len(p.members)
 	defer func() { p.members = p.members[:base] }()
-	sorted := true
+	sorted, escaped := true, false
 	for {
 		p.ws()
 		if p.pos >= len(p.in) || p.in[p.pos] != '"' {
@@ -229,15 +229,8 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 		if dst, ok = p.value(dst, depth+1); !ok {
 			return nil, false
 		}
-		name := key[1 : len(key)-1]
-		if bytes.IndexByte(name, '\\') >= 0 {
-			var v string
-			if json.Unmarshal(key, &v) != nil {
-				return nil, false
-			}
-			name = []byte(v)
-		}
-		p.members = append(p.members, member{key: key, name: name, from: from, to: len(dst)})
+		escaped = escaped || bytes.IndexByte(key, '\\') >= 0
+		p.members = append(p.members, member{key: key, from: from, to: len(dst)})
 		p.ws()
 		if p.pos >= len(p.in) {
 			return nil, false
@@ -251,7 +244,7 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 		p.pos++
 		break
 	}
-	if sameNames(p.members[base:]) {
+	if ms := p.members[base:]; len(ms) > 1 && (escaped || p.sameNames(ms)) {
 		return nil, false
 	}
 	if !sorted {
@@ -269,43 +262,65 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 	return append(dst, '}'), true
 }
 
-// sameNames reports whether two of ms have one name to encoding/json:
-// equal under Unicode simple case folding, as bytes.EqualFold compares.
-func sameNames(ms []member) bool {
-	if len(ms) <= 16 { // the usual object: compared pairwise, nothing allocated
+// sameNames reports whether two of ms, whose keys have no escapes, have
+// one name to encoding/json: equal under Unicode simple case folding, as
+// bytes.EqualFold compares. A large object's names are sorted in folded
+// order, so that the work stays O(n log n) and allocates nothing new.
+func (p *jsonCanon) sameNames(ms []member) bool {
+	if len(ms) <= 16 {
 		for i := 1; i < len(ms); i++ {
 			for j := range i {
-				if bytes.EqualFold(ms[i].name, ms[j].name) {
+				if bytes.EqualFold(name(ms[i]), name(ms[j])) {
 					return true
 				}
 			}
 		}
 		return false
 	}
-	seen := make(map[string]struct{}, len(ms))
+	p.names = p.names[:0]
 	for _, m := range ms {
-		f := string(foldName(m.name))
-		if _, ok := seen[f]; ok {
+		p.names = append(p.names, name(m))
+	}
+	slices.SortFunc(p.names, compareFolded)
+	for i := 1; i < len(p.names); i++ {
+		if compareFolded(p.names[i-1], p.names[i]) == 0 {
 			return true
 		}
-		seen[f] = struct{}{}
 	}
 	return false
 }
 
-// foldName returns name with every rune replaced by the smallest rune of its
-// case-folding orbit: foldName(a) == foldName(b) if and only if
+// name returns m's name: its key without the quotes.
+func name(m member) []byte { return m.key[1 : len(m.key)-1] }
+
+// compareFolded orders names by their runes, each replaced by the smallest
+// rune of its case-folding orbit: it returns 0 exactly when
 // bytes.EqualFold(a, b).
-func foldName(name []byte) []byte {
-	out := make([]byte, 0, len(name))
-	for len(name) > 0 {
-		r, n := utf8.DecodeRune(name)
-		name = name[n:]
-		least := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			least = min(least, f)
+func compareFolded(a, b []byte) int {
+	for len(a) > 0 && len(b) > 0 {
+		ra, na := foldedRune(a)
+		rb, nb := foldedRune(b)
+		if ra != rb {
+			return int(ra) - int(rb)
 		}
-		out = utf8.AppendRune(out, least)
+		a, b = a[na:], b[nb:]
 	}
-	return out
+	return len(a) - len(b)
+}
+
+// foldedRune decodes the first rune of b and returns the smallest rune of
+// its case-folding orbit, and the rune's length in b.
+func foldedRune(b []byte) (rune, int) {
+	if c := b[0]; c < utf8.RuneSelf {
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		return rune(c), 1
+	}
+	r, n := utf8.DecodeRune(b)
+	least := r
+	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+		least = min(least, f)
+	}
+	return least, n
 }

@@ -652,7 +652,11 @@ func TestRefreshPanicRecovered(t *testing.T) {
 	var runs atomic.Int32
 	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
-		for calls.Load() < 2 { // a refresh panicked, and the next was tried
+		for deadline := time.Now().Add(10 * time.Second); calls.Load() < 2; { // a refresh panicked, and the next was tried
+			if time.Now().After(deadline) {
+				t.Error("no refresh after the first one panicked")
+				break
+			}
 			time.Sleep(time.Millisecond)
 		}
 		w.WriteHeader(http.StatusCreated)

@@ -17,15 +17,17 @@ import (
 // route template: one key sent to /orders/1/refunds and to
 // /orders/2/refunds is a key reused on another resource, refused with 422,
 // never a replay of the other order's refund), the query (parameters
-// sorted), the body's media type if there is a body (it says what the body
-// means: a handler may refuse one and accept the other), the canonical body
+// sorted), the body's media type and Content-Encoding if there is a body
+// (they say what the body means: a handler may refuse one media type and
+// accept the other, and a framework may decompress), the canonical body
 // (tagged canonical or raw, so that raw bytes never meet another body's
 // canonical form) and the critical headers. Every part is length-prefixed,
 // so no two different requests hash the same input.
 func fingerprint(method, path, query, contentType string, body []byte, critical []string, header HeaderGetter) [32]byte {
-	var mt string // the media type of a body; none without one
+	var mt, encoding string // the media type and content coding of a body; none without one
 	if len(body) > 0 {
 		mt = mediaType(contentType)
+		encoding = header.Get("Content-Encoding")
 	}
 	canon, canonical := canonicalBody(contentType, mt, body)
 	if query != "" {
@@ -35,11 +37,12 @@ func fingerprint(method, path, query, contentType string, body []byte, critical 
 	}
 	// The fields around the body are small: one buffer, hashed before and
 	// after the body, which is hashed where it is rather than copied.
-	b := make([]byte, 0, len(method)+len(path)+len(query)+len(mt)+64)
+	b := make([]byte, 0, len(method)+len(path)+len(query)+len(mt)+len(encoding)+64)
 	b = appendField(b, method)
 	b = appendField(b, path)
 	b = appendField(b, query)
 	b = appendField(b, mt)
+	b = appendField(b, encoding)
 	if canonical {
 		b = append(b, 1)
 	} else {
@@ -78,7 +81,7 @@ func appendField(b []byte, s string) []byte {
 //     name kept, each pair as written: "x+y" and "x%20y" are one value to
 //     a form parser but not to a handler that reads the body as something
 //     else (JSON sent with curl -d's default Content-Type, say), so they
-//     stay apart;
+//     stay apart; a body that starts as JSON does ({, [ or ") is taken raw;
 //   - multipart/form-data: the parts without the boundary, which a client
 //     draws anew for every attempt (each part's Content-Disposition,
 //     Content-Type, Content-Transfer-Encoding and content), sorted by form
@@ -123,9 +126,15 @@ func canonicalBody(contentType, mt string, body []byte) ([]byte, bool) {
 }
 
 // canonicalForm returns the canonical form of a form body (see
-// CanonicalBody), or false if it has no pairs or does not parse as
-// url.ParseQuery would (a semicolon, a bad escape).
+// CanonicalBody), or false if it has no pairs, does not parse as
+// url.ParseQuery would (a semicolon, a bad escape), or starts as JSON does
+// ({, [ or "): sorting the &-separated pieces of a JSON document would merge
+// documents that differ, such as two URLs in a string whose query
+// parameters come in another order.
 func canonicalForm(body []byte) ([]byte, bool) {
+	if len(body) > 0 && (body[0] == '{' || body[0] == '[' || body[0] == '"') {
+		return nil, false
+	}
 	type pair struct{ name, raw []byte }
 	var pairs []pair
 	for rest := body; len(rest) > 0; {

@@ -30,13 +30,15 @@ func TestCanonicalBody(t *testing.T) {
 		{"json strings kept as written", "application/json", `{"a":"<b>"}`, `{"a":"\u003cb\u003e"}`, false},
 		{"json lone surrogates differ", "application/json", `{"a":"\ud800"}`, `{"a":"\udfff"}`, false},
 		{"json invalid UTF-8 differs", "application/json", "{\"a\":\"\xff\"}", "{\"a\":\"\xfe\"}", false},
-		{"json escaped keys sorted", "application/json", `{"\u0062":1,"a":2}`, `{"a":2,"\u0062":1}`, true},
+		{"json escaped key alone sorted", "application/json", `{"a":{"\u0062":1},"c":2}`, `{"c":2,"a":{"\u0062":1}}`, true},
+		{"json escaped key among others is raw", "application/json", `{"\u0062":1,"a":2}`, `{"a":2,"\u0062":1}`, false},
 		{"json trailing garbage is raw", "application/json", `{"a":1}`, `{"a":1}]`, false},
 		{"json two values is raw", "application/json", `{"a":1}`, `{"a":1} {"a":1}`, false},
 		{"broken json is raw", "application/json", `{"a":`, `{"a":`, true},
 		{"json names in two cases are raw", "application/json", `{"qty":1,"QTY":5}`, `{"QTY":5,"qty":1}`, false},
 		{"json names in two spellings are raw", "application/json", `{"qty":1,"\u0071ty":5}`, `{"\u0071ty":5,"qty":1}`, false},
-		{"json names one under folding are raw", "application/json", `{"k":1,"\u212a":5}`, `{"\u212a":5,"k":1}`, false},
+		{"json names one under folding are raw", "application/json", "{\"k\":1,\"\u212a\":5}", "{\"\u212a\":5,\"k\":1}", false},
+		{"json big object names one under folding are raw", "application/json", bigObject(40, "\"\u212a17\":0", false), bigObject(40, "\"\u212a17\":0", true), false},
 		{"json duplicate names are raw", "application/json", `{"a":{"x":1,"x":2}}`, `{"a":{"x":2,"x":1}}`, false},
 		{"json big object key order", "application/json", bigObject(40, "", false), bigObject(40, "", true), true},
 		{"json big object names in two cases are raw", "application/json", bigObject(40, `"K17":0`, false), bigObject(40, `"K17":0`, true), false},
@@ -46,6 +48,8 @@ func TestCanonicalBody(t *testing.T) {
 		{"form escaped name is the name", "application/x-www-form-urlencoded", "a=1&%61=2", "%61=2&a=1", false},
 		{"form escapes kept as written", "application/x-www-form-urlencoded", "a=x+y", "a=x%20y", false},
 		{"json sent as a form", "application/x-www-form-urlencoded", `{"item":"gift+card"}`, `{"item":"gift card"}`, false},
+		{"json with a query sent as a form", "application/x-www-form-urlencoded", `{"u":"/x?a=1&b=2&c=3&d=4"}`, `{"u":"/x?a=1&c=3&b=2&d=4"}`, false},
+		{"json array sent as a form", "application/x-www-form-urlencoded", `["&"]`, `"]&["`, false},
 		{"form bad escape is raw", "application/x-www-form-urlencoded", "b=%zz&a=1", "a=1&b=%zz", false},
 		{"other raw", "text/plain", "a b", "a  b", false},
 		{"no content type raw", "", `{"a":1,"b":2}`, `{"b":2,"a":1}`, false},
@@ -86,6 +90,7 @@ func TestFingerprintParts(t *testing.T) {
 		"critical header": fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, other),
 		"query":           fingerprint("POST", "/orders", "amount=1000", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
 		"media type":      fingerprint("POST", "/orders", "", "text/plain", []byte(`{"a":1}`), []string{"X-Account"}, h),
+		"content coding":  fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, http.Header{"X-Account": {"a"}, "Content-Encoding": {"gzip"}}),
 		// Length prefixes: moving bytes between fields changes the hash.
 		"boundaries": fingerprint("POST/", "orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
 	} {
@@ -134,10 +139,36 @@ func FuzzCanonicalJSON(f *testing.F) {
 	})
 }
 
+// A wide object costs the growth of a few buffers (some 30 allocations for
+// 5000 members), not an allocation per member: its names are compared in
+// place.
+func TestCanonicalJSONWideObjectAllocs(t *testing.T) {
+	body := []byte(bigObject(5000, "", true))
+	if allocs := testing.AllocsPerRun(10, func() { CanonicalBody("application/json", body) }); allocs > 100 {
+		t.Fatalf("%v allocations for an object of 5000 members", allocs)
+	}
+}
+
+// compareFolded agrees with bytes.EqualFold, and is an order.
+func FuzzCompareFolded(f *testing.F) {
+	for _, s := range [][2]string{{"qty", "QTY"}, {"k", "\u212a"}, {"s", "\u017f"}, {"ab", "a"}, {"\xff", "\xfe"}, {"ß", "SS"}} {
+		f.Add([]byte(s[0]), []byte(s[1]))
+	}
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		c := compareFolded(a, b)
+		if (c == 0) != bytes.EqualFold(a, b) {
+			t.Fatalf("compareFolded(%q, %q) = %d, EqualFold %v", a, b, c, bytes.EqualFold(a, b))
+		}
+		if r := compareFolded(b, a); (c < 0) != (r > 0) || (c == 0) != (r == 0) {
+			t.Fatalf("compareFolded(%q, %q) = %d but (%q, %q) = %d", a, b, c, b, a, r)
+		}
+	})
+}
+
 // FuzzCanonicalForm checks that a form body's canonical form means what the
 // body means to url.ParseQuery, and that a body it refuses stays raw.
 func FuzzCanonicalForm(f *testing.F) {
-	for _, s := range []string{"a=1&b=2", "b=x+y&a=%41&a=2", "a=1;b=2", "%zz=1", "&&", "a"} {
+	for _, s := range []string{"a=1&b=2", "b=x+y&a=%41&a=2", "a=1;b=2", "%zz=1", "&&", "a", `a&"`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -152,7 +183,7 @@ func FuzzCanonicalForm(f *testing.F) {
 		if got, err := url.ParseQuery(string(c)); err != nil || !reflect.DeepEqual(got, want) {
 			t.Fatalf("canonical form of %q means something else: %q", body, c)
 		}
-		if again, _ := canonicalForm(c); !bytes.Equal(again, c) {
+		if again := CanonicalBody("application/x-www-form-urlencoded", c); !bytes.Equal(again, c) {
 			t.Fatalf("not idempotent: %q -> %q -> %q", body, c, again)
 		}
 	})

@@ -90,6 +90,9 @@ func (s *MemoryStore) Acquire(_ context.Context, key string, lockTTL time.Durati
 
 // Complete implements Store.
 func (s *MemoryStore) Complete(_ context.Context, key, token string, record []byte, ttl time.Duration) error {
+	if record == nil {
+		record = []byte{} // a record, however empty, is not a lock
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -179,7 +182,7 @@ func (s *MemoryStore) owned(key, token string) (*memEntry, error) {
 }
 
 func (s *MemoryStore) remove(e *memEntry) {
-	if e.record == nil {
+	if e.token != "" { // a lock; a record has no token
 		heap.Remove(&s.locks, e.index)
 	} else {
 		heap.Remove(&s.records, e.index)

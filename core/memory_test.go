@@ -91,6 +91,29 @@ func TestMemoryStoreEvictionOrder(t *testing.T) {
 	}
 }
 
+// A nil record is an empty record, not a lock: it replays, and it is
+// evicted and swept as a record.
+func TestMemoryStoreNilRecord(t *testing.T) {
+	ctx := context.Background()
+	s := core.NewMemoryStore(2)
+	_, token, _ := s.Acquire(ctx, "nil", time.Minute)
+	if err := s.Complete(ctx, "nil", token, nil, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if rec, token, err := s.Acquire(ctx, "nil", time.Minute); rec == nil || token != "" || err != nil {
+		t.Fatalf("Acquire after a nil record = %v, %q, %v; want an empty record", rec, token, err)
+	}
+	for _, key := range []string{"a", "b"} { // b evicts the nil record
+		if _, _, err := s.Acquire(ctx, key, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(5 * time.Millisecond)
+	if n := s.Len(); n != 0 {
+		t.Fatalf("Len after the locks expired = %d, want 0", n)
+	}
+}
+
 func TestMemoryStoreSweepsExpired(t *testing.T) {
 	ctx := context.Background()
 	s := core.NewMemoryStore(1000)

@@ -79,9 +79,10 @@
 // decompresses a body sent with Content-Encoding: gzip, deflate or br,
 // which net/http, Gin and Echo leave to the handler: on Fiber such a body's
 // MaxBodyBytes bound is on its compressed size, and a retry compressed
-// differently gets 422 (never another request's replay: one compressed body
-// has one content). Set fiber.Config.BodyLimit, and refuse compressed
-// bodies in a middleware before idem if the handler should not get them.
+// differently gets 422 (never another request's replay: the fingerprint
+// holds the Content-Encoding, and one compressed body has one content). Set
+// fiber.Config.BodyLimit, and refuse compressed bodies in a middleware
+// before idem if the handler should not get them.
 //
 // The key header, and any critical header of the fingerprint, is looked up
 // in any case. fasthttp gives every request header its canonical name,

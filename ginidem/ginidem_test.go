@@ -75,9 +75,6 @@ func created(runs *atomic.Int64) gin.HandlerFunc {
 	}
 }
 
-// A middleware after ginidem that aborts with AbortWithStatusJSON answers
-// for the request: its response is the one stored and replayed, and the
-// handler behind it never runs.
 func TestNewNilEnginePanics(t *testing.T) {
 	defer func() {
 		if recover() == nil {
@@ -87,6 +84,9 @@ func TestNewNilEnginePanics(t *testing.T) {
 	ginidem.New(nil)
 }
 
+// A middleware after ginidem that aborts with AbortWithStatusJSON answers
+// for the request: its response is the one stored and replayed, and the
+// handler behind it never runs.
 func TestGinAbortWithStatusJSONStored(t *testing.T) {
 	t.Parallel()
 	var guards, runs atomic.Int64
