@@ -134,7 +134,10 @@ type Config struct {
 
 	// FailClosed answers 503 when the store fails. Default: false: the
 	// request runs unprotected and an OutcomeStoreError is reported
-	// (fail-open), as a store outage should not take the API down.
+	// (fail-open), as a store outage should not take the API down. A full
+	// MemoryStore is no store error: it evicts the record that expires
+	// soonest (see MemoryStore), so size it, or use a shared store with no
+	// eviction, such as Redis with maxmemory-policy noeviction.
 	FailClosed bool
 	// Observer receives every outcome, for logs and metrics (SlogObserver).
 	// Default: none.
