@@ -193,8 +193,10 @@ type member struct {
 // {"qty":1,"QTY":5} and {"QTY":5,"qty":1} would be one request, whereas a
 // handler reads qty 5 from the first and 1 from the second. object reports
 // false for it, and the body is fingerprinted raw; so it does for an object
-// of several members one of which has an escape in its name (rare in
-// request bodies), rather than decode every name.
+// of several members one of which has an escape in its name, rather than
+// decode every name. Some encoders escape names (Python's json.dumps and
+// PHP's json_encode escape non-ASCII): their bodies are compared as sent,
+// which only means that a retry must resend the same bytes, as retries do.
 func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 	p.pos++ // {
 	dst = append(dst, '{')

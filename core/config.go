@@ -136,8 +136,9 @@ type Config struct {
 	// request runs unprotected and an OutcomeStoreError is reported
 	// (fail-open), as a store outage should not take the API down. A full
 	// MemoryStore is no store error: it evicts the record that expires
-	// soonest (see MemoryStore), so size it, or use a shared store with no
-	// eviction, such as Redis with maxmemory-policy noeviction.
+	// soonest (see MemoryStore; only a store full of locks answers
+	// ErrStoreFull), so size it, or use a shared store with no eviction,
+	// such as Redis with maxmemory-policy noeviction.
 	FailClosed bool
 	// Observer receives every outcome, for logs and metrics (SlogObserver).
 	// Default: none.

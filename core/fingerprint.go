@@ -27,7 +27,7 @@ func fingerprint(method, path, query, contentType string, body []byte, critical 
 	var mt, encoding string // the media type and content coding of a body; none without one
 	if len(body) > 0 {
 		mt = mediaType(contentType)
-		encoding = header.Get("Content-Encoding")
+		encoding = strings.Join(header.Values("Content-Encoding"), ", ") // every line: a framework may read the last
 	}
 	canon, canonical := canonicalBody(contentType, mt, body)
 	if query != "" {
@@ -75,13 +75,15 @@ func appendField(b []byte, s string) []byte {
 //     key, insignificant whitespace removed, strings and numbers kept as
 //     written (1.0 and 1 differ, so do "\u0041" and "A"); a body with an
 //     object of two members of one name to encoding/json ("qty" and "QTY":
-//     the last one wins, so their order matters) is taken raw;
+//     the last one wins, so their order matters), or an object of several
+//     members one of whose names holds an escape, is taken raw;
 //   - form data (application/x-www-form-urlencoded): the pairs sorted by
 //     name (decoded, as a handler reads it), the order of the pairs of one
 //     name kept, each pair as written: "x+y" and "x%20y" are one value to
 //     a form parser but not to a handler that reads the body as something
 //     else (JSON sent with curl -d's default Content-Type, say), so they
-//     stay apart; a body that starts as JSON does ({, [ or ") is taken raw;
+//     stay apart; a body that starts as JSON does ({, [ or ", after any
+//     whitespace) is taken raw;
 //   - multipart/form-data: the parts without the boundary, which a client
 //     draws anew for every attempt (each part's Content-Disposition,
 //     Content-Type, Content-Transfer-Encoding and content), sorted by form
@@ -128,11 +130,11 @@ func canonicalBody(contentType, mt string, body []byte) ([]byte, bool) {
 // canonicalForm returns the canonical form of a form body (see
 // CanonicalBody), or false if it has no pairs, does not parse as
 // url.ParseQuery would (a semicolon, a bad escape), or starts as JSON does
-// ({, [ or "): sorting the &-separated pieces of a JSON document would merge
+// ({, [ or ", after any whitespace): sorting the &-separated pieces of a JSON document would merge
 // documents that differ, such as two URLs in a string whose query
 // parameters come in another order.
 func canonicalForm(body []byte) ([]byte, bool) {
-	if len(body) > 0 && (body[0] == '{' || body[0] == '[' || body[0] == '"') {
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && (t[0] == '{' || t[0] == '[' || t[0] == '"') {
 		return nil, false
 	}
 	type pair struct{ name, raw []byte }

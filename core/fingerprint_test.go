@@ -50,6 +50,7 @@ func TestCanonicalBody(t *testing.T) {
 		{"json sent as a form", "application/x-www-form-urlencoded", `{"item":"gift+card"}`, `{"item":"gift card"}`, false},
 		{"json with a query sent as a form", "application/x-www-form-urlencoded", `{"u":"/x?a=1&b=2&c=3&d=4"}`, `{"u":"/x?a=1&c=3&b=2&d=4"}`, false},
 		{"json array sent as a form", "application/x-www-form-urlencoded", `["&"]`, `"]&["`, false},
+		{"json after whitespace sent as a form", "application/x-www-form-urlencoded", "\n {\"u\":\"/x?a=1&b=2&c=3&d=4\"}", "\n {\"u\":\"/x?a=1&c=3&b=2&d=4\"}", false},
 		{"form bad escape is raw", "application/x-www-form-urlencoded", "b=%zz&a=1", "a=1&b=%zz", false},
 		{"other raw", "text/plain", "a b", "a  b", false},
 		{"no content type raw", "", `{"a":1,"b":2}`, `{"b":2,"a":1}`, false},
@@ -91,12 +92,17 @@ func TestFingerprintParts(t *testing.T) {
 		"query":           fingerprint("POST", "/orders", "amount=1000", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
 		"media type":      fingerprint("POST", "/orders", "", "text/plain", []byte(`{"a":1}`), []string{"X-Account"}, h),
 		"content coding":  fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, http.Header{"X-Account": {"a"}, "Content-Encoding": {"gzip"}}),
+		"last coding":     fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, http.Header{"X-Account": {"a"}, "Content-Encoding": {"gzip", "identity"}}),
 		// Length prefixes: moving bytes between fields changes the hash.
 		"boundaries": fingerprint("POST/", "orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
 	} {
 		if fp == base {
 			t.Errorf("changing the %s did not change the fingerprint", name)
 		}
+	}
+	gzip := fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), nil, http.Header{"Content-Encoding": {"gzip"}})
+	if gzip == fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), nil, http.Header{"Content-Encoding": {"gzip", "identity"}}) {
+		t.Error("a second Content-Encoding line, which Fiber reads, did not change the fingerprint")
 	}
 	if again := fingerprint("POST", "/orders", "", "application/json", []byte(` { "a" : 1 } `), []string{"X-Account"}, h); again != base {
 		t.Error("an equivalent JSON body changed the fingerprint")

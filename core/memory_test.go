@@ -104,11 +104,11 @@ func TestMemoryStoreNilRecord(t *testing.T) {
 		t.Fatalf("Acquire after a nil record = %v, %q, %v; want an empty record", rec, token, err)
 	}
 	for _, key := range []string{"a", "b"} { // b evicts the nil record
-		if _, _, err := s.Acquire(ctx, key, time.Millisecond); err != nil {
+		if _, _, err := s.Acquire(ctx, key, 100*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
 	if n := s.Len(); n != 0 {
 		t.Fatalf("Len after the locks expired = %d, want 0", n)
 	}

@@ -497,7 +497,8 @@ func TestNewClientTLSDialTimesOut(t *testing.T) {
 			defer c.Close()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			go c.Ping(ctx) //nolint:errcheck // it fails: nobody answers
+			go c.Ping(ctx)                                                      //nolint:errcheck // it fails: nobody answers
+			ln.(*net.TCPListener).SetDeadline(time.Now().Add(15 * time.Second)) //nolint:errcheck
 			conn, err := ln.Accept()
 			if err != nil {
 				t.Fatal(err)
