@@ -155,18 +155,22 @@ func TestCanonicalJSONWideObjectAllocs(t *testing.T) {
 	}
 }
 
-// compareFolded agrees with bytes.EqualFold, and is an order.
+// compareFolded agrees with bytes.EqualFold, and is an order: antisymmetric
+// and transitive.
 func FuzzCompareFolded(f *testing.F) {
-	for _, s := range [][2]string{{"qty", "QTY"}, {"k", "\u212a"}, {"s", "\u017f"}, {"ab", "a"}, {"\xff", "\xfe"}, {"ß", "SS"}} {
-		f.Add([]byte(s[0]), []byte(s[1]))
+	for _, s := range [][3]string{{"qty", "QTY", "Qty"}, {"k", "\u212a", "K"}, {"s", "\u017f", "S"}, {"ab", "a", "b"}, {"\xff", "\xfe", "\ufffd"}, {"ß", "SS", "ẞ"}} {
+		f.Add([]byte(s[0]), []byte(s[1]), []byte(s[2]))
 	}
-	f.Fuzz(func(t *testing.T, a, b []byte) {
-		c := compareFolded(a, b)
-		if (c == 0) != bytes.EqualFold(a, b) {
-			t.Fatalf("compareFolded(%q, %q) = %d, EqualFold %v", a, b, c, bytes.EqualFold(a, b))
+	f.Fuzz(func(t *testing.T, a, b, c []byte) {
+		ab := compareFolded(a, b)
+		if (ab == 0) != bytes.EqualFold(a, b) {
+			t.Fatalf("compareFolded(%q, %q) = %d, EqualFold %v", a, b, ab, bytes.EqualFold(a, b))
 		}
-		if r := compareFolded(b, a); (c < 0) != (r > 0) || (c == 0) != (r == 0) {
-			t.Fatalf("compareFolded(%q, %q) = %d but (%q, %q) = %d", a, b, c, b, a, r)
+		if ba := compareFolded(b, a); (ab < 0) != (ba > 0) || (ab == 0) != (ba == 0) {
+			t.Fatalf("compareFolded(%q, %q) = %d but (%q, %q) = %d", a, b, ab, b, a, ba)
+		}
+		if bc := compareFolded(b, c); ab <= 0 && bc <= 0 && compareFolded(a, c) > 0 {
+			t.Fatalf("%q <= %q <= %q but not %q <= %q", a, b, c, a, c)
 		}
 	})
 }
