@@ -130,9 +130,9 @@ func canonicalBody(contentType, mt string, body []byte) ([]byte, bool) {
 // canonicalForm returns the canonical form of a form body (see
 // CanonicalBody), or false if it has no pairs, does not parse as
 // url.ParseQuery would (a semicolon, a bad escape), or starts as JSON does
-// ({, [ or ", after any whitespace): sorting the &-separated pieces of a JSON document would merge
-// documents that differ, such as two URLs in a string whose query
-// parameters come in another order.
+// ({, [ or ", after any whitespace): sorting the &-separated pieces of a
+// JSON document would merge documents that differ, such as two URLs in a
+// string whose query parameters come in another order.
 func canonicalForm(body []byte) ([]byte, bool) {
 	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && (t[0] == '{' || t[0] == '[' || t[0] == '"') {
 		return nil, false

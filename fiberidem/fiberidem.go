@@ -29,11 +29,11 @@ func New(config ...Config) fiber.Handler {
 		}
 		method := c.Method()
 		req := c.Request()
-		var header, present core.HeaderGetter = requestHeader{&req.Header}, presentHeader{&req.Header}
+		var header, keyed core.HeaderGetter = requestHeader{&req.Header}, presentHeader{&req.Header}
 		if apps.foldsHeaders(c.App()) {
-			header, present = foldedHeader{&req.Header}, foldedHeader{&req.Header}
+			header, keyed = foldedHeader{&req.Header}, foldedHeader{&req.Header}
 		}
-		if !eng.Keyed(method, present) {
+		if !eng.Keyed(method, keyed) {
 			return c.Next() // nothing to read or copy without a key
 		}
 		var body io.Reader
