@@ -119,12 +119,18 @@
 // read_timeout times max_retries+1 before the policy applies: 12 s with
 // go-redis's defaults (3 s, 3), which a black-box test of the examples saw
 // as a 10 s Acquire. Set read_timeout (and dial_timeout) in the URL to what
-// the API can afford to wait, such as read_timeout=500ms, and keep
-// max_retries at 1 or more: the clients of NewClient
-// skip go-redis's pool health check, so a connection that Redis or a proxy
-// closed while idle is found by the next command, which the retry runs
-// again on a new connection (with max_retries=-1 that request would meet a
-// store error).
+// the API can afford to wait, such as read_timeout=500ms.
+//
+// Connections that Redis closed while they sat in the pool (a restart, a
+// failover, its timeout setting, a proxy's idle timeout) are found by
+// go-redis's pool health check before a command is sent on them, over TCP
+// and Unix sockets. go-redis does not check TLS connections: there each
+// command spends its attempts (max_retries+1) on dead connections, as many
+// in a row as the pool holds, and fails with EOF while Redis is up, so that
+// fail-open serves those requests unprotected (a test with 20 killed TLS
+// connections saw five commands fail). Over TLS, set max_idle_time below
+// any idle timeout between the API and Redis, and use Config.FailClosed
+// where running a request twice is worse than a 503 after a failover.
 //
 // # What "exactly once" rests on
 //

@@ -596,6 +596,64 @@ func testFaults(t *testing.T, autopipeline bool) {
 	t.Logf("traffic: %s", strings.Join(summary, " "))
 }
 
+// TestIntegrationClosedConnections has Redis close every connection of
+// the pool while it is idle, as a restart does, or its timeout setting, a
+// proxy or a failover: the next requests must find those connections dead
+// before sending on them (go-redis's pool health check, which NewClient
+// keeps), not fail with EOF while Redis is up. Fail-open would run them
+// unprotected, and their retries would run the handler again.
+func TestIntegrationClosedConnections(t *testing.T) {
+	srv := startRedisServer(t)
+	client, err := redislock.NewClient("redis://" + srv.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	a := newApp(t, redislock.New(client, nil), core.Config{})
+	fillPool(t, client.(*redis.Client), 20) // more than max_retries+1 (4)
+	admin := redis.NewClient(&redis.Options{Addr: srv.addr()})
+	defer admin.Close()
+	killed, err := admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes").Result()
+	if err != nil || killed < 20 {
+		t.Fatalf("CLIENT KILL: %d killed, %v", killed, err)
+	}
+	for i := range 10 {
+		key := testKey(t, i)
+		first, again := a.do(key), a.do(key)
+		if first.Code != http.StatusCreated || again.Header().Get(core.HeaderReplay) != "true" {
+			t.Fatalf("key %d: %d then %d (replay %q), want 201 then its replay",
+				i, first.Code, again.Code, again.Header().Get(core.HeaderReplay))
+		}
+		for range 2 {
+			if ev := a.event(t); ev.Outcome == core.OutcomeStoreError {
+				t.Fatalf("key %d: store error: %v", i, ev.Err)
+			}
+		}
+	}
+	if n := a.runs.Load(); n != 10 {
+		t.Fatalf("handler ran %d times for 10 keys", n)
+	}
+}
+
+// fillPool leaves n idle connections in c's pool.
+func fillPool(t testing.TB, c *redis.Client, n int) {
+	t.Helper()
+	ctx := context.Background()
+	conns := make([]*redis.Conn, n)
+	for i := range conns {
+		conns[i] = c.Conn()
+		if err := conns[i].Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cn := range conns {
+		cn.Close()
+	}
+	if got := c.PoolStats().IdleConns; got < uint32(n) {
+		t.Fatalf("%d idle connections in the pool, want %d", got, n)
+	}
+}
+
 // TestIntegrationReadOnlyReplica points the store at a replica, as a
 // client may be after a failover: the write is refused with READONLY and
 // the policy applies.

@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -224,17 +223,19 @@ const defaultDialTimeout = 5 * time.Second
 // protocol and so on. The client connects lazily: NewClient does no I/O.
 // Close the client when done.
 //
-// One default differs from go-redis's: before every command, go-redis's
-// pool peeks at the connection with a non-blocking recvfrom to find a
-// connection the server closed, one system call per command that costs as
-// much as a third of a replay's Redis round trip. NewClient's connections
-// skip that check (see skipHealthCheck); a connection the server closed is
-// then found by the command itself, which go-redis retries on a new
-// connection, as it does for any network error. TLS connections never had
-// the check, and keep go-redis's own dialer. A sentinel URL without
-// dial_timeout gets go-redis's default of 5 s for the master's connections
-// too (go-redis leaves them without one, which over TLS meant a handshake
-// the master never answers was waited on for ever).
+// One default differs from go-redis's: a sentinel URL without dial_timeout
+// gets go-redis's default of 5 s for the master's connections too (go-redis
+// leaves them without one, which over TLS meant a handshake the master
+// never answers was waited on for ever).
+//
+// The clients keep go-redis's pool health check, a non-blocking peek at a
+// pooled connection before each command: it finds the connections that
+// Redis closed while they sat in the pool (a restart, its timeout setting,
+// a proxy, a failover) before a command is sent on them. A custom Dialer
+// whose connections do not implement syscall.Conn loses that check (and
+// go-redis never has it over TLS): commands then fail with EOF on dead
+// connections while Redis is up, as many in a row as the pool holds, and
+// fail-open serves those requests unprotected.
 func NewClient(redisURL string) (redis.UniversalClient, error) {
 	scheme, rest, ok := strings.Cut(redisURL, "://")
 	if !ok {
@@ -250,17 +251,11 @@ func NewClient(redisURL string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redislock: %w", err)
 		}
-		if opt.TLSConfig == nil {
-			opt.Dialer = skipHealthCheck(redis.NewDialer(&redis.Options{DialTimeout: opt.DialTimeout}))
-		}
 		return redis.NewClient(opt), nil
 	case "cluster":
 		opt, err := redis.ParseClusterURL(base + "://" + rest)
 		if err != nil {
 			return nil, fmt.Errorf("redislock: %w", err)
-		}
-		if opt.TLSConfig == nil {
-			opt.Dialer = skipHealthCheck(redis.NewDialer(&redis.Options{DialTimeout: opt.DialTimeout}))
 		}
 		return redis.NewClusterClient(opt), nil
 	case "sentinel":
@@ -277,31 +272,7 @@ func NewClient(redisURL string) (redis.UniversalClient, error) {
 			// deadline at all.
 			opt.DialTimeout = defaultDialTimeout
 		}
-		if opt.TLSConfig == nil {
-			opt.Dialer = skipHealthCheck(redis.NewDialer(&redis.Options{DialTimeout: opt.DialTimeout}))
-		}
 		return redis.NewFailoverClient(opt), nil
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnsupportedURL, scheme)
 }
-
-// skipHealthCheck wraps dial, a TCP or Unix socket dialer, so that the connections it returns do not
-// implement syscall.Conn: go-redis's pool health check peeks only at
-// connections that do, so each command is one write and one read instead of
-// those plus a recvfrom. Measured with strace on 2000 replays: 2000 fewer
-// system calls, one per command. Not for TLS: go-redis's TLS dial has no
-// deadline but its dialer's Timeout, which dial, made from options go-redis
-// has not filled in yet, would not have; and a *tls.Conn is not a
-// syscall.Conn, so go-redis never checks it anyway.
-func skipHealthCheck(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return uncheckedConn{c}, nil
-	}
-}
-
-// uncheckedConn is a net.Conn and nothing more: no SyscallConn method.
-type uncheckedConn struct{ net.Conn }

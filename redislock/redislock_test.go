@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem/core"
@@ -564,32 +563,4 @@ func fakeSentinel(t *testing.T, master string) string {
 		}
 	}()
 	return ln.Addr().String()
-}
-
-// NewClient's connections skip go-redis's per-command health check: they
-// do not implement syscall.Conn, which is what the check looks for. The
-// client still works, and a connection the server closed is replaced.
-func TestNewClientSkipsHealthCheck(t *testing.T) {
-	m := miniredis.RunT(t)
-	c, err := redislock.NewClient("redis://" + m.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	conn, err := c.(*redis.Client).Options().Dialer(context.Background(), "tcp", m.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn.Close()
-	if _, ok := conn.(syscall.Conn); ok {
-		t.Fatal("NewClient's connections implement syscall.Conn: go-redis will peek at them before every command")
-	}
-	ctx := context.Background()
-	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	m.Restart() // closes every connection: the next command must still succeed
-	if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
-		t.Fatalf("GET after the server closed the connection = %q, %v", got, err)
-	}
 }
