@@ -35,9 +35,11 @@ type Request struct {
 	// Config.ScopeRoute joins to the scope, and Event.Route, a label for
 	// metrics that path parameters do not multiply. Empty means Path.
 	Route string
-	// Path is the request's path. It joins the fingerprint: one key sent to
-	// /orders/1 and then to /orders/2 is a key reused (422), not a replay of
-	// the first order's response.
+	// Path is the request's path, escaped as sent (url.URL.EscapedPath):
+	// routers that route on the escaped path send /docs/a%2Fb and /docs/a/b
+	// to two handlers. It joins the fingerprint: one key sent to /orders/1
+	// and then to /orders/2 is a key reused (422), not a replay of the first
+	// order's response.
 	Path string
 	// Query is the raw query string (without "?"): it joins the fingerprint,
 	// parameters sorted, so ?amount=1 and ?amount=1000 are two requests.
@@ -169,6 +171,10 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 			return fail(OutcomeTooLarge, &Problem{Type: ProblemBodyTooLarge, Title: "Request body too large",
 				Status: http.StatusRequestEntityTooLarge,
 				Detail: fmt.Sprintf("a request with an idempotency key may have at most %d bytes of body", e.cfg.MaxBodyBytes)}, err)
+		}
+		if errors.Is(err, errBodyConsumed) {
+			return fail(OutcomeBadBody, &Problem{Type: ProblemBodyConsumed, Title: "Request body already read",
+				Status: http.StatusInternalServerError, Detail: "the server read the request body before the idempotency middleware"}, err)
 		}
 		// The client went away or sent a broken body: nothing to protect.
 		return fail(OutcomeBadBody, &Problem{Type: ProblemUnreadableBody, Title: "Unreadable request body",
@@ -331,7 +337,16 @@ func (e *Engine) observe(ev Event, start time.Time) {
 	}
 }
 
-var errBodyTooLarge = errors.New("idem: request body too large")
+var (
+	errBodyTooLarge = errors.New("idem: request body too large")
+	// errBodyConsumed reports a body that ended before its first byte while
+	// its Content-Length promised more: something before the middleware
+	// read it (net/http reports a body cut short by the client as
+	// io.ErrUnexpectedEOF). Fingerprinting it as empty would give one
+	// request another's replay. A Content-Encoding exempts it: a
+	// decompressing middleware keeps the compressed length.
+	errBodyConsumed = errors.New("idem: the request body was read before the middleware")
+)
 
 func (e *Engine) readBody(req *Request) ([]byte, error) {
 	if req.Body == nil {
@@ -366,6 +381,9 @@ func (e *Engine) readBody(req *Request) ([]byte, error) {
 			return nil, errBodyTooLarge
 		}
 		if err == io.EOF {
+			if len(buf) == 0 && req.ContentLength > 0 && req.Header.Get("Content-Encoding") == "" {
+				return nil, errBodyConsumed
+			}
 			return buf, nil
 		}
 		if err != nil {

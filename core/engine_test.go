@@ -163,6 +163,37 @@ func TestLostLockIsFenced(t *testing.T) {
 	}
 }
 
+// ServeMux routes on the escaped path: /docs/x%2Fy is one document at the
+// root and /docs/x/y a document in a folder. One key sent to both is a key
+// reused, not a replay of the root document's response.
+func TestEscapedPathFingerprinted(t *testing.T) {
+	eng, _ := core.New(core.Config{})
+	mux := http.NewServeMux()
+	mux.Handle("POST /docs/{name}", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "root "+r.PathValue("name"))
+	})))
+	mux.Handle("POST /docs/{folder}/{name}", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "folder "+r.PathValue("folder"))
+	})))
+	for _, tc := range []struct {
+		path   string
+		status int
+		body   string
+	}{
+		{"/docs/x%2Fy", http.StatusOK, "root x/y"},
+		{"/docs/x/y", http.StatusUnprocessableEntity, core.ProblemKeyReused},
+		{"/docs/x%2Fy", http.StatusOK, "root x/y"}, // the replay
+	} {
+		r := httptest.NewRequest(http.MethodPost, tc.path, nil)
+		r.Header.Set("Idempotency-Key", "escaped")
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		if w.Code != tc.status || !strings.Contains(w.Body.String(), tc.body) {
+			t.Fatalf("%s: %d %s, want %d %s", tc.path, w.Code, w.Body, tc.status, tc.body)
+		}
+	}
+}
+
 func TestStreamedAndHijackedNotStored(t *testing.T) {
 	eng, _ := core.New(core.Config{})
 	var runs atomic.Int32
@@ -417,6 +448,44 @@ func TestBodyReadErrors(t *testing.T) {
 		if w.Code != tc.status || !strings.Contains(w.Body.String(), tc.typ) {
 			t.Errorf("%s: %d %s, want %d %s", tc.name, w.Code, w.Body, tc.status, tc.typ)
 		}
+	}
+}
+
+// A middleware before idem that read the body leaves it empty, while its
+// Content-Length still declares it: taking it for an empty body would give
+// every later body the first one's replay. It is refused with a 500, and
+// the handler does not run. A Content-Encoding exempts it: a decompressing
+// middleware keeps the compressed length, and an empty payload compresses
+// to a few bytes.
+func TestBodyConsumedBeforeMiddleware(t *testing.T) {
+	eng, _ := core.New(core.Config{})
+	var runs atomic.Int32
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	drain := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) //nolint:errcheck // a logging middleware
+		h.ServeHTTP(w, r)
+	})
+	for _, body := range []string{`{"amount":100}`, `{"amount":999}`} {
+		w := post(t, drain, "consumed", body)
+		if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), core.ProblemBodyConsumed) {
+			t.Fatalf("body read before the middleware: %d %s, want 500 %s", w.Code, w.Body, core.ProblemBodyConsumed)
+		}
+	}
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("handler ran %d times", n)
+	}
+
+	r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(""))
+	r.ContentLength = 23 // gzip of nothing, decompressed by a middleware
+	r.Header.Set("Content-Encoding", "gzip")
+	r.Header.Set("Idempotency-Key", "decompressed")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusCreated || runs.Load() != 1 {
+		t.Fatalf("decompressed empty body: %d, %d runs", w.Code, runs.Load())
 	}
 }
 

@@ -33,7 +33,7 @@ func (e *Engine) Middleware(next http.Handler) http.Handler {
 			Context:        r.Context(),
 			Method:         r.Method,
 			Route:          route,
-			Path:           r.URL.Path,
+			Path:           r.URL.EscapedPath(),
 			Query:          r.URL.RawQuery,
 			Header:         r.Header,
 			Body:           r.Body,

@@ -15,6 +15,7 @@ const (
 	ProblemKeyReused        = "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-reused"
 	ProblemBodyTooLarge     = "https://github.com/idem-go/idem/blob/main/docs/problems.md#body-too-large"
 	ProblemUnreadableBody   = "https://github.com/idem-go/idem/blob/main/docs/problems.md#unreadable-body"
+	ProblemBodyConsumed     = "https://github.com/idem-go/idem/blob/main/docs/problems.md#body-consumed"
 	ProblemStoreUnavailable = "https://github.com/idem-go/idem/blob/main/docs/problems.md#store-unavailable"
 )
 

@@ -72,7 +72,7 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 				Context:        &st.ctx,
 				Method:         req.Method,
 				Route:          c.Path(),
-				Path:           req.URL.Path,
+				Path:           req.URL.EscapedPath(),
 				Query:          req.URL.RawQuery,
 				Header:         req.Header,
 				Body:           req.Body,

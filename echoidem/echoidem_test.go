@@ -59,6 +59,21 @@ func wantRuns(t *testing.T, runs *atomic.Int64, want int64) {
 	}
 }
 
+// Echo routes on the escaped path: /docs/x%2Fversions is the document
+// "x/versions" and /docs/x/versions the versions of "x". One key sent to
+// both is a key reused, not a replay of the first one's response.
+func TestEchoEscapedPathFingerprinted(t *testing.T) {
+	e := echo.New()
+	e.Use(echoidem.New(newEngine(t, core.Config{})))
+	e.POST("/docs/:name", func(c echo.Context) error { return c.String(http.StatusCreated, "doc") })
+	e.POST("/docs/:name/versions", func(c echo.Context) error { return c.String(http.StatusCreated, "version") })
+	wantResponse(t, "document", send(e, http.MethodPost, "/docs/x%2Fversions", "escaped"), http.StatusCreated, "doc", false)
+	if rec := send(e, http.MethodPost, "/docs/x/versions", "escaped"); rec.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("the same key on /docs/x/versions: %d %s, want 422", rec.Code, rec.Body)
+	}
+	wantResponse(t, "retry", send(e, http.MethodPost, "/docs/x%2Fversions", "escaped"), http.StatusCreated, "doc", true)
+}
+
 // A handler's error is rendered by Echo's HTTPErrorHandler while the
 // middleware captures: a 400 is stored and replayed byte for byte, a 500
 // is not stored.

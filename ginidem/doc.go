@@ -66,7 +66,13 @@
 //     released without storing and a retry runs the handlers again. An
 //     error middleware placed after ginidem, or a handler that writes its
 //     error itself (c.JSON(400, …), c.AbortWithError), has its response
-//     stored.
+//     stored; so has a handler that sets a success status beside its
+//     c.Error (c.Status(204), the error only for the logs).
+//
+// A middleware before ginidem that read the body with c.ShouldBindBodyWith
+// leaves it in the context, where ginidem reads it; a middleware that
+// drained c.Request.Body otherwise gets a 500 (core.ProblemBodyConsumed)
+// rather than a fingerprint of an empty body.
 //
 // # OpenAPI
 //

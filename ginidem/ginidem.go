@@ -64,12 +64,21 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			Context:        &st.ctx,
 			Method:         r.Method,
 			Route:          c.FullPath(),
-			Path:           r.URL.Path,
+			Path:           r.URL.EscapedPath(),
 			Query:          r.URL.RawQuery,
 			Header:         r.Header,
 			Body:           r.Body,
 			ContentLength:  r.ContentLength,
 			ResponseHeader: c.Writer.Header(),
+		}
+		if b, ok := c.Get(gin.BodyBytesKey); ok {
+			// A middleware before this one read the body with
+			// ShouldBindBodyWith, which keeps its bytes here and leaves
+			// r.Body drained.
+			if b, ok := b.([]byte); ok {
+				st.body.Reset(b)
+				st.req.Body, st.req.ContentLength = &st.body, int64(len(b))
+			}
 		}
 		f, resp := eng.Begin(&st.req)
 		switch {
@@ -102,9 +111,11 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 		r.Body = &st.body
 		c.Writer = &st.w
 		c.Next()
-		if st.w.streamed || len(c.Errors) > 0 && !st.w.Written() {
+		if st.w.streamed || len(c.Errors) > 0 && !st.w.Written() && (!st.w.statusSet || st.w.Status() >= 400) {
 			// Streamed, or an error left for a middleware before this one to
-			// render: what the client gets is not what was captured.
+			// render: what the client gets is not what was captured. A
+			// success status that the handler set (c.Status(204) beside a
+			// c.Error for the logs) is its response, sent as it is.
 			return
 		}
 		header := st.w.sent
@@ -144,8 +155,16 @@ func (x *requestContext) Value(key any) any {
 type writer struct {
 	gin.ResponseWriter
 	f        *core.Flight
-	sent     http.Header // the headers as sent with the first write
-	streamed bool
+	sent      http.Header // the headers as sent with the first write
+	statusSet bool        // the handlers chose a status (c.Status)
+	streamed  bool
+}
+
+// WriteHeader notes that the handlers chose a status: Gin sends it after
+// the chain even if nothing is written.
+func (w *writer) WriteHeader(code int) {
+	w.statusSet = true
+	w.ResponseWriter.WriteHeader(code)
 }
 
 // snapshot keeps the headers as Gin sends them, on the first write or

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/gin-gonic/gin/binding"
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/ginidem"
@@ -162,6 +163,79 @@ func TestGinErrorWithoutResponseNotStored(t *testing.T) {
 	wantResponse(t, post(r, "/written", "error-2"), http.StatusConflict, "", false)
 	wantResponse(t, post(r, "/written", "error-2"), http.StatusConflict, "", true)
 	wantRuns(t, "the handlers", &runs, 3)
+}
+
+// A handler that records an error for the logs and answers with a status
+// of its own (c.Status, no body) has chosen its response: it is stored, and
+// the retry is its replay.
+func TestGinErrorWithStatusStored(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	r := gin.New()
+	r.Use(ginidem.New(newEngine(t, core.Config{})))
+	r.POST("/orders", func(c *gin.Context) {
+		runs.Add(1)
+		c.Error(errors.New("audit log unavailable")) //nolint:errcheck // for the logs
+		c.Status(http.StatusNoContent)
+	})
+	wantResponse(t, post(r, "/orders", "error-status"), http.StatusNoContent, "", false)
+	wantResponse(t, post(r, "/orders", "error-status"), http.StatusNoContent, "", true)
+	wantRuns(t, "the handler", &runs, 1)
+}
+
+// A middleware before ginidem that binds the body with ShouldBindBodyWith
+// leaves r.Body drained and the bytes in the context: ginidem fingerprints
+// those, so another body under the same key is a key reused, not a replay.
+func TestGinBodyBoundBefore(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	r := gin.New()
+	r.Use(func(c *gin.Context) {
+		var v map[string]any
+		if err := c.ShouldBindBodyWith(&v, binding.JSON); err != nil {
+			c.AbortWithStatus(http.StatusBadRequest)
+		}
+	}, ginidem.New(newEngine(t, core.Config{})))
+	r.POST("/charges", func(c *gin.Context) {
+		var v struct{ Amount int }
+		if err := c.ShouldBindBodyWith(&v, binding.JSON); err != nil {
+			c.AbortWithStatus(http.StatusBadRequest)
+			return
+		}
+		runs.Add(1)
+		c.String(http.StatusCreated, "charged %d", v.Amount)
+	})
+	charge := func(body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "bound")
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, req)
+		return rec
+	}
+	wantResponse(t, charge(`{"amount":100}`), http.StatusCreated, "charged 100", false)
+	wantResponse(t, charge(`{ "amount": 100 }`), http.StatusCreated, "charged 100", true)
+	if rec := charge(`{"amount":999}`); rec.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("another body under the same key: %d %s, want 422", rec.Code, rec.Body)
+	}
+	wantRuns(t, "the handler", &runs, 1)
+}
+
+// With UseRawPath, Gin routes on the escaped path: /docs/x%2Fversions is
+// the document "x/versions" and /docs/x/versions the versions of "x". One
+// key sent to both is a key reused, not a replay.
+func TestGinEscapedPathFingerprinted(t *testing.T) {
+	t.Parallel()
+	r := gin.New()
+	r.UseRawPath = true
+	r.Use(ginidem.New(newEngine(t, core.Config{})))
+	r.POST("/docs/:name", func(c *gin.Context) { c.String(http.StatusCreated, "doc") })
+	r.POST("/docs/:name/versions", func(c *gin.Context) { c.String(http.StatusCreated, "version") })
+	wantResponse(t, post(r, "/docs/x%2Fversions", "escaped"), http.StatusCreated, "doc", false)
+	if rec := post(r, "/docs/x/versions", "escaped"); rec.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("the same key on /docs/x/versions: %d %s, want 422", rec.Code, rec.Body)
+	}
+	wantResponse(t, post(r, "/docs/x%2Fversions", "escaped"), http.StatusCreated, "doc", true)
 }
 
 // gin.Recovery before ginidem turns a panic into a 500: the lock was
