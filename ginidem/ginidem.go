@@ -154,7 +154,7 @@ func (x *requestContext) Value(key any) any {
 // status, size and Written state, and copies the body into the Flight.
 type writer struct {
 	gin.ResponseWriter
-	f        *core.Flight
+	f         *core.Flight
 	sent      http.Header // the headers as sent with the first write
 	statusSet bool        // the handlers chose a status (c.Status)
 	streamed  bool
