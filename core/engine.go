@@ -132,8 +132,8 @@ func (e *Engine) Keyed(method string, h HeaderGetter) bool {
 //   - nil, a Response: write it (a replay or an error); do not run the handler;
 //   - a Flight, nil: run the handler with Flight.Body as the request body,
 //     feed the response body to Flight.Write, then call Flight.Complete, or
-//     Flight.Abort if the response must not be stored (a panic, a streamed
-//     or hijacked response).
+//     Flight.Abort if the response must not be stored (a panic, a hijacked
+//     connection, a body the adapter cannot capture).
 //
 // Begin may block up to Config.Wait when the key is in flight.
 func (e *Engine) Begin(req *Request) (*Flight, *Response) {
@@ -566,8 +566,9 @@ func (f *Flight) storeContext() (context.Context, context.CancelFunc) {
 }
 
 // Abort ends the flight without storing: the lock is released so a retry
-// runs the handler again. Use it after a panic, for a streamed or hijacked
-// response, or for one that is not the handler's (a router's 404).
+// runs the handler again. Use it after a panic, for a hijacked connection,
+// a body the adapter cannot capture (Fiber's body stream), or a response
+// that is not the handler's (a router's 404).
 func (f *Flight) Abort() {
 	if f.finish() {
 		f.release(errAborted)
@@ -578,7 +579,7 @@ func (f *Flight) Abort() {
 // or may have, while the handler ran.
 var errStoredLate = fmt.Errorf("%w (or may have been: no refresh confirmed the lock for LockTTL) while the handler ran; the response was stored as no other request had taken the key", ErrLockLost)
 
-var errAborted = errors.New("idem: flight aborted: response not stored (panic, streamed, hijacked or not the handler's)")
+var errAborted = errors.New("idem: flight aborted: response not stored (panic, hijack, body stream or not the handler's)")
 
 func (f *Flight) release(reason error) {
 	ctx, cancel := f.storeContext()

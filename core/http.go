@@ -16,9 +16,9 @@ import (
 // not the mux itself. Without a pattern (the middleware outside the router)
 // the URL path stands in for the route.
 //
-// A handler that panics, flushes (streams) or hijacks the connection has
-// its lock released without storing; the panic goes on up the stack to
-// whatever recovers it.
+// A handler that panics or hijacks the connection has its lock released
+// without storing; the panic goes on up the stack to whatever recovers it.
+// A flushed response is stored when the handler returns, as any other.
 func (e *Engine) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !e.Keyed(r.Method, r.Header) {
@@ -83,16 +83,23 @@ func (*BodyReader) Close() error { return nil }
 
 // CaptureWriter is the http.ResponseWriter an adapter hands the handler
 // while a Flight is open: it passes the response through to the client and
-// copies its body into the Flight, notes the status, and marks the response
-// as streamed when the handler flushes or hijacks it. The net/http
-// middleware and the adapters of net/http-based frameworks share it.
+// copies its body into the Flight, notes the status, and notes a hijacked
+// connection. The net/http middleware and the adapters of net/http-based
+// frameworks share it.
+//
+// A flush does not stop the capture: the response is stored when the
+// handler returns, like any other (a body over Config.MaxStoredBodyBytes
+// as its size and hash). A handler that flushed has done its work, whether
+// it streams events or is an httputil.ReverseProxy, which flushes every
+// response without a Content-Length: a retry must get that response, not
+// run the handler again.
 type CaptureWriter struct {
 	http.ResponseWriter
 	Flight *Flight
 
 	status   int
 	header   http.Header // as sent: a copy taken with the status
-	streamed bool
+	hijacked bool
 }
 
 // WriteHeader notes the first final status and the headers sent with it,
@@ -114,32 +121,34 @@ func (w *CaptureWriter) Write(p []byte) (int, error) {
 	return w.ResponseWriter.Write(p)
 }
 
-// FlushError marks the response as streamed (it is not stored) and flushes.
-// http.ResponseController and Echo's Response.Flush call it.
+// FlushError flushes: the status and headers, if not sent yet, and the
+// body so far. http.ResponseController and Echo's Response.Flush call it.
 func (w *CaptureWriter) FlushError() error {
-	w.streamed = true
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK) // as net/http sends it on a flush
+	}
 	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 // Flush is FlushError for code that asserts http.Flusher.
 func (w *CaptureWriter) Flush() { w.FlushError() } //nolint:errcheck // as http.Flusher, no error to report
 
-// Hijack marks the response as hijacked (it is not stored) and hijacks.
+// Hijack notes the hijack (the response is then not stored) and hijacks.
 func (w *CaptureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	w.streamed = true
+	w.hijacked = true
 	return http.NewResponseController(w.ResponseWriter).Hijack()
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *CaptureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// Finish ends the Flight after the handler: Abort if the response was
-// streamed or hijacked, else Complete with the status and the headers as
+// Finish ends the Flight after the handler: Abort if the connection was
+// hijacked, else Complete with the status and the headers as
 // they were sent (headers changed after WriteHeader never reach the client,
 // so they are not stored), or, if the handler wrote nothing, 200 and the
 // headers as they are now, as net/http then sends them.
 func (w *CaptureWriter) Finish() {
-	if w.streamed {
+	if w.hijacked {
 		w.Flight.Abort()
 		return
 	}

@@ -13,7 +13,7 @@ type Outcome int
 const (
 	OutcomeReplay     Outcome = iota + 1 // a stored response was replayed
 	OutcomeStored                        // the handler ran and its response was stored (with an Err wrapping ErrLockLost if the lock expired, or may have: no refresh confirmed it for LockTTL; no other request had taken the key)
-	OutcomeNotStored                     // the handler ran; its response was not stored (5xx, panic, streamed, policy), the lock was released
+	OutcomeNotStored                     // the handler ran; its response was not stored (5xx, panic, hijack, policy), the lock was released
 	OutcomeConflict                      // the key was in flight: 409
 	OutcomeMismatch                      // the key was used with another request: 422
 	OutcomeInvalidKey                    // the key was missing (and required) or malformed: 400

@@ -90,8 +90,10 @@
 // HTTPErrorHandler instead, set Config.ErrorHandler (its doc shows how).
 //
 // A replay is written as stored (status, headers, body) and the handler
-// does not run. A response that is flushed (streamed) or hijacked is not
-// stored.
+// does not run. A flushed response (c.Response().Flush, SSE, a reverse
+// proxy) is stored when the handler returns, as any other: the handler has
+// done its work, and a retry gets its response rather than run it again.
+// A hijacked connection (a WebSocket upgrade) is not stored.
 //
 // # OpenAPI
 //

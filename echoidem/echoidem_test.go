@@ -230,8 +230,9 @@ func TestEchoErrorHandlerHTTPError(t *testing.T) {
 	}
 }
 
-// A flushed (streamed) response is passed through but not stored.
-func TestEchoStreamedNotStored(t *testing.T) {
+// A flushed response is passed through and stored when the handler
+// returns: the retry is its replay.
+func TestEchoFlushedStored(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int64
 	e := newEcho()
@@ -243,10 +244,9 @@ func TestEchoStreamedNotStored(t *testing.T) {
 		c.Response().Flush()
 		return nil
 	})
-	for range 2 {
-		wantResponse(t, "stream", send(e, http.MethodPost, "/events", "k-stream"), http.StatusOK, "data: 1\n\n", false)
-	}
-	wantRuns(t, &runs, 2)
+	wantResponse(t, "stream", send(e, http.MethodPost, "/events", "k-stream"), http.StatusOK, "data: 1\n\n", false)
+	wantResponse(t, "retry", send(e, http.MethodPost, "/events", "k-stream"), http.StatusOK, "data: 1\n\n", true)
+	wantRuns(t, &runs, 1)
 }
 
 // A Scope function reads, through the request's context, what an earlier

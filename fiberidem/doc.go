@@ -63,7 +63,9 @@
 // After a panic the lock is released and nothing is stored; the panic goes
 // on to recover.New(). A streamed response (c.Context().SetBodyStreamWriter,
 // c.SendStream, c.SendFile) or a hijacked connection is passed through and
-// not stored either.
+// not stored either: fasthttp sends a body stream after the handler
+// returns, so idem never sees it. (The net/http-based adapters do store a
+// response that the handler flushed: its body went through them.)
 //
 // # fasthttp buffers
 //

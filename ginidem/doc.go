@@ -59,7 +59,7 @@
 //
 //   - a handler panicked: the lock is released and nothing stored, so a
 //     retry runs the handler again; the panic goes on to gin.Recovery();
-//   - the response was flushed (c.Stream, SSE) or the connection hijacked;
+//   - the connection was hijacked (a WebSocket upgrade);
 //   - the handlers recorded an error with c.Error and wrote nothing, leaving
 //     the response to an error-rendering middleware before ginidem: that
 //     response is not known when the handlers return, so the lock is
@@ -68,6 +68,10 @@
 //     error itself (c.JSON(400, …), c.AbortWithError), has its response
 //     stored; so has a handler that sets a success status beside its
 //     c.Error (c.Status(204), the error only for the logs).
+//
+// A flushed response (c.Stream, SSE, httputil.ReverseProxy) is stored
+// when the handlers return, as any other: the handlers have done their
+// work, and a retry gets that response rather than run them again.
 //
 // A middleware before ginidem that read the body with c.ShouldBindBodyWith
 // leaves it in the context, where ginidem reads it; a middleware that

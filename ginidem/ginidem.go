@@ -36,8 +36,8 @@ func WithErrorHandler(h func(c *gin.Context, p *core.Problem)) Option {
 //
 // A replay or an error (problem+json) is written and the chain aborted, so
 // no later handler runs. Otherwise the rest of the chain runs and its
-// response is stored, unless a handler panicked, the response was streamed
-// (Flush) or hijacked, or it is not known yet (c.Error with nothing
+// response is stored, unless a handler panicked, the connection was
+// hijacked, or the response is not known yet (c.Error with nothing
 // written); see the package documentation.
 //
 // New panics if eng is nil: a programming error, better found when the app
@@ -111,8 +111,8 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 		r.Body = &st.body
 		c.Writer = &st.w
 		c.Next()
-		if st.w.streamed || len(c.Errors) > 0 && !st.w.Written() && (!st.w.statusSet || st.w.Status() >= 400) {
-			// Streamed, or an error left for a middleware before this one to
+		if st.w.hijacked || len(c.Errors) > 0 && !st.w.Written() && (!st.w.statusSet || st.w.Status() >= 400) {
+			// Hijacked, or an error left for a middleware before this one to
 			// render: what the client gets is not what was captured. A
 			// success status that the handler set (c.Status(204) beside a
 			// c.Error for the logs) is its response, sent as it is.
@@ -157,7 +157,7 @@ type writer struct {
 	f         *core.Flight
 	sent      http.Header // the headers as sent with the first write
 	statusSet bool        // the handlers chose a status (c.Status)
-	streamed  bool
+	hijacked  bool
 }
 
 // WriteHeader notes that the handlers chose a status: Gin sends it after
@@ -194,15 +194,17 @@ func (w *writer) WriteHeaderNow() {
 	w.ResponseWriter.WriteHeaderNow()
 }
 
-// Flush marks the response as streamed: it is not stored.
+// Flush sends the headers, as they are then, and the body so far (c.Stream,
+// SSE, httputil.ReverseProxy). The capture goes on: the response is stored
+// when the handlers return.
 func (w *writer) Flush() {
-	w.streamed = true
+	w.snapshot()
 	w.ResponseWriter.Flush()
 }
 
-// Hijack marks the response as hijacked: it is not stored.
+// Hijack notes the hijack: the response is then not stored.
 func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	w.streamed = true
+	w.hijacked = true
 	return w.ResponseWriter.Hijack()
 }
 
