@@ -121,6 +121,15 @@
 // as a 10 s Acquire. Set read_timeout (and dial_timeout) in the URL to what
 // the API can afford to wait, such as read_timeout=500ms.
 //
+// The Engine gives its lock refreshes a deadline (LockTTL/6), so that one
+// stuck on a stalled connection leaves time for the next before the lock
+// expires. go-redis honours a context's deadline only with
+// ContextTimeoutEnabled, which NewClient sets: set it on a client of your
+// own too, or a refresh waits out read_timeout, and with a LockTTL of a few
+// seconds the lock can expire under a running handler (a fault test saw a
+// refresh take 5 s against a 500 ms deadline, and a second instance run the
+// handler).
+//
 // Connections that Redis closed while they sat in the pool (a restart, a
 // failover, its timeout setting, a proxy's idle timeout) are found by
 // go-redis's pool health check before a command is sent on them, over TCP

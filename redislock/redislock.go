@@ -223,10 +223,17 @@ const defaultDialTimeout = 5 * time.Second
 // protocol and so on. The client connects lazily: NewClient does no I/O.
 // Close the client when done.
 //
-// One default differs from go-redis's: a sentinel URL without dial_timeout
-// gets go-redis's default of 5 s for the master's connections too (go-redis
-// leaves them without one, which over TLS meant a handshake the master
-// never answers was waited on for ever).
+// Two defaults differ from go-redis's:
+//
+//   - ContextTimeoutEnabled is set, so that a command gives up at its
+//     context's deadline, which the Engine sets on its lock refreshes (a
+//     sixth of LockTTL) and on waits: a refresh stuck on a stalled
+//     connection for read_timeout would otherwise keep the next one from
+//     running before the lock expired;
+//   - a sentinel URL without dial_timeout gets go-redis's default of 5 s for
+//     the master's connections too (go-redis leaves them without one, which
+//     over TLS meant a handshake the master never answers was waited on for
+//     ever).
 //
 // The clients keep go-redis's pool health check, a non-blocking peek at a
 // pooled connection before each command: it finds the connections that
@@ -251,12 +258,14 @@ func NewClient(redisURL string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redislock: %w", err)
 		}
+		opt.ContextTimeoutEnabled = true
 		return redis.NewClient(opt), nil
 	case "cluster":
 		opt, err := redis.ParseClusterURL(base + "://" + rest)
 		if err != nil {
 			return nil, fmt.Errorf("redislock: %w", err)
 		}
+		opt.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(opt), nil
 	case "sentinel":
 		opt, err := redis.ParseFailoverURL(base + "://" + rest)
@@ -272,6 +281,7 @@ func NewClient(redisURL string) (redis.UniversalClient, error) {
 			// deadline at all.
 			opt.DialTimeout = defaultDialTimeout
 		}
+		opt.ContextTimeoutEnabled = true
 		return redis.NewFailoverClient(opt), nil
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnsupportedURL, scheme)

@@ -354,6 +354,33 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
+// NewClient's clients honour a call's deadline (ContextTimeoutEnabled): a
+// lock refresh, which the Engine bounds at a sixth of LockTTL, gives up
+// then on a connection that stalled, not after the client's read_timeout
+// (here an hour), which would let the lock expire while the handler runs.
+func TestNewClientHonoursDeadline(t *testing.T) {
+	c, err := redislock.NewClient("redis://" + blackhole(t) + "?read_timeout=1h&write_timeout=1h&max_retries=-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	store := redislock.New(c, nil)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		done <- store.Refresh(ctx, idemtest.Key(t), "token", time.Minute)
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Refresh on a server that never answers: no error")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Refresh ignored its context's deadline")
+	}
+}
+
 // TestNoGoroutineLeak sends many requests to a Redis that is down: the
 // goroutine count must not grow with them.
 func TestNoGoroutineLeak(t *testing.T) {
