@@ -500,7 +500,7 @@ func (f *Flight) Write(p []byte) (int, error) {
 func (f *Flight) Complete(status int, header http.Header) {
 	// Storable runs first: if it panics, the flight is not over yet and the
 	// adapter's deferred Abort releases the lock.
-	storable := status >= 100 && status <= 999 && f.e.cfg.Storable(status)
+	storable := status >= 200 && status <= 999 && f.e.cfg.Storable(status)
 	if !f.finish() {
 		return
 	}

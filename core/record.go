@@ -24,10 +24,10 @@ const recordVersion byte = 1
 // There is no "processing" record: a request in flight is represented by
 // its lock alone, so a record always describes a finished response.
 type Record struct {
-	Key         string      // the client's key, as sent
+	Key         string      // the client's key, trimmed and unquoted (as Event.Key)
 	Scope       string      // the scope the key belongs to (tenant, user)
 	Fingerprint [32]byte    // SHA-256 of the request; see Engine
-	StatusCode  int         // the stored response status
+	StatusCode  int         // the stored response status: a final one, 200 to 999
 	Header      http.Header // the stored response headers
 	Body        []byte      // the stored body; empty when BodyOmitted
 
@@ -102,7 +102,7 @@ func (r *Record) UnmarshalBinary(data []byte) error {
 	var rec Record
 	copy(rec.Fingerprint[:], d.bytes(32))
 	status := d.uvarint()
-	if d.err == nil && (status < 100 || status > 999) {
+	if d.err == nil && (status < 200 || status > 999) { // a final status: a 1xx replayed hangs the client
 		return fmt.Errorf("%w: status %d", ErrCorruptRecord, status)
 	}
 	rec.StatusCode = int(status)

@@ -72,6 +72,11 @@ func TestRecordRejectsCorruptData(t *testing.T) {
 	for i := 1; i < len(data); i++ {
 		cases[fmt.Sprintf("truncated at %d", i)] = data[:i]
 	}
+	for _, status := range []int{0, 101, 199, 1000} { // a replayed 1xx hangs the client
+		r := sampleRecord()
+		r.StatusCode = status
+		cases[fmt.Sprintf("status %d", status)], _ = r.MarshalBinary()
+	}
 	for name, b := range cases {
 		var got Record
 		err := got.UnmarshalBinary(b)
