@@ -137,11 +137,34 @@ func (p *jsonCanon) str() ([]byte, bool) {
 			return p.in[start:p.pos], true
 		case c == '\\':
 			i++
+			if i == len(p.in) {
+				return nil, false
+			}
+			switch p.in[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(p.in) || !isHex4(p.in[i+1:i+5]) {
+					return nil, false
+				}
+				i += 4
+			default:
+				return nil, false
+			}
 		case c < 0x20:
 			return nil, false
 		}
 	}
 	return nil, false
+}
+
+// isHex4 reports whether b is four hexadecimal digits.
+func isHex4(b []byte) bool {
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *jsonCanon) array(dst []byte, depth int) ([]byte, bool) {

@@ -34,6 +34,8 @@ func TestCanonicalBody(t *testing.T) {
 		{"json escaped key among others is raw", "application/json", `{"\u0062":1,"a":2}`, `{"a":2,"\u0062":1}`, false},
 		{"json trailing garbage is raw", "application/json", `{"a":1}`, `{"a":1}]`, false},
 		{"json two values is raw", "application/json", `{"a":1}`, `{"a":1} {"a":1}`, false},
+		{"json bad escape is raw", "application/json", `{"b":"\x","a":1}`, `{"a":1,"b":"\x"}`, false},
+		{"json short \\u escape is raw", "application/json", `{"b":"\u12","a":1}`, `{"a":1,"b":"\u12"}`, false},
 		{"broken json is raw", "application/json", `{"a":`, `{"a":`, true},
 		{"json names in two cases are raw", "application/json", `{"qty":1,"QTY":5}`, `{"QTY":5,"qty":1}`, false},
 		{"json names in two spellings are raw", "application/json", `{"qty":1,"\u0071ty":5}`, `{"\u0071ty":5,"qty":1}`, false},
@@ -125,6 +127,10 @@ func FuzzCanonicalJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		c := CanonicalBody("application/json", body)
 		if !json.Valid(body) {
+			// Only valid JSON has a canonical form: anything else is raw.
+			if !bytes.Equal(c, body) {
+				t.Fatalf("invalid JSON %q was changed: %q", body, c)
+			}
 			return
 		}
 		// Canonical form is valid JSON, and canonicalising it again changes nothing.
