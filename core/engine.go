@@ -97,10 +97,14 @@ func New(cfg Config) (*Engine, error) {
 
 // Config returns the Engine's configuration with its defaults filled in,
 // for adapters and the OpenAPI emitter (which documents MaxKeyLength,
-// Required and Methods).
+// Required and Methods). New takes it back as it is: an Engine that accepts
+// no legacy key header reports LegacyKeyHeader "-".
 func (e *Engine) Config() Config {
 	cfg := e.cfg
 	cfg.cloneSlices()
+	if cfg.LegacyKeyHeader == "" {
+		cfg.LegacyKeyHeader = "-"
+	}
 	return cfg
 }
 

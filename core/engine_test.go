@@ -788,6 +788,10 @@ func TestKeyed(t *testing.T) {
 	eng, _ := core.New(core.Config{})
 	required, _ := core.New(core.Config{Required: true})
 	noLegacy, _ := core.New(core.Config{LegacyKeyHeader: "-"})
+	again, err := core.New(noLegacy.Config()) // Config goes back to New as it is
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name   string
 		eng    *core.Engine
@@ -799,6 +803,7 @@ func TestKeyed(t *testing.T) {
 		{"empty key header", eng, http.MethodPost, http.Header{"Idempotency-Key": {""}}, true},
 		{"legacy header", eng, http.MethodPost, http.Header{"X-Idempotency-Key": {"k"}}, true},
 		{"legacy header refused", noLegacy, http.MethodPost, http.Header{"X-Idempotency-Key": {"k"}}, false},
+		{"legacy header refused by Config", again, http.MethodPost, http.Header{"X-Idempotency-Key": {"k"}}, false},
 		{"no key", eng, http.MethodPost, http.Header{}, false},
 		{"no key, Required", required, http.MethodPost, http.Header{}, true},
 		{"method not covered", eng, http.MethodGet, http.Header{"Idempotency-Key": {"k"}}, false},

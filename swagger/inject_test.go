@@ -336,6 +336,23 @@ func TestOptions(t *testing.T) {
 	}
 }
 
+// An Engine that covers no method documents no operation.
+func TestOptionsNoMethods(t *testing.T) {
+	t.Parallel()
+	eng, err := core.New(core.Config{Methods: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := `{"openapi": "3.0.0", "paths": {"/o": {"post": {"responses": {}}}}}`
+	out, err := Inject([]byte(doc), OptionsFor(eng.Config()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := operations(t, out)["/o"]["post"]["parameters"]; ok {
+		t.Error("the Engine covers no method, but POST was documented")
+	}
+}
+
 // An Engine with FailClosed answers 503 when its store fails: OptionsFor
 // documents it, with Retry-After, in both formats; without FailClosed there
 // is no 503.

@@ -73,7 +73,7 @@ func OptionsFor(cfg core.Config, ops ...Operation) Options {
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		FailClosed:   cfg.FailClosed,
 		Storable:     cfg.Storable,
-		Methods:      append([]string(nil), cfg.Methods...),
+		Methods:      slices.Clone(cfg.Methods), // empty, not nil, when the Engine covers nothing
 		Operations:   ops,
 	}
 }
