@@ -136,11 +136,12 @@ func TestLostLockIsFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release := make(chan struct{})
+	release, started := make(chan struct{}), make(chan struct{})
 	var runs atomic.Int32
 	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := runs.Add(1)
 		if n == 1 {
+			close(started)
 			<-release
 		}
 		w.WriteHeader(http.StatusCreated)
@@ -148,9 +149,7 @@ func TestLostLockIsFenced(t *testing.T) {
 	}))
 	done := make(chan *httptest.ResponseRecorder)
 	go func() { done <- post(t, h, "lost", "{}") }()
-	for runs.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	<-started
 	time.Sleep(150 * time.Millisecond) // the first lock expires unrefreshed
 	if w := post(t, h, "lost", "{}"); w.Body.String() != "second" {
 		t.Fatalf("takeover request got %d %q", w.Code, w.Body)
@@ -549,19 +548,18 @@ func TestWaitStoreErrorDoesNotRunUnprotected(t *testing.T) {
 	var ev events
 	store := &faultyStore{Store: core.NewMemoryStore(0)}
 	eng, _ := core.New(core.Config{Wait: 300 * time.Millisecond, Store: store, Observer: ev.observe})
-	release := make(chan struct{})
+	release, started := make(chan struct{}), make(chan struct{})
 	var runs atomic.Int32
 	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
+			close(started)
 			<-release
 		}
 		w.WriteHeader(http.StatusCreated)
 	}))
 	done := make(chan struct{})
 	go func() { post(t, h, "k", "{}"); close(done) }()
-	for runs.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	<-started
 	w := post(t, h, "k", "{}") // in flight, then the store fails while it polls
 	close(release)
 	<-done

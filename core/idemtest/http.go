@@ -97,10 +97,11 @@ type harness struct {
 	newStore func(t *testing.T) core.Store
 }
 
-// app is the suite's handler: it counts its runs and answers as the
-// request's X-Test-* headers say.
+// app is the suite's handler: it counts its runs, tells started of each
+// (if there is room), and answers as the request's X-Test-* headers say.
 type app struct {
-	runs atomic.Int64
+	runs    atomic.Int64
+	started chan struct{}
 }
 
 func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -110,6 +111,10 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n := a.runs.Add(1)
+	select {
+	case a.started <- struct{}{}:
+	default:
+	}
 	if ms, _ := strconv.Atoi(r.Header.Get(hdrDelay)); ms > 0 {
 		time.Sleep(time.Duration(ms) * time.Millisecond)
 	}
@@ -151,7 +156,7 @@ func (h *harness) start(t *testing.T, cfg core.Config) *server {
 	if err != nil {
 		t.Fatalf("core.New: %v", err)
 	}
-	a := &app{}
+	a := &app{started: make(chan struct{}, 1)}
 	url := h.serve(t, eng, a)
 	tr := &http.Transport{MaxIdleConnsPerHost: 256}
 	// Registered after serve, so it runs before the server's own cleanup:
@@ -444,7 +449,7 @@ func testInFlightConflict(t *testing.T, h *harness) {
 		}
 		done <- r
 	}()
-	waitRuns(t, s, 1)
+	waitStarted(t, s)
 	r := s.do(http.MethodPost, "/orders", order, key, "flight-1")
 	wantProblem(t, r, http.StatusConflict, core.ProblemKeyInFlight)
 	if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 {
@@ -456,15 +461,14 @@ func testInFlightConflict(t *testing.T, h *harness) {
 	s.wantRuns(1)
 }
 
-// waitRuns waits until the handler has started n times.
-func waitRuns(t *testing.T, s *server, n int64) {
+// waitStarted waits until the handler has started: the server's first
+// run, or the first since the last wait.
+func waitStarted(t *testing.T, s *server) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for s.app.runs.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("handler did not start %d times", n)
-		}
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-s.app.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler did not start")
 	}
 }
 
@@ -478,7 +482,7 @@ func testWaitMode(t *testing.T, h *harness) {
 		}
 		done <- r
 	}()
-	waitRuns(t, s, 1)
+	waitStarted(t, s)
 	r := s.do(http.MethodPost, "/orders", order, key, "wait-1")
 	first := <-done
 	wantStatus(t, first, http.StatusCreated)
@@ -491,7 +495,7 @@ func testWaitMode(t *testing.T, h *harness) {
 		r, _ := s.try(http.MethodPost, "/orders", order, key, "wait-2", hdrDelay, "1500")
 		done <- r
 	}()
-	waitRuns(t, s, 1)
+	waitStarted(t, s)
 	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "wait-2"), http.StatusConflict, core.ProblemKeyInFlight)
 	<-done
 	s.wantRuns(1)
