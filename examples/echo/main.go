@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -54,7 +55,7 @@ func main() {
 		log.Fatal(err)
 	}
 
-	if err := app.Serve("echo", func() error { return e.Start(app.Addr) }, e.Shutdown); err != nil {
+	if err := app.Serve("echo", func(ln net.Listener) error { e.Listener = ln; return e.Start("") }, e.Shutdown); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -60,7 +60,7 @@ func main() {
 		log.Fatal(err)
 	}
 
-	if err := app.Serve("fiber", func() error { return f.Listen(app.Addr) }, f.ShutdownWithContext); err != nil {
+	if err := app.Serve("fiber", f.Listener, f.ShutdownWithContext); err != nil {
 		log.Fatal(err)
 	}
 }

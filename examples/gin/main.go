@@ -49,7 +49,7 @@ func main() {
 	}
 
 	srv := &http.Server{Addr: app.Addr, Handler: r, ReadTimeout: exampleapp.ReadTimeout}
-	if err := app.Serve("gin", srv.ListenAndServe, srv.Shutdown); err != nil {
+	if err := app.Serve("gin", srv.Serve, srv.Shutdown); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -43,7 +43,7 @@ func main() {
 	mux.Handle("GET /swagger/", httpSwagger.Handler(httpSwagger.URL("/swagger/doc.json")))
 
 	srv := &http.Server{Addr: app.Addr, Handler: mux, ReadTimeout: exampleapp.ReadTimeout}
-	if err := app.Serve("net/http", srv.ListenAndServe, srv.Shutdown); err != nil {
+	if err := app.Serve("net/http", srv.Serve, srv.Shutdown); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
@@ -95,16 +96,21 @@ func (a *App) Close() error {
 	return nil
 }
 
-// Serve runs serve (ListenAndServe, Start, Listen) until SIGINT or SIGTERM,
-// then shuts the server down with shutdown, giving requests in flight up to
-// 10 seconds to finish, and returns once they have: a request cut off
-// half-way would leave its key locked until the lock expires.
-func (a *App) Serve(framework string, serve func() error, shutdown func(context.Context) error) error {
+// Serve listens on Addr and runs serve (http.Server.Serve, or the
+// framework's) on that listener until SIGINT or SIGTERM, then shuts the
+// server down with shutdown, giving requests in flight up to 10 seconds to
+// finish, and returns once they have: a request cut off half-way would
+// leave its key locked until the lock expires.
+func (a *App) Serve(framework string, serve func(net.Listener) error, shutdown func(context.Context) error) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ln, err := net.Listen("tcp", a.Addr)
+	if err != nil {
+		return err
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- serve() }()
-	a.Logger.Info("listening", "addr", a.Addr, "framework", framework)
+	go func() { errc <- serve(ln) }()
+	a.Logger.Info("listening", "addr", ln.Addr().String(), "framework", framework)
 	select {
 	case err := <-errc:
 		return err
