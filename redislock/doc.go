@@ -112,6 +112,13 @@
 // no goroutines and no state besides the client's connection pool, so
 // protection resumes by itself as soon as Redis answers again.
 //
+// A timeout does not tell whether Redis ran the command. An acquire script
+// that a stalled Redis runs after the client gave up takes the lock for a
+// request that was already answered (503, or run unprotected): retries of
+// that key get 409 until the lock expires (LockTTL, 5 min by default), as
+// after a Complete that failed. Nothing is run twice meanwhile; a client
+// that gives up on 409 sooner meets a key stuck for that long.
+//
 // While Redis is down, go-redis's defaults retry each command (max_retries
 // 3, and 5 dial attempts 100 ms apart) before giving up, which delays the
 // policy by a second or two per request. A Redis that stalls (a frozen
