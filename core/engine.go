@@ -49,7 +49,10 @@ type Request struct {
 	// gives the handler Flight.Body instead. Nil means no body.
 	Body io.Reader
 	// ContentLength is the declared body size, or -1 if unknown. A body
-	// declared larger than Config.MaxBodyBytes is refused without reading.
+	// declared larger than Config.MaxBodyBytes is refused without reading;
+	// one that reads nothing while ContentLength promises bytes (and no
+	// Content-Encoding is sent) is refused as read before the middleware
+	// (ProblemBodyConsumed).
 	ContentLength int64
 	// ResponseHeader holds the response headers already set when the
 	// middleware runs, by middleware before it (CORS, request ids, tracing).

@@ -230,6 +230,27 @@ func TestFlushedResponseStored(t *testing.T) {
 	}
 }
 
+// A response whose status is not final (1xx, which a Gin handler can set
+// with c.Status) is not stored: its replay would hang the client. The lock
+// is released, and the next request runs.
+func TestInformationalStatusNotStored(t *testing.T) {
+	eng, _ := core.New(core.Config{Storable: func(int) bool { return true }, FailClosed: true})
+	begin := func() (*core.Flight, *core.Response) {
+		return eng.Begin(&core.Request{Method: http.MethodPost, Path: "/orders",
+			Header: http.Header{"Idempotency-Key": {"informational"}}})
+	}
+	f, resp := begin()
+	if f == nil {
+		t.Fatalf("first request: %d %s, want a flight", resp.StatusCode, resp.Body)
+	}
+	f.Complete(http.StatusEarlyHints, http.Header{})
+	if f, resp := begin(); f == nil {
+		t.Fatalf("after a 103: %d %s, want a flight (nothing stored)", resp.StatusCode, resp.Body)
+	} else {
+		f.Abort()
+	}
+}
+
 // A handler that hijacks the connection has its lock released without
 // storing: what it wrote is not known.
 func TestHijackedNotStored(t *testing.T) {

@@ -133,10 +133,12 @@ func (w *CaptureWriter) FlushError() error {
 // Flush is FlushError for code that asserts http.Flusher.
 func (w *CaptureWriter) Flush() { w.FlushError() } //nolint:errcheck // as http.Flusher, no error to report
 
-// Hijack notes the hijack (the response is then not stored) and hijacks.
+// Hijack hijacks, and notes a hijack that succeeded: the response is then
+// not stored.
 func (w *CaptureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	w.hijacked = true
-	return http.NewResponseController(w.ResponseWriter).Hijack()
+	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	w.hijacked = err == nil
+	return conn, rw, err
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.

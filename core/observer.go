@@ -18,7 +18,7 @@ const (
 	OutcomeMismatch                      // the key was used with another request: 422
 	OutcomeInvalidKey                    // the key was missing (and required) or malformed: 400
 	OutcomeTooLarge                      // the request body was over the limit: 413
-	OutcomeBadBody                       // the request body could not be read: 400
+	OutcomeBadBody                       // the request body could not be read: 400, or 500 if a middleware before idem had read it
 	OutcomeStoreError                    // the store failed: before the handler, the request ran unprotected (fail-open) or got 503 (fail-closed); after it, the response was not stored and the lock is left to expire
 	OutcomeLockLost                      // the lock expired while the handler ran, and the response was not stored (a duplicate took the key, a full memory store had no room, or it was to be released anyway); reported once, when the flight ends
 )
@@ -74,9 +74,10 @@ func MaskKey(key string) string {
 }
 
 // SlogObserver returns an Observer that logs every event to l with the key
-// masked: store errors and lost locks at Error level, conflicts, mismatches,
-// invalid keys, too large bodies and responses stored after the lock
-// expired, or may have, at Warn, the rest at Debug.
+// masked: store errors, lost locks and a body read before the middleware
+// (a server bug, answered 500) at Error level, conflicts, mismatches,
+// invalid keys, too large or unreadable bodies and responses stored after
+// the lock expired, or may have, at Warn, the rest at Debug.
 func SlogObserver(l *slog.Logger) func(Event) {
 	return func(e Event) {
 		level := slog.LevelDebug
@@ -85,6 +86,9 @@ func SlogObserver(l *slog.Logger) func(Event) {
 			level = slog.LevelError
 		case OutcomeConflict, OutcomeMismatch, OutcomeInvalidKey, OutcomeTooLarge, OutcomeBadBody:
 			level = slog.LevelWarn
+			if e.Status >= 500 {
+				level = slog.LevelError
+			}
 		case OutcomeStored:
 			if e.Err != nil {
 				level = slog.LevelWarn

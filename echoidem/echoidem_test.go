@@ -63,6 +63,7 @@ func wantRuns(t *testing.T, runs *atomic.Int64, want int64) {
 // "x/versions" and /docs/x/versions the versions of "x". One key sent to
 // both is a key reused, not a replay of the first one's response.
 func TestEchoEscapedPathFingerprinted(t *testing.T) {
+	t.Parallel()
 	e := echo.New()
 	e.Use(echoidem.New(newEngine(t, core.Config{})))
 	e.POST("/docs/:name", func(c echo.Context) error { return c.String(http.StatusCreated, "doc") })

@@ -194,6 +194,23 @@ func TestFiberStreamedBodyNotStored(t *testing.T) {
 	wantRuns(t, &runs, 2)
 }
 
+// Fiber routes on the path as sent: /docs/x%2Fversions is the document
+// "x/versions" and /docs/x/versions the versions of "x". One key sent to
+// both is a key reused, not a replay of the first one's response.
+func TestFiberEscapedPathFingerprinted(t *testing.T) {
+	t.Parallel()
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(fiberidem.New(fiberidem.Config{Engine: newEngine(t, core.Config{})}))
+	app.Post("/docs/:name", func(c *fiber.Ctx) error { return c.Status(fiber.StatusCreated).SendString("doc") })
+	app.Post("/docs/:name/versions", func(c *fiber.Ctx) error { return c.Status(fiber.StatusCreated).SendString("version") })
+	c := newClient(t, listen(t, app))
+	want(t, c.post("/docs/x%2Fversions", order, "Idempotency-Key", "escaped"), http.StatusCreated, "doc", false)
+	if r := c.post("/docs/x/versions", order, "Idempotency-Key", "escaped"); r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("the same key on /docs/x/versions: %d %s, want 422", r.status, r.body)
+	}
+	want(t, c.post("/docs/x%2Fversions", order, "Idempotency-Key", "escaped"), http.StatusCreated, "doc", true)
+}
+
 // TestFiberBufferReuse stores a response built from fasthttp's reused
 // buffers (the body is the request body, a header echoes a request header,
 // with no copy in the handler), sends thousands of other requests through

@@ -66,8 +66,10 @@
 //     released without storing and a retry runs the handlers again. An
 //     error middleware placed after ginidem, or a handler that writes its
 //     error itself (c.JSON(400, …), c.AbortWithError), has its response
-//     stored; so has a handler that sets a success status beside its
-//     c.Error (c.Status(204), the error only for the logs).
+//     stored. So has a handler that sets a success status beside its
+//     c.Error (c.Status(204), the error only for the logs): ginidem sends
+//     that status when the handlers return, so that an error middleware
+//     before it, which renders what is not written yet, leaves it alone.
 //
 // A flushed response (c.Stream, SSE, httputil.ReverseProxy) is stored
 // when the handlers return, as any other: the handlers have done their

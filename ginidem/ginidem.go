@@ -37,8 +37,8 @@ func WithErrorHandler(h func(c *gin.Context, p *core.Problem)) Option {
 // A replay or an error (problem+json) is written and the chain aborted, so
 // no later handler runs. Otherwise the rest of the chain runs and its
 // response is stored, unless a handler panicked, the connection was
-// hijacked, or the response is not known yet (c.Error with nothing
-// written); see the package documentation.
+// hijacked, or the response is not known yet (c.Error with nothing written
+// and no success status set); see the package documentation.
 //
 // New panics if eng is nil: a programming error, better found when the app
 // is set up than by every covered request.
@@ -71,13 +71,13 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			ContentLength:  r.ContentLength,
 			ResponseHeader: c.Writer.Header(),
 		}
-		if b, ok := c.Get(gin.BodyBytesKey); ok {
+		if v, ok := c.Get(gin.BodyBytesKey); ok {
 			// A middleware before this one read the body with
 			// ShouldBindBodyWith, which keeps its bytes here and leaves
 			// r.Body drained.
-			if b, ok := b.([]byte); ok {
-				st.body.Reset(b)
-				st.req.Body, st.req.ContentLength = &st.body, int64(len(b))
+			if body, ok := v.([]byte); ok {
+				st.body.Reset(body)
+				st.req.Body, st.req.ContentLength = &st.body, int64(len(body))
 			}
 		}
 		f, resp := eng.Begin(&st.req)
@@ -111,11 +111,18 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 		r.Body = &st.body
 		c.Writer = &st.w
 		c.Next()
-		if st.w.hijacked || len(c.Errors) > 0 && !st.w.Written() && (!st.w.statusSet || st.w.Status() >= 400) {
+		unknown := len(c.Errors) > 0 && !st.w.Written()
+		if unknown && st.w.statusSet && st.w.Status() < 400 {
+			// A success status that the handler set beside a c.Error for
+			// the logs (c.Status(204)) is its response: sent now, so that an
+			// error middleware before this one, which renders what is not
+			// written yet, leaves it as it is.
+			st.w.WriteHeaderNow()
+			unknown = false
+		}
+		if st.w.hijacked || unknown {
 			// Hijacked, or an error left for a middleware before this one to
-			// render: what the client gets is not what was captured. A
-			// success status that the handler set (c.Status(204) beside a
-			// c.Error for the logs) is its response, sent as it is.
+			// render: what the client gets is not what was captured.
 			return
 		}
 		header := st.w.sent
@@ -202,10 +209,11 @@ func (w *writer) Flush() {
 	w.ResponseWriter.Flush()
 }
 
-// Hijack notes the hijack: the response is then not stored.
+// Hijack notes a hijack that succeeded: the response is then not stored.
 func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	w.hijacked = true
-	return w.ResponseWriter.Hijack()
+	conn, rw, err := w.ResponseWriter.Hijack()
+	w.hijacked = err == nil
+	return conn, rw, err
 }
 
 // Unwrap lets http.ResponseController reach the writer below.

@@ -35,7 +35,7 @@
 //	              a lock nor a record (our lock expired and nobody took the
 //	              key): SET the record PX ttl and DEL the lock, atomically.
 //	              Otherwise change nothing: core.ErrLockLost.
-//	release.lua   if the lock still holds our token, DEL it (5xx, panic, stream).
+//	release.lua   if the lock still holds our token, DEL it (5xx, panic, hijack).
 //	refresh.lua   if the lock still holds our token, PEXPIRE it (long handlers).
 //
 // go-redis retries a command whose reply was lost (a read timeout, EOF), so
@@ -143,7 +143,7 @@
 // and Unix sockets. go-redis does not check TLS connections: there each
 // command spends its attempts (max_retries+1) on dead connections, as many
 // in a row as the pool holds, and fails with EOF while Redis is up, so that
-// fail-open serves those requests unprotected (a test with 20 killed TLS
+// fail-open serves those requests unprotected (a manual run, 20 killed TLS
 // connections saw five commands fail). Over TLS, set max_idle_time below
 // any idle timeout between the API and Redis, and use Config.FailClosed
 // where running a request twice is worse than a 503 after a failover.

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -225,11 +226,12 @@ const defaultDialTimeout = 5 * time.Second
 //
 // Two defaults differ from go-redis's:
 //
-//   - ContextTimeoutEnabled is set, so that a command gives up at its
+//   - ContextTimeoutEnabled is set (unless a sentinel URL sets
+//     context_timeout_enabled), so that a command gives up at its
 //     context's deadline, which the Engine sets on its lock refreshes (a
-//     sixth of LockTTL) and on waits: a refresh stuck on a stalled
-//     connection for read_timeout would otherwise keep the next one from
-//     running before the lock expired;
+//     sixth of LockTTL) and on Complete and Release (LockTTL): a refresh
+//     stuck on a stalled connection for read_timeout would otherwise keep
+//     the next one from running before the lock expired;
 //   - a sentinel URL without dial_timeout gets go-redis's default of 5 s for
 //     the master's connections too (go-redis leaves them without one, which
 //     over TLS meant a handshake the master never answers was waited on for
@@ -275,13 +277,15 @@ func NewClient(redisURL string) (redis.UniversalClient, error) {
 		if opt.MasterName == "" {
 			return nil, errors.New("redislock: a sentinel URL needs master_name")
 		}
+		if u, err := url.Parse(redisURL); err == nil && !u.Query().Has("context_timeout_enabled") {
+			opt.ContextTimeoutEnabled = true
+		}
 		if opt.DialTimeout == 0 {
 			// go-redis's default, which it gives the sentinels' connections
 			// but not the master's: over TLS, the master's handshake had no
 			// deadline at all.
 			opt.DialTimeout = defaultDialTimeout
 		}
-		opt.ContextTimeoutEnabled = true
 		return redis.NewFailoverClient(opt), nil
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnsupportedURL, scheme)

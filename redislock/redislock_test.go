@@ -376,8 +376,32 @@ func TestNewClientHonoursDeadline(t *testing.T) {
 		if err == nil {
 			t.Fatal("Refresh on a server that never answers: no error")
 		}
-	case <-time.After(time.Minute):
+	case <-time.After(10 * time.Second):
 		t.Fatal("Refresh ignored its context's deadline")
+	}
+
+	// The other kinds of client too (no I/O: they connect lazily), unless
+	// a sentinel URL says otherwise.
+	for url, want := range map[string]bool{
+		"redis+cluster://127.0.0.1:7000":                                               true,
+		"redis+sentinel://127.0.0.1:26379?master_name=m":                               true,
+		"redis+sentinel://127.0.0.1:26379?master_name=m&context_timeout_enabled=false": false,
+	} {
+		c, err := redislock.NewClient(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got bool
+		switch c := c.(type) {
+		case *redis.ClusterClient:
+			got = c.Options().ContextTimeoutEnabled
+		case *redis.Client:
+			got = c.Options().ContextTimeoutEnabled
+		}
+		c.Close()
+		if got != want {
+			t.Errorf("%s: ContextTimeoutEnabled %v, want %v", url, got, want)
+		}
 	}
 }
 
