@@ -23,11 +23,12 @@ type Config struct {
 	// panics without it.
 	Engine *core.Engine
 
-	// ErrorHandler renders the Engine's refusals (400 bad or missing key,
-	// 409 key in flight, 413, 422 key reused, 503 store down). The
-	// response's other headers, such as Retry-After, are already set on
-	// c.Response().Header() when it is called; its result is returned up the
-	// middleware chain, as Echo's own middlewares return their errors. To
+	// ErrorHandler renders the Engine's refusals (400 bad or missing key or
+	// unreadable body, 409 key in flight, 413, 422 key reused, 500 body read
+	// before the middleware, 503 store down). The response's other headers,
+	// such as Retry-After, are already set on c.Response().Header() when it
+	// is called; its result is returned up the middleware chain, as Echo's
+	// own middlewares return their errors. To
 	// have the app's HTTPErrorHandler render them:
 	//
 	//	ErrorHandler: func(c echo.Context, p *core.Problem) error {

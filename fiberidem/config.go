@@ -27,11 +27,12 @@ type Config struct {
 	// for anything but a try-out.
 	Engine *core.Engine
 
-	// ErrorHandler renders the Engine's refusals (400 bad or missing key,
-	// 409 key in flight, 413, 422 key reused, 503 store down). The
-	// response's other headers, such as Retry-After, are already set when
-	// it is called; the error it returns goes to the app's ErrorHandler, as
-	// a handler's would. To have the app render them in its own format:
+	// ErrorHandler renders the Engine's refusals (400 bad or missing key or
+	// unreadable body, 409 key in flight, 413, 422 key reused, 500 body read
+	// before the middleware, 503 store down). The response's other headers,
+	// such as Retry-After, are already set when it is called; the error it
+	// returns goes to the app's ErrorHandler, as a handler's would. To have
+	// the app render them in its own format:
 	//
 	//	ErrorHandler: func(c *fiber.Ctx, p *core.Problem) error {
 	//		return fiber.NewError(p.Status, p.Title)
