@@ -142,11 +142,13 @@
 // go-redis's pool health check before a command is sent on them, over TCP
 // and Unix sockets. go-redis does not check TLS connections: there each
 // command spends its attempts (max_retries+1) on dead connections, as many
-// in a row as the pool holds, and fails with EOF while Redis is up, so that
-// fail-open serves those requests unprotected (a manual run, 20 killed TLS
-// connections saw five commands fail). Over TLS, set max_idle_time below
-// any idle timeout between the API and Redis, and use Config.FailClosed
-// where running a request twice is worse than a 503 after a failover.
+// in a row as the pool holds, and fails with EOF while Redis is up. The
+// Store runs a script again when it fails so (EOF, a reset), up to 8 runs,
+// which gets a request past 32 dead connections with go-redis's defaults;
+// concurrent requests drain the pool together. Past that, fail-open serves
+// the request unprotected: over TLS, set max_idle_time below any idle
+// timeout between the API and Redis, and keep the pool no larger than it
+// needs to be.
 //
 // # What "exactly once" rests on
 //

@@ -6,10 +6,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -633,6 +641,85 @@ func TestIntegrationClosedConnections(t *testing.T) {
 	if n := a.runs.Load(); n != 10 {
 		t.Fatalf("handler ran %d times for 10 keys", n)
 	}
+}
+
+// TestIntegrationClosedConnectionsTLS is TestIntegrationClosedConnections
+// over TLS, where go-redis does not look at a pooled connection before it
+// sends on it: the store runs a script again when it meets a connection
+// that Redis had closed, so the requests still run once and replay.
+func TestIntegrationClosedConnectionsTLS(t *testing.T) {
+	cert, key := selfSignedCert(t)
+	tlsPort := freePort(t)
+	srv := startRedisServer(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", cert,
+		"--tls-key-file", key, "--tls-ca-cert-file", cert, "--tls-auth-clients", "no")
+	client, err := redislock.NewClient(fmt.Sprintf("rediss://127.0.0.1:%d?skip_verify=true", tlsPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	a := newApp(t, redislock.New(client, nil), core.Config{})
+	fillPool(t, client.(*redis.Client), 20)                    // more than max_retries+1 (4)
+	admin := redis.NewClient(&redis.Options{Addr: srv.addr()}) // the plain port
+	defer admin.Close()
+	killed, err := admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes").Result()
+	if err != nil || killed < 20 {
+		t.Fatalf("CLIENT KILL: %d killed, %v", killed, err)
+	}
+	for i := range 10 {
+		key := testKey(t, i)
+		first, again := a.do(key), a.do(key)
+		if first.Code != http.StatusCreated || again.Header().Get(core.HeaderReplay) != "true" {
+			t.Fatalf("key %d: %d then %d (replay %q), want 201 then its replay",
+				i, first.Code, again.Code, again.Header().Get(core.HeaderReplay))
+		}
+		for range 2 {
+			if ev := a.event(t); ev.Outcome == core.OutcomeStoreError {
+				t.Fatalf("key %d: store error: %v", i, ev.Err)
+			}
+		}
+	}
+	if n := a.runs.Load(); n != 10 {
+		t.Fatalf("handler ran %d times for 10 keys", n)
+	}
+}
+
+// selfSignedCert writes a certificate for 127.0.0.1 and its key as PEM
+// files, and returns their paths.
+func selfSignedCert(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IsCA:         true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	for file, block := range map[string]*pem.Block{
+		certFile: {Type: "CERTIFICATE", Bytes: der},
+		keyFile:  {Type: "EC PRIVATE KEY", Bytes: keyDER},
+	} {
+		if err := os.WriteFile(file, pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return certFile, keyFile
 }
 
 // fillPool leaves n idle connections in c's pool.

@@ -7,10 +7,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -109,13 +111,18 @@ func (s *Store) Keys(key string) (response, lock string, err error) {
 
 // Acquire implements core.Store with one script, one round trip: it returns
 // the record if there is one, else sets the lock key with SET NX PX.
+//
+// Acquire, like Complete, Release and Refresh, runs its script again when
+// it fails on a connection that the server had closed (EOF, a reset), up
+// to 8 runs: over TLS, go-redis sends on pooled connections without
+// looking whether Redis closed them.
 func (s *Store) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
 	resp, lock, err := s.Keys(key)
 	if err != nil {
 		return nil, "", err
 	}
 	token := newToken()
-	res, err := acquireScript.Run(ctx, s.client, []string{resp, lock}, token, millis(lockTTL)).Result()
+	res, err := s.run(ctx, acquireScript, []string{resp, lock}, token, millis(lockTTL)).Result()
 	if err != nil {
 		return nil, "", fmt.Errorf("redislock: acquire: %w", err)
 	}
@@ -140,7 +147,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, record []byte, 
 	if err != nil {
 		return err
 	}
-	return fenced("complete", completeScript.Run(ctx, s.client, []string{resp, lock}, token, record, millis(ttl)))
+	return fenced("complete", s.run(ctx, completeScript, []string{resp, lock}, token, record, millis(ttl)))
 }
 
 // Release implements core.Store with one script, one round trip: if token
@@ -150,7 +157,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err != nil {
 		return err
 	}
-	return fenced("release", releaseScript.Run(ctx, s.client, []string{lock}, token))
+	return fenced("release", s.run(ctx, releaseScript, []string{lock}, token))
 }
 
 // Refresh implements core.Store with one script, one round trip: if token
@@ -160,7 +167,40 @@ func (s *Store) Refresh(ctx context.Context, key, token string, lockTTL time.Dur
 	if err != nil {
 		return err
 	}
-	return fenced("refresh", refreshScript.Run(ctx, s.client, []string{lock}, token, millis(lockTTL)))
+	return fenced("refresh", s.run(ctx, refreshScript, []string{lock}, token, millis(lockTTL)))
+}
+
+// maxDeadConnRuns bounds the runs of a script that keep meeting connections
+// the server closed: each run spends go-redis's attempts (max_retries+1,
+// 4 by default) on as many pooled connections, so 8 runs get past 32 dead
+// ones, while a proxy that accepts connections and closes them at once
+// (its Redis is down) delays the store-error policy by about half a second.
+const maxDeadConnRuns = 8
+
+// run runs script, and runs it again while it fails on a connection that
+// the server had closed, up to maxDeadConnRuns runs. go-redis looks at a
+// pooled connection before it sends on it only over TCP and Unix sockets:
+// over TLS, after Redis closed the pool's connections (a restart, a
+// failover, an idle timeout), each command spent its attempts on dead
+// ones and failed while Redis was up, and fail-open served the request
+// unprotected. Running a script again is safe: each knows its owner token
+// and its record, as when go-redis retries one whose reply was lost.
+func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd := script.Run(ctx, s.client, keys, args...)
+	for range maxDeadConnRuns - 1 {
+		if !closedByServer(cmd.Err()) || ctx.Err() != nil {
+			break
+		}
+		cmd = script.Run(ctx, s.client, keys, args...)
+	}
+	return cmd
+}
+
+// closedByServer reports an error of a connection that the other end had
+// closed: it was dead before the command was sent, or died with it.
+func closedByServer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // fenced reads the reply of a script that checks the owner token first:
@@ -240,11 +280,11 @@ const defaultDialTimeout = 5 * time.Second
 // The clients keep go-redis's pool health check, a non-blocking peek at a
 // pooled connection before each command: it finds the connections that
 // Redis closed while they sat in the pool (a restart, its timeout setting,
-// a proxy, a failover) before a command is sent on them. A custom Dialer
-// whose connections do not implement syscall.Conn loses that check (and
-// go-redis never has it over TLS): commands then fail with EOF on dead
-// connections while Redis is up, as many in a row as the pool holds, and
-// fail-open serves those requests unprotected.
+// a proxy, a failover) before a command is sent on them. go-redis has no
+// such check over TLS, nor for a custom Dialer whose connections do not
+// implement syscall.Conn: commands then fail with EOF on dead connections
+// while Redis is up, as many in a row as the pool holds, which the Store
+// makes up for in part by running a script again (see Store.Acquire).
 func NewClient(redisURL string) (redis.UniversalClient, error) {
 	scheme, rest, ok := strings.Cut(redisURL, "://")
 	if !ok {

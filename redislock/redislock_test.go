@@ -405,6 +405,40 @@ func TestNewClientHonoursDeadline(t *testing.T) {
 	}
 }
 
+// A script that meets a connection the server had closed runs again, a
+// bounded number of times: against a server that closes every connection
+// it accepts (a proxy whose Redis is down), Acquire gives up after 8 runs.
+func TestClosedConnectionRunsBounded(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
+	var cnt counter
+	c.AddHook(&cnt)
+	_, _, err = redislock.New(c, nil).Acquire(context.Background(), idemtest.Key(t), time.Minute)
+	if err == nil {
+		t.Fatal("Acquire on a server that closes every connection: no error")
+	}
+	cnt.mu.Lock()
+	runs := len(cnt.scripts)
+	cnt.mu.Unlock()
+	if runs != 8 {
+		t.Fatalf("%d runs (%v), want 8", runs, err)
+	}
+}
+
 // TestNoGoroutineLeak sends many requests to a Redis that is down: the
 // goroutine count must not grow with them.
 func TestNoGoroutineLeak(t *testing.T) {
