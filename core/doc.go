@@ -8,8 +8,8 @@
 // the handler. A duplicate that arrives while the first is still running gets
 // 409 with Retry-After, or, with Config.Wait, waits for the first to finish.
 // The same key with a different request (method, path, query, body media
-// type, Content-Encoding, canonical body, critical headers) gets 422. Errors are RFC 9457
-// problem details.
+// type, Content-Encoding, canonical body, critical headers) gets 422.
+// Errors are RFC 9457 problem details.
 //
 // An Engine (New) holds the configuration and a Store. Engine.Middleware is
 // the net/http middleware; the ginidem, echoidem and fiberidem modules adapt

@@ -137,7 +137,9 @@ func (w *CaptureWriter) Flush() { w.FlushError() } //nolint:errcheck // as http.
 // not stored.
 func (w *CaptureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
-	w.hijacked = err == nil
+	if err == nil {
+		w.hijacked = true
+	}
 	return conn, rw, err
 }
 

@@ -28,8 +28,8 @@ type Config struct {
 	// before the middleware, 503 store down). The response's other headers,
 	// such as Retry-After, are already set on c.Response().Header() when it
 	// is called; its result is returned up the middleware chain, as Echo's
-	// own middlewares return their errors. To
-	// have the app's HTTPErrorHandler render them:
+	// own middlewares return their errors. To have the app's
+	// HTTPErrorHandler render them:
 	//
 	//	ErrorHandler: func(c echo.Context, p *core.Problem) error {
 	//		return echo.NewHTTPError(p.Status, p.Title).SetInternal(p)

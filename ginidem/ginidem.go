@@ -213,7 +213,9 @@ func (w *writer) Flush() {
 // Hijack notes a hijack that succeeded: the response is then not stored.
 func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, rw, err := w.ResponseWriter.Hijack()
-	w.hijacked = err == nil
+	if err == nil {
+		w.hijacked = true
+	}
 	return conn, rw, err
 }
 
