@@ -35,7 +35,9 @@
 //	              a lock nor a record (our lock expired and nobody took the
 //	              key): SET the record PX ttl and DEL the lock, atomically.
 //	              Otherwise change nothing: core.ErrLockLost.
-//	release.lua   if the lock still holds our token, DEL it (5xx, panic, hijack).
+//	release.lua   if the lock still holds our token, DEL it (5xx, panic, hijack);
+//	              no lock at all is 2: expired, or deleted by this very call
+//	              whose reply was lost (the Store ran it again).
 //	refresh.lua   if the lock still holds our token, PEXPIRE it (long handlers).
 //
 // go-redis retries a command whose reply was lost (a read timeout, EOF), so
@@ -43,9 +45,11 @@
 // token in the lock, and complete finding its own record stored, answer as
 // the first run did, rather than "in flight" (a lock nobody would release
 // before it expires) or "lock lost"; refresh run twice just extends the TTL
-// twice. release run twice finds no lock the second time and reports
-// core.ErrLockLost: the lock is gone either way, and only the Observer sees
-// the difference (core.OutcomeLockLost instead of core.OutcomeNotStored).
+// twice. release run twice finds no lock the second time: when the Store
+// ran it again itself (below), that is its own deletion; after go-redis's
+// own retry, it reports core.ErrLockLost: the lock is gone either way, and
+// only the Observer sees the difference (core.OutcomeLockLost instead of
+// core.OutcomeNotStored).
 //
 // So a replay costs exactly one round trip, an in-flight conflict one, a
 // first request two (acquire before the handler, complete after it), plus
@@ -143,12 +147,15 @@
 // and Unix sockets. go-redis does not check TLS connections: there each
 // command spends its attempts (max_retries+1) on dead connections, as many
 // in a row as the pool holds, and fails with EOF while Redis is up. The
-// Store runs a script again when it fails so (EOF, a reset), up to 8 runs,
-// which gets a request past 32 dead connections with go-redis's defaults;
-// concurrent requests drain the pool together. Past that, fail-open serves
-// the request unprotected: over TLS, set max_idle_time below any idle
-// timeout between the API and Redis, and keep the pool no larger than it
-// needs to be.
+// Store runs a script again when it fails so (EOF, a reset) and the pool
+// held idle connections when that run began, up to 8 runs in all: with
+// go-redis's defaults that gets a request past 28 dead connections, and
+// concurrent requests drain the pool together (a server that closes new
+// connections at once costs two runs, not eight). Past that, fail-open
+// serves the request unprotected. Over TLS, set max_idle_time below any
+// idle timeout between the API and Redis, keep the pool no larger than it
+// needs to be, and use Config.FailClosed where running a request twice is
+// worse than a 503 after a failover.
 //
 // # What "exactly once" rests on
 //

@@ -648,19 +648,9 @@ func TestIntegrationClosedConnections(t *testing.T) {
 // sends on it: the store runs a script again when it meets a connection
 // that Redis had closed, so the requests still run once and replay.
 func TestIntegrationClosedConnectionsTLS(t *testing.T) {
-	cert, key := selfSignedCert(t)
-	tlsPort := freePort(t)
-	srv := startRedisServer(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", cert,
-		"--tls-key-file", key, "--tls-ca-cert-file", cert, "--tls-auth-clients", "no")
-	client, err := redislock.NewClient(fmt.Sprintf("rediss://127.0.0.1:%d?skip_verify=true", tlsPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	client, admin := tlsRedis(t, "")
 	a := newApp(t, redislock.New(client, nil), core.Config{})
-	fillPool(t, client.(*redis.Client), 20)                    // more than max_retries+1 (4)
-	admin := redis.NewClient(&redis.Options{Addr: srv.addr()}) // the plain port
-	defer admin.Close()
+	fillPool(t, client.(*redis.Client), 20) // more than max_retries+1 (4)
 	killed, err := admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes").Result()
 	if err != nil || killed < 20 {
 		t.Fatalf("CLIENT KILL: %d killed, %v", killed, err)
@@ -681,6 +671,49 @@ func TestIntegrationClosedConnectionsTLS(t *testing.T) {
 	if n := a.runs.Load(); n != 10 {
 		t.Fatalf("handler ran %d times for 10 keys", n)
 	}
+}
+
+// TestIntegrationClosedConnectionsBounded kills more pooled TLS
+// connections than 8 runs of a script get past (7 runs of 4 attempts): the
+// call fails after 8 runs, saying so, and the next one gets past the rest.
+func TestIntegrationClosedConnectionsBounded(t *testing.T) {
+	client, admin := tlsRedis(t, "pool_size=64")
+	fillPool(t, client.(*redis.Client), 40)
+	if killed, err := admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes").Result(); err != nil || killed < 40 {
+		t.Fatalf("CLIENT KILL: %d killed, %v", killed, err)
+	}
+	var cnt counter
+	client.AddHook(&cnt)
+	store := redislock.New(client, nil)
+	_, _, err := store.Acquire(context.Background(), idemtest.Key(t), time.Minute)
+	cnt.mu.Lock()
+	runs := len(cnt.scripts)
+	cnt.mu.Unlock()
+	if err == nil || !strings.Contains(err.Error(), "(8 runs)") || runs != 8 {
+		t.Fatalf("Acquire past 40 dead connections: %v after %d runs, want an error after 8", err, runs)
+	}
+	if _, token, err := store.Acquire(context.Background(), idemtest.Key(t)+"-next", time.Minute); err != nil || token == "" {
+		t.Fatalf("the next Acquire: token %q, %v", token, err)
+	}
+}
+
+// tlsRedis starts a redis-server of its own with TLS and returns a client
+// of NewClient on its TLS port (options: more URL query options) and an
+// admin client on its plain port.
+func tlsRedis(t *testing.T, options string) (client redis.UniversalClient, admin *redis.Client) {
+	t.Helper()
+	cert, key := selfSignedCert(t)
+	tlsPort := freePort(t)
+	srv := startRedisServer(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", cert,
+		"--tls-key-file", key, "--tls-ca-cert-file", cert, "--tls-auth-clients", "no")
+	client, err := redislock.NewClient(fmt.Sprintf("rediss://127.0.0.1:%d?skip_verify=true&%s", tlsPort, options))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	admin = redis.NewClient(&redis.Options{Addr: srv.addr()})
+	t.Cleanup(func() { admin.Close() })
+	return client, admin
 }
 
 // selfSignedCert writes a certificate for 127.0.0.1 and its key as PEM

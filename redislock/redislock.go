@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -113,18 +114,19 @@ func (s *Store) Keys(key string) (response, lock string, err error) {
 // the record if there is one, else sets the lock key with SET NX PX.
 //
 // Acquire, like Complete, Release and Refresh, runs its script again when
-// it fails on a connection that the server had closed (EOF, a reset), up
-// to 8 runs: over TLS, go-redis sends on pooled connections without
-// looking whether Redis closed them.
+// it fails on a pooled connection that the server had closed (EOF, a
+// reset), up to 8 runs in all: over TLS, go-redis sends on pooled
+// connections without looking whether Redis closed them.
 func (s *Store) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
 	resp, lock, err := s.Keys(key)
 	if err != nil {
 		return nil, "", err
 	}
 	token := newToken()
-	res, err := s.run(ctx, acquireScript, []string{resp, lock}, token, millis(lockTTL)).Result()
+	cmd, runs := s.run(ctx, acquireScript, []string{resp, lock}, token, millis(lockTTL))
+	res, err := cmd.Result()
 	if err != nil {
-		return nil, "", fmt.Errorf("redislock: acquire: %w", err)
+		return nil, "", storeError("acquire", runs, err)
 	}
 	switch v := res.(type) {
 	case string:
@@ -147,7 +149,8 @@ func (s *Store) Complete(ctx context.Context, key, token string, record []byte, 
 	if err != nil {
 		return err
 	}
-	return fenced("complete", s.run(ctx, completeScript, []string{resp, lock}, token, record, millis(ttl)))
+	cmd, runs := s.run(ctx, completeScript, []string{resp, lock}, token, record, millis(ttl))
+	return fenced("complete", cmd, runs)
 }
 
 // Release implements core.Store with one script, one round trip: if token
@@ -157,7 +160,16 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err != nil {
 		return err
 	}
-	return fenced("release", s.run(ctx, releaseScript, []string{lock}, token))
+	cmd, runs := s.run(ctx, releaseScript, []string{lock}, token)
+	if n, err := cmd.Int64(); err == nil && n == 2 {
+		// No lock at all: it expired, or, if the script ran more than
+		// once, an earlier run whose reply was lost deleted it.
+		if runs > 1 {
+			return nil
+		}
+		return core.ErrLockLost
+	}
+	return fenced("release", cmd, runs)
 }
 
 // Refresh implements core.Store with one script, one round trip: if token
@@ -167,49 +179,79 @@ func (s *Store) Refresh(ctx context.Context, key, token string, lockTTL time.Dur
 	if err != nil {
 		return err
 	}
-	return fenced("refresh", s.run(ctx, refreshScript, []string{lock}, token, millis(lockTTL)))
+	cmd, runs := s.run(ctx, refreshScript, []string{lock}, token, millis(lockTTL))
+	return fenced("refresh", cmd, runs)
 }
 
-// maxDeadConnRuns bounds the runs of a script that keep meeting connections
-// the server closed: each run spends go-redis's attempts (max_retries+1,
-// 4 by default) on as many pooled connections, so 8 runs get past 32 dead
-// ones, while a proxy that accepts connections and closes them at once
-// (its Redis is down) delays the store-error policy by about half a second.
+// maxDeadConnRuns bounds the runs of a script that keep meeting pooled
+// connections the server had closed: each run spends go-redis's attempts
+// (max_retries+1, 4 by default) on as many of them, so 8 runs get past 28
+// dead ones.
 const maxDeadConnRuns = 8
 
 // run runs script, and runs it again while it fails on a connection that
-// the server had closed, up to maxDeadConnRuns runs. go-redis looks at a
-// pooled connection before it sends on it only over TCP and Unix sockets:
-// over TLS, after Redis closed the pool's connections (a restart, a
-// failover, an idle timeout), each command spent its attempts on dead
-// ones and failed while Redis was up, and fail-open served the request
-// unprotected. Running a script again is safe: each knows its owner token
-// and its record, as when go-redis retries one whose reply was lost.
-func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+// the server had closed and the pool held idle connections, which may be
+// dead too, when that run began; up to maxDeadConnRuns runs in all. It
+// returns the last run's reply and the number of runs.
+//
+// go-redis looks at a pooled connection before it sends on it only over
+// TCP and Unix sockets: over TLS, after Redis closed the pool's
+// connections (a restart, a failover, an idle timeout), each command spent
+// its attempts on dead ones and failed while Redis was up, and fail-open
+// served the request unprotected. A server that closes new connections at
+// once (a proxy whose Redis is down) gets two runs: the second finds no
+// idle connection to blame.
+//
+// Running a script again is safe, as when go-redis retries one whose reply
+// was lost: acquire.lua knows its own token, complete.lua its own record,
+// refresh.lua only extends, and Release takes "no lock" after a lost reply
+// for its own deletion.
+func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (*redis.Cmd, int) {
 	cmd := script.Run(ctx, s.client, keys, args...)
-	for range maxDeadConnRuns - 1 {
-		if !closedByServer(cmd.Err()) || ctx.Err() != nil {
-			break
-		}
+	runs, pooled := 1, true // a first failure gets one more run, whatever the pool holds
+	for runs < maxDeadConnRuns && pooled && closedByServer(cmd.Err()) && ctx.Err() == nil {
+		pooled = s.idleConns()
 		cmd = script.Run(ctx, s.client, keys, args...)
+		runs++
 	}
-	return cmd
+	return cmd, runs
 }
 
-// closedByServer reports an error of a connection that the other end had
-// closed: it was dead before the command was sent, or died with it.
+// idleConns reports whether the client's pool holds idle connections (a
+// client without pool statistics is taken to). Only asked after a failure:
+// PoolStats allocates.
+func (s *Store) idleConns() bool {
+	c, ok := s.client.(interface{ PoolStats() *redis.PoolStats })
+	return !ok || c.PoolStats().IdleConns > 0
+}
+
+// closedByServer reports an error of an established connection that the
+// other end had closed or reset, or that TCP keepalive gave up on: dead
+// before the command was sent, or dying with it. A failed dial is not one.
 func closedByServer(err error) bool {
+	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ETIMEDOUT)
+}
+
+// storeError wraps a Redis error of op, saying how many runs it took.
+func storeError(op string, runs int, err error) error {
+	if runs > 1 {
+		return fmt.Errorf("redislock: %s: %w (%d runs)", op, err, runs)
+	}
+	return fmt.Errorf("redislock: %s: %w", op, err)
 }
 
 // fenced reads the reply of a script that checks the owner token first:
 // 1 is done, 0 is core.ErrLockLost.
-func fenced(op string, cmd *redis.Cmd) error {
+func fenced(op string, cmd *redis.Cmd, runs int) error {
 	n, err := cmd.Int64()
 	switch {
 	case err != nil:
-		return fmt.Errorf("redislock: %s: %w", op, err)
+		return storeError(op, runs, err)
 	case n == 0:
 		return core.ErrLockLost
 	case n == 1:

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -405,10 +406,10 @@ func TestNewClientHonoursDeadline(t *testing.T) {
 	}
 }
 
-// A script that meets a connection the server had closed runs again, a
-// bounded number of times: against a server that closes every connection
-// it accepts (a proxy whose Redis is down), Acquire gives up after 8 runs.
-func TestClosedConnectionRunsBounded(t *testing.T) {
+// Against a server that closes every connection it accepts (a proxy whose
+// Redis is down), a script runs twice, not up to the bound: the second run
+// finds no idle connection in the pool that could have been a stale one.
+func TestClosedConnectionRunsTwice(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -428,14 +429,87 @@ func TestClosedConnectionRunsBounded(t *testing.T) {
 	var cnt counter
 	c.AddHook(&cnt)
 	_, _, err = redislock.New(c, nil).Acquire(context.Background(), idemtest.Key(t), time.Minute)
-	if err == nil {
-		t.Fatal("Acquire on a server that closes every connection: no error")
+	if err == nil || !strings.Contains(err.Error(), "(2 runs)") {
+		t.Fatalf("Acquire on a server that closes every connection: %v, want an error after 2 runs", err)
 	}
 	cnt.mu.Lock()
 	runs := len(cnt.scripts)
 	cnt.mu.Unlock()
-	if runs != 8 {
-		t.Fatalf("%d runs (%v), want 8", runs, err)
+	if runs != 2 {
+		t.Fatalf("%d runs, want 2", runs)
+	}
+}
+
+// lossyScripter runs scripts on Redis and, when lose is set, loses the
+// reply of the next one, as a connection that dies after sending does.
+type lossyScripter struct {
+	redis.Scripter
+	lose atomic.Bool
+}
+
+func (l *lossyScripter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return l.maybeLose(ctx, l.Scripter.EvalSha(ctx, sha, keys, args...))
+}
+
+func (l *lossyScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return l.maybeLose(ctx, l.Scripter.Eval(ctx, script, keys, args...))
+}
+
+// maybeLose replaces the reply of a script that ran with EOF, once, if
+// lose is set.
+func (l *lossyScripter) maybeLose(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
+	if cmd.Err() == nil && l.lose.CompareAndSwap(true, false) {
+		cmd = redis.NewCmd(ctx)
+		cmd.SetErr(io.EOF)
+	}
+	return cmd
+}
+
+// A script whose reply was lost after it ran is run again, and every
+// script takes its own earlier run for what it is: Acquire gets its lock,
+// Complete its record stored, Release its lock deleted (not a lost lock).
+func TestScriptRunAgainAfterLostReply(t *testing.T) {
+	m, c := newMiniredis(t, false)
+	l := &lossyScripter{Scripter: c}
+	s := redislock.New(l, nil)
+	ctx := context.Background()
+	if _, _, err := s.Acquire(ctx, idemtest.Key(t)+"-warm", time.Minute); err != nil { // loads the scripts
+		t.Fatal(err)
+	}
+	key := idemtest.Key(t)
+	respKey, lockKey, _ := s.Keys(key)
+
+	l.lose.Store(true)
+	_, token, err := s.Acquire(ctx, key, time.Minute)
+	if err != nil || token == "" {
+		t.Fatalf("Acquire after a lost reply: token %q, %v", token, err)
+	}
+	if got, _ := m.Get(lockKey); got != token {
+		t.Fatalf("lock holds %q, want the token %q", got, token)
+	}
+	l.lose.Store(true)
+	if err := s.Complete(ctx, key, token, []byte("record"), time.Minute); err != nil {
+		t.Fatalf("Complete after a lost reply: %v", err)
+	}
+	if got, _ := m.Get(respKey); got != "record" || m.Exists(lockKey) {
+		t.Fatalf("after Complete: record %q, lock left %v", got, m.Exists(lockKey))
+	}
+
+	key = idemtest.Key(t) + "-release"
+	_, lockKey, _ = s.Keys(key)
+	if _, token, err = s.Acquire(ctx, key, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	l.lose.Store(true)
+	if err := s.Release(ctx, key, token); err != nil {
+		t.Fatalf("Release after a lost reply: %v, want nil (it deleted the lock)", err)
+	}
+	if m.Exists(lockKey) {
+		t.Fatal("the lock is still there")
+	}
+	// Without a lost reply, no lock to release is a lost lock, as before.
+	if err := s.Release(ctx, key, token); !errors.Is(err, core.ErrLockLost) {
+		t.Fatalf("Release of a lock that is gone: %v, want ErrLockLost", err)
 	}
 }
 
