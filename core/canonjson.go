@@ -143,8 +143,13 @@ func (p *jsonCanon) str() ([]byte, bool) {
 			switch p.in[i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			case 'u':
-				if i+4 >= len(p.in) || !isHex4(p.in[i+1:i+5]) {
+				if i+4 >= len(p.in) {
 					return nil, false
+				}
+				for _, h := range p.in[i+1 : i+5] {
+					if !isHex(h) {
+						return nil, false
+					}
 				}
 				i += 4
 			default:
@@ -155,16 +160,6 @@ func (p *jsonCanon) str() ([]byte, bool) {
 		}
 	}
 	return nil, false
-}
-
-// isHex4 reports whether b is four hexadecimal digits.
-func isHex4(b []byte) bool {
-	for _, c := range b {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-			return false
-		}
-	}
-	return true
 }
 
 func (p *jsonCanon) array(dst []byte, depth int) ([]byte, bool) {

@@ -617,30 +617,9 @@ func TestIntegrationClosedConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	a := newApp(t, redislock.New(client, nil), core.Config{})
-	fillPool(t, client.(*redis.Client), 20) // more than max_retries+1 (4)
 	admin := redis.NewClient(&redis.Options{Addr: srv.addr()})
-	defer admin.Close()
-	killed, err := admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes").Result()
-	if err != nil || killed < 20 {
-		t.Fatalf("CLIENT KILL: %d killed, %v", killed, err)
-	}
-	for i := range 10 {
-		key := testKey(t, i)
-		first, again := a.do(key), a.do(key)
-		if first.Code != http.StatusCreated || again.Header().Get(core.HeaderReplay) != "true" {
-			t.Fatalf("key %d: %d then %d (replay %q), want 201 then its replay",
-				i, first.Code, again.Code, again.Header().Get(core.HeaderReplay))
-		}
-		for range 2 {
-			if ev := a.event(t); ev.Outcome == core.OutcomeStoreError {
-				t.Fatalf("key %d: store error: %v", i, ev.Err)
-			}
-		}
-	}
-	if n := a.runs.Load(); n != 10 {
-		t.Fatalf("handler ran %d times for 10 keys", n)
-	}
+	t.Cleanup(func() { admin.Close() })
+	testClosedConnections(t, client, admin)
 }
 
 // TestIntegrationClosedConnectionsTLS is TestIntegrationClosedConnections
@@ -649,12 +628,15 @@ func TestIntegrationClosedConnections(t *testing.T) {
 // that Redis had closed, so the requests still run once and replay.
 func TestIntegrationClosedConnectionsTLS(t *testing.T) {
 	client, admin := tlsRedis(t, "")
+	testClosedConnections(t, client, admin)
+}
+
+// testClosedConnections has admin kill 20 idle connections of client's
+// pool, more than max_retries+1 (4), then sends 10 keys twice each: every
+// key must run once and replay, without a store error.
+func testClosedConnections(t *testing.T, client redis.UniversalClient, admin *redis.Client) {
 	a := newApp(t, redislock.New(client, nil), core.Config{})
-	fillPool(t, client.(*redis.Client), 20) // more than max_retries+1 (4)
-	killed, err := admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes").Result()
-	if err != nil || killed < 20 {
-		t.Fatalf("CLIENT KILL: %d killed, %v", killed, err)
-	}
+	killPool(t, client, admin, 20)
 	for i := range 10 {
 		key := testKey(t, i)
 		first, again := a.do(key), a.do(key)
@@ -678,10 +660,7 @@ func TestIntegrationClosedConnectionsTLS(t *testing.T) {
 // call fails after 8 runs, saying so, and the next one gets past the rest.
 func TestIntegrationClosedConnectionsBounded(t *testing.T) {
 	client, admin := tlsRedis(t, "pool_size=64")
-	fillPool(t, client.(*redis.Client), 40)
-	if killed, err := admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes").Result(); err != nil || killed < 40 {
-		t.Fatalf("CLIENT KILL: %d killed, %v", killed, err)
-	}
+	killPool(t, client, admin, 40)
 	var cnt counter
 	client.AddHook(&cnt)
 	store := redislock.New(client, nil)
@@ -753,6 +732,17 @@ func selfSignedCert(t *testing.T) (certFile, keyFile string) {
 		}
 	}
 	return certFile, keyFile
+}
+
+// killPool leaves n idle connections in client's pool, and has admin, a
+// client of the same server, close them from the server's side.
+func killPool(t *testing.T, client redis.UniversalClient, admin *redis.Client, n int) {
+	t.Helper()
+	fillPool(t, client.(*redis.Client), n)
+	killed, err := admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes").Result()
+	if err != nil || killed < int64(n) {
+		t.Fatalf("CLIENT KILL: %d killed, %v", killed, err)
+	}
 }
 
 // fillPool leaves n idle connections in c's pool.

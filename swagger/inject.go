@@ -292,10 +292,11 @@ func (in *injector) operation(item, op *yaml.Node) error {
 	return nil
 }
 
-// stored reports whether the store policy keeps a response of this code:
+// stored reports whether the Engine stores a response of this code (a
+// final status that the store policy keeps):
 // "201", or an OpenAPI 3 range ("2XX") of which it keeps any status.
 func (in *injector) stored(code string) bool {
-	if len(code) != 3 || code[0] < '1' || code[0] > '5' {
+	if len(code) != 3 || code[0] < '2' || code[0] > '5' { // a 1xx is never stored
 		return false
 	}
 	class := int(code[0]-'0') * 100
