@@ -79,6 +79,8 @@ var allPhases = []phase{
 	{"no-key", "none", "/orders", "no key", 0.95},
 	{"first", "fresh", "/orders", "first requests, Redis client", 0.30},
 	{"replay", "fixed", "/orders", "replays, Redis client", 0.45},
+	{"first-plain", "fresh", "/orders-plain", "first requests, no batching", 0.30},
+	{"replay-plain", "fixed", "/orders-plain", "replays, no batching", 0.45},
 	{"first-batched", "fresh", "/orders-batched", "first requests, AutoPipeliner", 0.30},
 	{"replay-batched", "fixed", "/orders-batched", "replays, AutoPipeliner", 0.45},
 }
@@ -199,9 +201,10 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 	for _, store := range []struct {
 		path string
 		c    redis.Scripter
-	}{{"/orders", client}, {"/orders-batched", batched}} {
+		off  bool
+	}{{"/orders", client, false}, {"/orders-plain", client, true}, {"/orders-batched", batched, false}} {
 		eng, err := core.New(core.Config{
-			Store:       redislock.New(store.c, &redislock.Options{Prefix: prefix}),
+			Store:       redislock.New(store.c, &redislock.Options{Prefix: prefix, DisableBatching: store.off}),
 			ResponseTTL: length + time.Minute,
 			Observer:    observe,
 		})
@@ -223,7 +226,7 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 	// Each store's fixed key gets its first request now, so that its replay
 	// phases are replays only (the path is part of the fingerprint: one key
 	// per path).
-	for _, path := range []string{"/orders", "/orders-batched"} {
+	for _, path := range []string{"/orders", "/orders-plain", "/orders-batched"} {
 		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(`{"item":"book","qty":2}`))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", fixedKey(path))

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -62,6 +63,15 @@ type Options struct {
 	// record and "<Prefix>-lock:{id}" the lock. It must not hold a brace.
 	// Optional. Default: DefaultPrefix.
 	Prefix string
+
+	// DisableBatching sends every script alone, on a connection of its
+	// own, even while other requests' scripts are on their way to the same
+	// Redis node. See "Batching" in the package docs for what batching
+	// changes: a go-redis hook then sees each request's own context and
+	// command, at the cost of a round trip (a write and a read) per script.
+	// Optional. Default: false, batching on *redis.Client (one node, or the
+	// master of a failover client) and *redis.ClusterClient (per master).
+	DisableBatching bool
 }
 
 // Store is a core.Store on Redis: a single node, Sentinel (a failover
@@ -70,8 +80,11 @@ type Options struct {
 // one Redis.
 type Store struct {
 	client     redis.Scripter
-	respPrefix string // "<prefix>:{"
-	lockPrefix string // "<prefix>-lock:{"
+	batch      *batcher             // of a *redis.Client; nil: see cluster
+	cluster    *redis.ClusterClient // batches per master, in nodes; nil: no batching
+	nodes      sync.Map             // a cluster master's *redis.Client → its *batcher
+	respPrefix string               // "<prefix>:{"
+	lockPrefix string               // "<prefix>-lock:{"
 }
 
 var _ core.Store = (*Store)(nil)
@@ -95,7 +108,17 @@ func New(client redis.Scripter, opts *Options) *Store {
 	case strings.ContainsAny(prefix, "{}"):
 		panic(fmt.Sprintf("redislock: prefix %q holds a brace", prefix))
 	}
-	return &Store{client: client, respPrefix: prefix + ":{", lockPrefix: prefix + "-lock:{"}
+	s := &Store{client: client, respPrefix: prefix + ":{", lockPrefix: prefix + "-lock:{"}
+	if opts != nil && opts.DisableBatching {
+		return s
+	}
+	switch c := client.(type) {
+	case *redis.Client:
+		s.batch = &batcher{scripter: c, pipeline: c.Pipeline}
+	case *redis.ClusterClient:
+		s.cluster = c
+	}
+	return s
 }
 
 // Keys returns the Redis keys of a store key: the response key, which holds
@@ -207,14 +230,44 @@ const maxDeadConnRuns = 8
 // refresh.lua only extends, and Release takes "no lock" after a lost reply
 // for its own deletion.
 func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (*redis.Cmd, int) {
-	cmd := script.Run(ctx, s.client, keys, args...)
+	cmd := s.exec(ctx, script, keys, args...)
 	runs, pooled := 1, true // a first failure gets one more run, whatever the pool holds
 	for runs < maxDeadConnRuns && pooled && closedByServer(cmd.Err()) && ctx.Err() == nil {
 		pooled = s.idleConns()
-		cmd = script.Run(ctx, s.client, keys, args...)
+		cmd = s.exec(ctx, script, keys, args...)
 		runs++
 	}
 	return cmd, runs
+}
+
+// exec runs script once: through the batcher of the Redis node that holds
+// keys, or alone.
+func (s *Store) exec(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if b := s.batcher(ctx, keys[0]); b != nil {
+		return b.run(ctx, script, keys, args...)
+	}
+	return script.Run(ctx, s.client, keys, args...)
+}
+
+// batcher returns the batcher of the Redis node that holds key, or nil if
+// the Store does not batch. A cluster has one per master, so that a slow
+// node holds up only the requests whose keys it holds; the batch is still
+// sent through the cluster client, which follows MOVED and ASK replies.
+func (s *Store) batcher(ctx context.Context, key string) *batcher {
+	if s.cluster == nil {
+		return s.batch
+	}
+	node, err := s.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return nil // the script, run alone, fails or finds its node itself
+	}
+	if b, ok := s.nodes.Load(node); ok {
+		return b.(*batcher)
+	}
+	// A master the cluster replaced keeps its entry: a few hundred bytes
+	// per failover over the life of the Store.
+	b, _ := s.nodes.LoadOrStore(node, &batcher{scripter: s.cluster, pipeline: s.cluster.Pipeline})
+	return b.(*batcher)
 }
 
 // idleConns reports whether the client's pool holds idle connections (a
