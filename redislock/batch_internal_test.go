@@ -1,0 +1,419 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/core"
+)
+
+func TestBatchingMiniredis(t *testing.T) {
+	m := miniredis.RunT(t)
+	testBatching(t, func(t *testing.T) (*redis.Client, string) {
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		return c, "batchtest"
+	})
+}
+
+// testBatching checks the Store's batcher on the Redis of newClient, whose
+// keys under the prefix it returns are the test's own. Each case first holds
+// the batcher's lanes with scripts that a hook keeps from reaching Redis, so
+// that the calls it makes next queue for one batch.
+func testBatching(t *testing.T, newClient func(*testing.T) (*redis.Client, string)) {
+	ctx := context.Background()
+	setup := func(t *testing.T) (*Store, *gate, *redis.Client) {
+		c, prefix := newClient(t)
+		g := &gate{held: map[string]bool{}, release: make(chan struct{}), entered: make(chan struct{}, maxBatchesInFlight)}
+		for _, script := range []*redis.Script{acquireScript, completeScript, releaseScript, refreshScript} {
+			if err := script.Load(ctx, c).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.AddHook(g)
+		s := New(c, &Options{Prefix: prefix})
+		if s.batch == nil {
+			t.Fatal("no batcher on a *redis.Client")
+		}
+		return s, g, c
+	}
+
+	t.Run("replies", func(t *testing.T) {
+		s, g, c := setup(t)
+		// Keys with a record (replays), a lock (in flight), or neither.
+		const n = 30
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("key%d", i)
+			resp, lock, _ := s.Keys(keys[i])
+			switch i % 3 {
+			case 1:
+				c.Set(ctx, resp, "record of "+keys[i], time.Minute)
+			case 2:
+				c.Set(ctx, lock, "another request", time.Minute)
+			}
+		}
+		released := g.holdLanes(t, s)
+		type result struct {
+			record []byte
+			token  string
+			err    error
+		}
+		results := make([]result, n)
+		var wg sync.WaitGroup
+		for i, key := range keys {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rec, token, err := s.Acquire(ctx, key, time.Minute)
+				results[i] = result{rec, token, err}
+			}()
+		}
+		waitQueued(t, s.batch, n)
+		released()
+		wg.Wait()
+
+		if got := g.pipelineSizes(); len(got) != 1 || got[0] != n {
+			t.Fatalf("pipelines of %v scripts, want one of %d", got, n)
+		}
+		tokens := map[string]bool{}
+		for i, r := range results {
+			resp, lock, _ := s.Keys(keys[i])
+			switch i % 3 {
+			case 0:
+				if r.err != nil || r.token == "" || tokens[r.token] {
+					t.Errorf("%s (new): token %q, %v; want a token of its own", keys[i], r.token, r.err)
+				}
+				tokens[r.token] = true
+				if got := c.Get(ctx, lock).Val(); got != r.token {
+					t.Errorf("%s: the lock holds %q, want the caller's token %q", keys[i], got, r.token)
+				}
+				if c.Exists(ctx, resp).Val() != 0 {
+					t.Errorf("%s: a record appeared", keys[i])
+				}
+			case 1:
+				if r.err != nil || string(r.record) != "record of "+keys[i] {
+					t.Errorf("%s (stored): %q, %v; want its own record", keys[i], r.record, r.err)
+				}
+			case 2:
+				if !errors.Is(r.err, core.ErrInFlight) {
+					t.Errorf("%s (locked): %v, want ErrInFlight", keys[i], r.err)
+				}
+			}
+		}
+
+		// Complete and Release go through the batcher too.
+		released = g.holdLanes(t, s)
+		errs := make([]error, n)
+		for i, key := range keys {
+			if i%3 != 0 {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if i%2 == 0 {
+					errs[i] = s.Complete(ctx, key, results[i].token, []byte("stored "+key), time.Minute)
+				} else {
+					errs[i] = s.Release(ctx, key, results[i].token)
+				}
+			}()
+		}
+		waitQueued(t, s.batch, n/3)
+		released()
+		wg.Wait()
+		if got := g.pipelineSizes(); len(got) != 1 || got[0] != n/3 {
+			t.Fatalf("pipelines of %v scripts, want one of %d", got, n/3)
+		}
+		for i, key := range keys {
+			if i%3 != 0 {
+				continue
+			}
+			resp, lock, _ := s.Keys(key)
+			want := ""
+			if i%2 == 0 {
+				want = "stored " + key
+			}
+			if errs[i] != nil || c.Get(ctx, resp).Val() != want || c.Exists(ctx, lock).Val() != 0 {
+				t.Errorf("%s: %v, record %q, lock left %d; want record %q, no lock",
+					key, errs[i], c.Get(ctx, resp).Val(), c.Exists(ctx, lock).Val(), want)
+			}
+		}
+		checkIdle(t, s.batch)
+	})
+
+	t.Run("batch-length", func(t *testing.T) {
+		s, g, _ := setup(t)
+		released := g.holdLanes(t, s)
+		const n = maxBatchLen + 50
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, token, err := s.Acquire(ctx, fmt.Sprintf("len%d", i), time.Minute); err != nil || token == "" {
+					t.Errorf("Acquire: %q, %v", token, err)
+				}
+			}()
+		}
+		waitQueued(t, s.batch, n)
+		released()
+		wg.Wait()
+		got := g.pipelineSizes()
+		if len(got) != 2 || got[0]+got[1] != n || max(got[0], got[1]) != maxBatchLen {
+			t.Errorf("pipelines of %v scripts, want %d and %d", got, maxBatchLen, n-maxBatchLen)
+		}
+		checkIdle(t, s.batch)
+	})
+
+	t.Run("canceled-while-queued", func(t *testing.T) {
+		s, g, c := setup(t)
+		released := g.holdLanes(t, s)
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error)
+		go func() {
+			_, _, err := s.Acquire(cctx, "canceled", time.Minute)
+			done <- err
+		}()
+		waitQueued(t, s.batch, 1)
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Acquire: %v, want context.Canceled", err)
+		}
+		waitQueued(t, s.batch, 0)
+		released()
+		if got := g.pipelineSizes(); len(got) != 0 {
+			t.Errorf("pipelines of %v scripts, want none", got)
+		}
+		if _, lock, _ := s.Keys("canceled"); c.Exists(ctx, lock).Val() != 0 {
+			t.Error("the canceled call's script ran: it took the lock")
+		}
+		checkIdle(t, s.batch)
+	})
+
+	t.Run("deadline-while-sent", func(t *testing.T) {
+		s, g, _ := setup(t)
+		released := g.holdLanes(t, s)
+		// The batch holding "hold-batch" is kept from Redis: the call with a
+		// deadline in it returns at its deadline, the other one waits.
+		first, second := make(chan error), make(chan error)
+		go func() {
+			_, _, err := s.Acquire(ctx, "hold-batch", time.Minute)
+			first <- err
+		}()
+		waitQueued(t, s.batch, 1)
+		go func() {
+			dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			_, _, err := s.Acquire(dctx, "deadline", time.Minute)
+			second <- err
+		}()
+		waitQueued(t, s.batch, 2)
+		released()
+		<-g.entered // the batch is held
+		if err := <-second; !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("call with a deadline: %v, want DeadlineExceeded", err)
+		}
+		close(g.release2)
+		if err := <-first; err != nil {
+			t.Errorf("call without a deadline: %v", err)
+		}
+		checkIdle(t, s.batch)
+	})
+
+	t.Run("noscript", func(t *testing.T) {
+		s, g, c := setup(t)
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		released := g.holdLanes(t, s) // with refresh.lua: acquire.lua stays unknown
+		const n = 10
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, token, err := s.Acquire(ctx, fmt.Sprintf("noscript%d", i), time.Minute); err != nil || token == "" {
+					t.Errorf("Acquire: %q, %v", token, err)
+				}
+			}()
+		}
+		waitQueued(t, s.batch, n)
+		released()
+		wg.Wait()
+		if got := g.pipelines(); len(got) != 2 || got[0] != strings.Repeat("evalsha ", n) || got[1] != strings.Repeat("eval ", n) {
+			t.Errorf("pipelines %q, want %d EVALSHA (NOSCRIPT), then as many EVAL", got, n)
+		}
+		checkIdle(t, s.batch)
+	})
+
+	t.Run("hook-panics", func(t *testing.T) {
+		s, g, _ := setup(t)
+		released := g.holdLanes(t, s)
+		panicked := make(chan any)
+		go func() {
+			defer func() { panicked <- recover() }()
+			s.Acquire(ctx, "panic", time.Minute)
+		}()
+		waitQueued(t, s.batch, 1) // first in the queue: it sends the batch
+		errs := make(chan error, 5)
+		for i := range 5 {
+			go func() {
+				_, _, err := s.Acquire(ctx, fmt.Sprintf("other%d", i), time.Minute)
+				errs <- err
+			}()
+		}
+		waitQueued(t, s.batch, 6)
+		released()
+		if p := <-panicked; p != "hook" {
+			t.Errorf("the sender's panic: %v, want the hook's", p)
+		}
+		for range 5 {
+			if err := <-errs; !errors.Is(err, errNoReply) {
+				t.Errorf("another call of the batch: %v, want errNoReply", err)
+			}
+		}
+		checkIdle(t, s.batch)
+		if _, token, err := s.Acquire(ctx, "after", time.Minute); err != nil || token == "" {
+			t.Errorf("Acquire after the panic: %q, %v", token, err)
+		}
+	})
+}
+
+// waitQueued waits until b's queue holds n calls.
+func waitQueued(t *testing.T, b *batcher, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		b.mu.Lock()
+		l := len(b.queue)
+		b.mu.Unlock()
+		if l == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued, want %d", l, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// checkIdle fails t if b has a batch in flight or a call queued.
+func checkIdle(t *testing.T, b *batcher) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inFlight != 0 || len(b.queue) != 0 {
+		t.Errorf("batcher not idle: %d in flight, %d queued", b.inFlight, len(b.queue))
+	}
+}
+
+// A gate is a go-redis hook. It holds the first run of a script on a key
+// starting with "hold-" until release is closed, and a pipeline holding
+// such a key until release2 is; it panics on a pipeline holding the key
+// "panic", and records the commands of every other pipeline.
+type gate struct {
+	entered           chan struct{} // receives as a script or pipeline is held
+	release, release2 chan struct{}
+
+	mu    sync.Mutex
+	held  map[string]bool
+	pipes []string // command names of each pipeline, space-terminated
+}
+
+func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if key := scriptKey(cmd); strings.Contains(key, "{hold-") {
+			g.mu.Lock()
+			first := !g.held[key]
+			g.held[key] = true
+			g.mu.Unlock()
+			if first {
+				g.entered <- struct{}{}
+				<-g.release
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var names string
+		for _, cmd := range cmds {
+			switch key := scriptKey(cmd); {
+			case strings.Contains(key, "{panic}"):
+				panic("hook")
+			case strings.Contains(key, "{hold-"):
+				g.entered <- struct{}{}
+				<-g.release2
+			}
+			names += cmd.Name() + " "
+		}
+		if strings.HasPrefix(names, "eval") { // not a new connection's CLIENT SETINFO
+			g.mu.Lock()
+			g.pipes = append(g.pipes, names)
+			g.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// scriptKey returns the first key of an EVAL or EVALSHA, or "".
+func scriptKey(cmd redis.Cmder) string {
+	if args := cmd.Args(); len(args) > 3 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+		return fmt.Sprint(args[3])
+	}
+	return ""
+}
+
+// holdLanes starts as many refresh scripts as s's batcher sends at once,
+// holds them before they reach Redis, and resets the pipelines recorded.
+// The function it returns lets them go on and waits for them.
+func (g *gate) holdLanes(t *testing.T, s *Store) (released func()) {
+	t.Helper()
+	g.release, g.release2 = make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range maxBatchesInFlight {
+		key := fmt.Sprintf("hold-%s-%d-%d", t.Name(), i, time.Now().UnixNano())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.Refresh(context.Background(), key, "token", time.Minute)
+		}()
+		<-g.entered
+	}
+	g.mu.Lock()
+	g.pipes = nil
+	g.mu.Unlock()
+	return func() {
+		close(g.release)
+		wg.Wait()
+	}
+}
+
+// pipelines returns the command names of the pipelines sent since
+// holdLanes.
+func (g *gate) pipelines() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pipes
+}
+
+// pipelineSizes returns the lengths of the pipelines sent since holdLanes.
+func (g *gate) pipelineSizes() []int {
+	var n []int
+	for _, p := range g.pipelines() {
+		n = append(n, strings.Count(p, " "))
+	}
+	return n
+}
