@@ -49,8 +49,9 @@ func newMiniredis(t testing.TB, clock bool) (*miniredis.Miniredis, *redis.Client
 }
 
 // counter is a go-redis hook counting round trips (every command alone and
-// every pipeline is one) and commands. It can report the script each
-// EVALSHA/EVAL runs.
+// every pipeline is one, but for the pipeline that sets up a new
+// connection) and commands. It can report the script each EVALSHA/EVAL
+// runs.
 type counter struct {
 	n       atomic.Int64 // round trips
 	cmds    atomic.Int64
@@ -63,6 +64,9 @@ func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if connSetup(cmd) {
+			return next(ctx, cmd)
+		}
 		c.n.Add(1)
 		c.cmds.Add(1)
 		if name := cmd.Name(); name == "evalsha" || name == "eval" {
@@ -80,10 +84,23 @@ func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if connSetup(cmds[0]) {
+			return next(ctx, cmds)
+		}
 		c.n.Add(1)
 		c.cmds.Add(int64(len(cmds)))
 		return next(ctx, cmds)
 	}
+}
+
+// connSetup reports a command that go-redis sends to set up a new
+// connection.
+func connSetup(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "client", "auth", "select":
+		return true
+	}
+	return false
 }
 
 // take returns the round trips since the last call and resets the count.

@@ -159,91 +159,62 @@ func TestIntegrationRoundTrips(t *testing.T) {
 	}
 }
 
-// TestIntegrationAutoPipeline counts what the store sends over an
-// AutoPipeliner: the same commands and round trips per request as over the
-// client when requests come one at a time, and concurrent requests'
-// commands sharing round trips.
-func TestIntegrationAutoPipeline(t *testing.T) {
-	// newApp returns an app on the store over an AutoPipeliner of a client
-	// of its own (a client caches its AutoPipeliner), counting commands.
-	newApp := func(t *testing.T, opts *redis.AutoPipelineOptions) (*app, *counter) {
-		c, prefix := redistest.Client(t)
-		cnt := new(counter)
-		c.AddHook(cnt)
-		ap, err := c.AutoPipelineWithOptions(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := newApp(t, redislock.New(ap, &redislock.Options{Prefix: prefix}), core.Config{})
-		a.do(testKey(t, 0)) // warm-up: load the scripts
-		return a, cnt
-	}
-	// replays sends n duplicates of key at once and returns the commands
-	// and round trips they took.
-	replays := func(t *testing.T, a *app, cnt *counter, key string, n int) (cmds, trips int64) {
+// TestIntegrationBatchedRoundTrips counts what the store sends when it
+// batches: the same commands and round trips per request as without when
+// requests come one at a time, and concurrent requests' commands sharing
+// round trips.
+func TestIntegrationBatchedRoundTrips(t *testing.T) {
+	c, prefix := redistest.Client(t)
+	cnt := new(counter)
+	c.AddHook(cnt)
+	a := newApp(t, redislock.New(c, &redislock.Options{Prefix: prefix}), core.Config{})
+	a.do(testKey(t, 0)) // warm-up: load the scripts
+	var key string
+	for i := 1; i <= 5; i++ {
+		key = testKey(t, i)
 		cnt.takeCommands()
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				if w := a.do(key); w.Header().Get(core.HeaderReplay) != "true" {
-					t.Errorf("concurrent replay: %d", w.Code)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		return cnt.takeCommands()
-	}
-	const n = 50
-
-	t.Run("flush-window", func(t *testing.T) {
-		// A long flush delay, so that the concurrent requests surely meet
-		// in a few pipelines.
-		a, cnt := newApp(t, &redis.AutoPipelineOptions{MaxFlushDelay: 20 * time.Millisecond})
-		var key string
-		for i := 1; i <= 5; i++ {
-			key = testKey(t, i)
-			cnt.takeCommands()
-			a.do(key)
-			if cmds, trips := cnt.takeCommands(); cmds != 2 || trips != 2 {
-				t.Fatalf("first request: %d commands in %d round trips, want 2 in 2", cmds, trips)
-			}
-			a.do(key)
-			if cmds, trips := cnt.takeCommands(); cmds != 1 || trips != 1 {
-				t.Fatalf("replay: %d commands in %d round trips, want 1 in 1", cmds, trips)
-			}
-		}
-		cmds, trips := replays(t, a, cnt, key, n)
-		if cmds != n || trips > n/2 {
-			t.Fatalf("%d concurrent replays: %d commands in %d round trips, want %d commands in at most %d", n, cmds, trips, n, n/2)
-		}
-		t.Logf("%d concurrent replays: %d commands in %d round trips", n, cmds, trips)
-	})
-	t.Run("defaults", func(t *testing.T) {
-		// go-redis's defaults batch only what happens to coincide: how
-		// many round trips is up to the scheduler, so it is only logged.
-		a, cnt := newApp(t, redis.DefaultBlockingAutoPipelineOptions())
-		key := testKey(t, 1)
 		a.do(key)
-		cmds, trips := replays(t, a, cnt, key, n)
-		if cmds != n {
-			t.Fatalf("%d concurrent replays: %d commands, want %d", n, cmds, n)
+		if cmds, trips := cnt.takeCommands(); cmds != 2 || trips != 2 {
+			t.Fatalf("first request: %d commands in %d round trips, want 2 in 2", cmds, trips)
 		}
-		t.Logf("%d concurrent replays: %d commands in %d round trips", n, cmds, trips)
-	})
+		a.do(key)
+		if cmds, trips := cnt.takeCommands(); cmds != 1 || trips != 1 {
+			t.Fatalf("replay: %d commands in %d round trips, want 1 in 1", cmds, trips)
+		}
+	}
+
+	// How many of the concurrent replays meet in a batch is up to the
+	// scheduler (TestBatching makes them meet): the round trips are
+	// only logged.
+	const n = 50
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if w := a.do(key); w.Header().Get(core.HeaderReplay) != "true" {
+				t.Errorf("concurrent replay: %d", w.Code)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	cmds, trips := cnt.takeCommands()
+	if cmds != n || trips > n {
+		t.Fatalf("%d concurrent replays: %d commands in %d round trips, want %d in at most %d", n, cmds, trips, n, n)
+	}
+	t.Logf("%d concurrent replays: %d commands in %d round trips", n, cmds, trips)
 }
 
 // TestIntegrationExactlyOnceAcrossProcesses runs three API processes on one
 // Redis and sends each of 50 keys 20 times at once, spread over the three:
-// with the store over the Redis client, and over its AutoPipeliner.
+// with the store batching its scripts (the default), and without.
 func TestIntegrationExactlyOnceAcrossProcesses(t *testing.T) {
 	bin := buildTestServer(t)
-	t.Run("client", func(t *testing.T) { testExactlyOnce(t, bin) })
-	t.Run("autopipeline", func(t *testing.T) { testExactlyOnce(t, bin, "-autopipeline") })
+	t.Run("batched", func(t *testing.T) { testExactlyOnce(t, bin) })
+	t.Run("unbatched", func(t *testing.T) { testExactlyOnce(t, bin, "-unbatched") })
 }
 
 func testExactlyOnce(t *testing.T, bin string, flags ...string) {
@@ -452,14 +423,14 @@ func (r *redisServer) stop() {
 
 // TestIntegrationFaults runs traffic through fail-open and fail-closed
 // apps on a redis-server of its own, stops that server mid-traffic and
-// starts it again: with the store over the client, and over its
-// AutoPipeliner.
+// starts it again: with the store batching its scripts (the default), and
+// without.
 func TestIntegrationFaults(t *testing.T) {
-	t.Run("client", func(t *testing.T) { testFaults(t, false) })
-	t.Run("autopipeline", func(t *testing.T) { testFaults(t, true) })
+	t.Run("batched", func(t *testing.T) { testFaults(t, false) })
+	t.Run("unbatched", func(t *testing.T) { testFaults(t, true) })
 }
 
-func testFaults(t *testing.T, autopipeline bool) {
+func testFaults(t *testing.T, unbatched bool) {
 	srv := startRedisServer(t)
 	// go-redis's defaults otherwise; no retries, so the test is quick.
 	client, err := redislock.NewClient("redis://" + srv.addr() + "?max_retries=-1&dial_timeout=500ms")
@@ -467,13 +438,7 @@ func testFaults(t *testing.T, autopipeline bool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	var scripter redis.Scripter = client
-	if autopipeline {
-		if scripter, err = client.AutoPipeline(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	store := redislock.New(scripter, nil)
+	store := redislock.New(client, &redislock.Options{DisableBatching: unbatched})
 	open := newApp(t, store, core.Config{})
 	closed := newApp(t, store, core.Config{FailClosed: true})
 
@@ -850,12 +815,61 @@ func TestIntegrationCluster(t *testing.T) {
 	t.Run("conformance", func(t *testing.T) {
 		idemtest.TestStore(t, func(*testing.T) core.Store { return redislock.New(client, nil) })
 	})
-	t.Run("conformance-autopipeline", func(t *testing.T) {
-		ap, err := client.AutoPipeline() // batches per slot
+	t.Run("conformance-unbatched", func(t *testing.T) {
+		idemtest.TestStore(t, func(*testing.T) core.Store {
+			return redislock.New(client, &redislock.Options{DisableBatching: true})
+		})
+	})
+	t.Run("batcher-per-master", func(t *testing.T) {
+		// A hook holds the scripts of two requests whose keys one master
+		// holds: as many batches as the store sends to a node at once. A
+		// request whose keys another master holds is not held up by them.
+		c, err := redislock.NewClient("redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2])
 		if err != nil {
 			t.Fatal(err)
 		}
-		idemtest.TestStore(t, func(*testing.T) core.Store { return redislock.New(ap, nil) })
+		t.Cleanup(func() { c.Close() })
+		cc := c.(*redis.ClusterClient)
+		s := redislock.New(c, nil)
+		master := func(key string) string {
+			resp, _, _ := s.Keys(key)
+			node, err := cc.MasterForKey(ctx, resp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return node.Options().Addr
+		}
+		var held, other []string
+		for i := 0; len(held) < 2 || len(other) < 1; i++ {
+			key := idemtest.Key(t) + strconv.Itoa(i)
+			switch {
+			case len(held) == 0 || master(key) == master(held[0]):
+				held = append(held, key)
+			default:
+				other = append(other, key)
+			}
+		}
+		entered, release := make(chan struct{}), make(chan struct{})
+		cc.AddHook(holdHook{keys: held, entered: entered, release: release, held: new(sync.Map)})
+		done := make(chan error, len(held))
+		for _, key := range held[:2] {
+			go func() {
+				_, _, err := s.Acquire(ctx, key, time.Minute)
+				done <- err
+			}()
+			<-entered
+		}
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, token, err := s.Acquire(actx, other[0], time.Minute); err != nil || token == "" {
+			t.Errorf("Acquire on another master while two are held: %q, %v", token, err)
+		}
+		close(release)
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Errorf("held Acquire: %v", err)
+			}
+		}
 	})
 	t.Run("engine", func(t *testing.T) {
 		a := newApp(t, s, core.Config{})
@@ -877,6 +891,47 @@ func TestIntegrationCluster(t *testing.T) {
 	err = cc.Eval(ctx, "return 1", []string{"idempotency:a", "idempotency-lock:a"}).Err()
 	if err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
 		t.Fatalf("cross-slot script: %v, want CROSSSLOT", err)
+	}
+}
+
+// holdHook is a go-redis hook that holds the first script on each of keys
+// (the Engine's store keys, as given to the Store) until release is closed.
+type holdHook struct {
+	keys             []string
+	entered, release chan struct{}
+	held             *sync.Map
+}
+
+func (h holdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.hold(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.hold(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h holdHook) hold(cmd redis.Cmder) {
+	if args := cmd.Args(); len(args) > 3 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+		for _, k := range h.keys {
+			if !strings.Contains(fmt.Sprint(args[3]), "{"+k+"}") {
+				continue
+			}
+			if _, again := h.held.LoadOrStore(k, true); !again {
+				h.entered <- struct{}{}
+				<-h.release
+			}
+			return
+		}
 	}
 }
 

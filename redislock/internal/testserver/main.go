@@ -5,7 +5,7 @@
 //
 //	testserver -redis redis://127.0.0.1:6379/0 -prefix test:abc -counter test:abc:count
 //
-// With -autopipeline, the store runs over the client's AutoPipeliner.
+// With -unbatched, the store sends each script alone (Options.DisableBatching).
 //
 // It prints "listening on <addr>" once it accepts connections, and stops on
 // SIGTERM or SIGINT.
@@ -23,8 +23,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/redislock"
 )
@@ -36,7 +34,7 @@ func main() {
 	counter := flag.String("counter", "testserver:count", "Redis key the handler INCRs")
 	delay := flag.Duration("delay", 20*time.Millisecond, "handler duration, so that duplicates overlap")
 	name := flag.String("name", "", "instance name, in every response")
-	autopipeline := flag.Bool("autopipeline", false, "run the store over the client's AutoPipeliner")
+	unbatched := flag.Bool("unbatched", false, "send each script alone (redislock.Options.DisableBatching)")
 	flag.Parse()
 
 	client, err := redislock.NewClient(*redisURL)
@@ -44,14 +42,8 @@ func main() {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	var scripter redis.Scripter = client
-	if *autopipeline {
-		if scripter, err = client.AutoPipeline(); err != nil {
-			log.Fatal(err)
-		}
-	}
 	eng, err := core.New(core.Config{
-		Store:      redislock.New(scripter, &redislock.Options{Prefix: *prefix}),
+		Store:      redislock.New(client, &redislock.Options{Prefix: *prefix, DisableBatching: *unbatched}),
 		FailClosed: true, // a store error must not run the handler unprotected here
 		Observer: func(ev core.Event) {
 			if ev.Outcome == core.OutcomeStoreError || ev.Outcome == core.OutcomeLockLost {
