@@ -49,10 +49,11 @@ bench:
 		(cd $$m && GOWORK=off $(GO) test -run '^$$' -bench . -benchmem ./...) | awk -f $(CURDIR)/scripts/benchratio.awk; \
 	done
 
-## loadtest: wrk against idem on the Redis store at $(REDIS_URL), over the
-## client and over its AutoPipeliner: first requests (fresh key), replays
-## (fixed key) and requests without a key, each as a ratio to the same handler
-## without the middleware, run just before and after it (median of the rounds).
+## loadtest: wrk against idem on the Redis store at $(REDIS_URL), as
+## configured by default (its scripts batched), unbatched, and over go-redis's
+## AutoPipeliner: first requests (fresh key), replays (fixed key) and requests
+## without a key, each as a ratio to the same handler without the middleware,
+## run just before and after it (median of the rounds).
 REDIS_URL            ?= redis://$(IDEM_REDIS_ADDR)/0
 LOADTEST_DURATION    ?= 2s
 LOADTEST_CONNECTIONS ?= 32

@@ -1,15 +1,19 @@
 // Command loadtest measures idem on the Redis store under load with wrk
 // (make loadtest). It serves, on a loopback port of this process, one small
 // JSON handler (it decodes the request body and encodes a ~100-byte
-// response) three ways:
+// response) four ways:
 //
-//	POST /bare            without the middleware: the baseline
-//	POST /orders          behind core.Engine.Middleware on redislock over the Redis client
-//	POST /orders-batched  the same on redislock over the client's AutoPipeliner
+//	POST /bare                 without the middleware: the baseline
+//	POST /orders               behind core.Engine.Middleware on redislock, as
+//	                           configured by default (its scripts batched)
+//	POST /orders-unbatched     the same with redislock.Options.DisableBatching
+//	POST /orders-autopipeline  the same over go-redis's AutoPipeliner (on which
+//	                           the store does not batch)
 //
-// and runs wrk with idem.lua in six phases: bare, no key, then first
+// and runs wrk with idem.lua in eight phases: bare, no key, then first
 // requests (a fresh key per request: lock, handler, store) and replays (one
-// fixed key) on each store. A round runs each phase but bare once, in
+// fixed key) on each store. The targets are those of the default store; the
+// other two are there to compare. A round runs each phase but bare once, in
 // alternating order from round to round, each between two runs of bare;
 // its throughput is divided by the mean of those two, and the median of
 // those ratios over the rounds is reported, so that a slow stretch of a
@@ -71,18 +75,18 @@ type order struct {
 // A phase is one wrk run: a request mode of idem.lua against a path.
 type phase struct {
 	name, mode, path, description string
-	target                        float64 // the ratio to bare to reach; 0 for bare itself
+	target                        float64 // the ratio to bare to reach; 0 for none
 }
 
 var allPhases = []phase{
 	{"bare", "none", "/bare", "bare handler (no middleware)", 0},
 	{"no-key", "none", "/orders", "no key", 0.95},
-	{"first", "fresh", "/orders", "first requests, Redis client", 0.30},
-	{"replay", "fixed", "/orders", "replays, Redis client", 0.45},
-	{"first-plain", "fresh", "/orders-plain", "first requests, no batching", 0.30},
-	{"replay-plain", "fixed", "/orders-plain", "replays, no batching", 0.45},
-	{"first-batched", "fresh", "/orders-batched", "first requests, AutoPipeliner", 0.30},
-	{"replay-batched", "fixed", "/orders-batched", "replays, AutoPipeliner", 0.45},
+	{"first", "fresh", "/orders", "first requests", 0.30},
+	{"replay", "fixed", "/orders", "replays", 0.45},
+	{"first-unbatched", "fresh", "/orders-unbatched", "first requests, unbatched", 0},
+	{"replay-unbatched", "fixed", "/orders-unbatched", "replays, unbatched", 0},
+	{"first-autopipeline", "fresh", "/orders-autopipeline", "first requests, AutoPipeliner", 0},
+	{"replay-autopipeline", "fixed", "/orders-autopipeline", "replays, AutoPipeliner", 0},
 }
 
 func main() {
@@ -163,11 +167,11 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 	}
 	apOpts := redis.DefaultBlockingAutoPipelineOptions() // client.AutoPipeline()'s
 	apOpts.MaxFlushDelay = flushDelay
-	batched, err := client.AutoPipelineWithOptions(apOpts)
+	ap, err := client.AutoPipelineWithOptions(apOpts)
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
-	defer batched.Close()
+	defer ap.Close()
 	prefix := "idemload:" + rand.Text()
 	defer cleanup(client, prefix)
 
@@ -201,10 +205,14 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 	for _, store := range []struct {
 		path string
 		c    redis.Scripter
-		off  bool
-	}{{"/orders", client, false}, {"/orders-plain", client, true}, {"/orders-batched", batched, false}} {
+		opts redislock.Options
+	}{
+		{"/orders", client, redislock.Options{Prefix: prefix}},
+		{"/orders-unbatched", client, redislock.Options{Prefix: prefix, DisableBatching: true}},
+		{"/orders-autopipeline", ap, redislock.Options{Prefix: prefix}},
+	} {
 		eng, err := core.New(core.Config{
-			Store:       redislock.New(store.c, &redislock.Options{Prefix: prefix, DisableBatching: store.off}),
+			Store:       redislock.New(store.c, &store.opts),
 			ResponseTTL: length + time.Minute,
 			Observer:    observe,
 		})
@@ -226,7 +234,7 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 	// Each store's fixed key gets its first request now, so that its replay
 	// phases are replays only (the path is part of the fingerprint: one key
 	// per path).
-	for _, path := range []string{"/orders", "/orders-plain", "/orders-batched"} {
+	for _, path := range []string{"/orders", "/orders-unbatched", "/orders-autopipeline"} {
 		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(`{"item":"book","qty":2}`))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", fixedKey(path))
