@@ -53,7 +53,8 @@
 //
 // So a replay costs exactly one round trip, an in-flight conflict one, a
 // first request two (acquire before the handler, complete after it), plus
-// one refresh every LockTTL/3 while a long handler runs. A request without a
+// one refresh every LockTTL/3 while a long handler runs; concurrent
+// requests share them (see Batching). A request without a
 // key costs none. The scripts run with EVALSHA; the first run of each
 // script on a Redis node whose script cache lacks it costs one more round
 // trip (NOSCRIPT, then EVAL, which also caches it), once per script per node
@@ -113,8 +114,9 @@
 // The Engine then applies its store-error policy: fail-open (the default)
 // runs the handler unprotected and reports core.OutcomeStoreError to the
 // Observer; Config.FailClosed answers 503 with Retry-After. The Store holds
-// no goroutines and no state besides the client's connection pool, so
-// protection resumes by itself as soon as Redis answers again.
+// no goroutines, and no state besides the client's connection pool and the
+// scripts waiting for a batch, so protection resumes by itself as soon as
+// Redis answers again.
 //
 // A timeout does not tell whether Redis ran the command. An acquire script
 // that a stalled Redis runs after the client gave up takes the lock for a
@@ -178,54 +180,59 @@
 //     noeviction on the Redis that holds them;
 //   - the record has expired (ResponseTTL, or the Engine's TTL function).
 //
-// # Clients and throughput
+// # Batching
 //
-// New takes a redis.Scripter, the part of go-redis the scripts need:
-// *redis.Client, the failover client, *redis.ClusterClient and *redis.Ring
-// all are one. So is go-redis's AutoPipeliner, which merges the commands
-// that concurrent requests send at the same moment into pipelines, so that
-// many requests share one write and one read on one connection:
+// Requests that reach the Store at the same moment share round trips. A
+// script goes out at once, alone, while fewer than two batches are on their
+// way to its Redis node. Scripts that come while two are on their way wait
+// for one of them to come back, then go out together as one pipeline of up
+// to 100 scripts (one write and one read for all of them), sent by the first
+// of their callers in its own goroutine. So the Store starts no goroutine,
+// never holds a script back to wait for more, and one request at a time
+// sends exactly what it would without batching: a request waits at most for
+// the round trips already under way. In Redis each script still runs alone
+// and atomically: batching changes how scripts travel, not what they do.
 //
-//	ap, err := client.AutoPipeline() // a *redis.Client or *redis.ClusterClient
-//	if err != nil { … }
-//	store := redislock.New(ap, nil)
+// That is what makes the Store cheap under load. On loopback a round trip
+// costs the API process more than its own HTTP request does (a write that
+// also wakes Redis, a read, a poller wake-up), and Redis its own read and
+// write; a batch pays them once for all its scripts. In the load test of the
+// README (32 connections, wrk, the API and Redis on two cores), batching
+// raised first requests from 0.25x to 0.36x of the bare handler's
+// throughput, and replays from 0.41x to 0.56x.
 //
-// A request sends the same commands either way (1 per replay, 2 per first
-// request); concurrent requests share round trips. Use it when an instance
-// serves many requests at once: in the load test of the README (32
-// connections on two cores) it raised replays from 0.42–0.46x of the bare
-// handler's throughput to 0.52–0.58x; first requests (0.26–0.28x over the
-// client, 0.25–0.30x over the AutoPipeliner) gained less than the spread
-// between runs. One request at a time, its latency was the same as the
-// client's within the noise, at 8 more allocations per replay and 15 per
-// first request (the hand-off to its goroutine); in a tight in-process loop
-// without HTTP (BenchmarkRedis, parallel) it was slower. What changes, from go-redis's
-// documentation and source (v9.22):
+// The Store batches on a *redis.Client (one node, or the master of a
+// failover client) and on a *redis.ClusterClient, where each master has
+// batches of its own, so that a slow node holds up only the requests whose
+// keys it holds (a batch still goes through the cluster client, which
+// follows MOVED and ASK). On any other redis.Scripter, such as a
+// *redis.Ring, each script goes alone. What batching changes:
 //
-//   - the API is experimental in go-redis: pin go-redis;
-//   - AutoPipeline returns one instance per client, shared with every other
-//     caller, configured by the first call (Options.AutoPipelineOptions or
-//     AutoPipelineWithOptions). Do not Close it: the store would then fail
-//     every call (fail-open serves unprotected); client.Close stops it;
-//   - one batch is in flight at a time (MaxConcurrentBatches 1): a large
-//     record or a slow reply delays the batches behind it;
-//   - a command's context is not honored once it is queued, neither for the
-//     command nor for the wait, and batches run with a context of their own,
-//     so hooks (tracing) do not see the request's values. The Engine's
-//     bounds on store calls (LockTTL after the handler, the refresh
-//     deadline) then do not apply: a call is bounded by the client's read
-//     and write timeouts, times max_retries+1, plus the batch ahead of it;
-//   - a batch is retried whole after a dropped connection, which the
-//     scripts handle as any retry (above);
-//   - keep go-redis's default MaxFlushDelay of 0: a delay makes batches a
-//     little bigger under load, but when traffic is light every command
-//     waits up to a millisecond (Go rounds short timers up in an idle
-//     process), 20 times a round trip on loopback.
+//   - a go-redis hook sees a batch as one pipeline, with the context of its
+//     first caller: a tracing hook records the other requests' scripts in
+//     that request's trace;
+//   - a batch goes out without cancellation and with the latest of its
+//     scripts' deadlines (none if one has none), while each caller stops
+//     waiting when its own context ends: a script still queued is then
+//     dropped and never runs; one already sent may run, as may a script
+//     sent alone whose caller gave up;
+//   - scripts of a batch that Redis answers with NOSCRIPT (a node that never
+//     ran them, a SCRIPT FLUSH, a failover) run again with EVAL, in one more
+//     pipeline;
+//   - a batch that fails on a dropped connection is retried whole by
+//     go-redis, and each of its scripts is run again as described under
+//     Failures: all four are safe to run twice;
+//   - a script that waits for a batch costs 5 more allocations.
 //
-// The store is tested over both (conformance on miniredis, a real Redis and
-// a Cluster; three processes sharing one Redis; Redis stopped and started
-// mid-traffic; commands and round trips counted). RESP2 connections
-// (protocol=2 in the URL) made no measurable difference.
+// Options.DisableBatching sends every script alone.
+//
+// go-redis's AutoPipeliner batches too, and the Store runs on it as on any
+// redis.Scripter (without batching of its own). It is not needed, and in
+// the same load test it did less (first requests 0.32x, replays 0.55x): it
+// hands every command to a goroutine of its own and back (8 more
+// allocations per replay), it does not honour a command's context once
+// queued, so the Engine's deadlines on lock refreshes do not apply, and its
+// API is experimental in go-redis v9.
 //
 // # URLs
 //
