@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -10,110 +11,159 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Batching bounds: batches on their way to one Redis node at a time, and
-// calls in one batch. Measured with make loadtest (32 connections, two
+// Batching bounds, per Redis node: batches on their way at a time, and the
+// scripts and argument bytes of one batch (a batch takes one script over
+// maxBatchBytes alone). Measured with make loadtest (32 connections, two
 // cores): one or two batches in flight gave the same throughput, four less
 // (smaller batches, more system calls); two keep a slow batch, such as one
-// carrying a large record, from holding up every other request.
+// carrying large records, from holding up every other request.
 const (
 	maxBatchesInFlight = 2
 	maxBatchLen        = 100
+	maxBatchBytes      = 1 << 20
 )
 
 // errNoReply is the error of a batched script whose batch failed before
-// its replies were read: a hook that panicked.
-var errNoReply = errors.New("redislock: no reply: the script's batch failed")
+// its replies were read: a go-redis hook panicked while sending it.
+var errNoReply = errors.New("redislock: no reply: the batch failed (the script may have run)")
 
-// A batcher sends the scripts that concurrent requests run while its
-// batches are on their way to Redis as one pipeline: one write and one read
-// for all of them, sent by one of the callers, in its own goroutine (the
-// batcher has none). A script run while fewer than maxBatchesInFlight are
-// on their way goes out at once, alone, as without a batcher: a request is
-// never held back to wait for others, only behind the round trips already
-// under way.
+// A batcher sends scripts to one Redis node, batching those of concurrent
+// requests. A script sent while fewer than maxBatchesInFlight batches are
+// on their way goes out at once, alone, as without a batcher. The others
+// queue; when a batch comes back, its sender hands the queue to one of the
+// queued callers, which sends it as one pipeline (one write, one read) and
+// hands the replies out. So the batcher has no goroutine and no timer of
+// its own, and never holds a script back to wait for more.
+//
+// Invariant: the queue is empty unless maxBatchesInFlight batches are on
+// their way.
 type batcher struct {
-	scripter redis.Scripter         // runs a script alone
-	pipeline func() redis.Pipeliner // starts a batch
+	scripter    redis.Scripter         // sends a script alone
+	pipeline    func() redis.Pipeliner // starts a batch
+	poolTimeout time.Duration          // the longest a script waits in the queue
 
 	mu       sync.Mutex
 	inFlight int     // batches on their way
-	queue    []*call // the calls of the next batch
+	queue    []*call // the scripts of the next batches, oldest first
 }
 
-// A call is a script run through a batcher that waits for a batch.
+// newBatcher returns a batcher sending through c, a *redis.Client or a
+// *redis.ClusterClient, to the node whose client is node.
+func newBatcher(c interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}, node *redis.Client) *batcher {
+	return &batcher{scripter: c, pipeline: c.Pipeline, poolTimeout: node.Options().PoolTimeout}
+}
+
+// A call is a script waiting in a batcher's queue.
 type call struct {
 	ctx    context.Context
 	script *redis.Script
 	keys   []string
 	args   []any
+	size   int // the bytes of args that are strings or []byte
 
-	cmd  *redis.Cmd    // the reply, once done is closed and unless lead is set
-	lead []*call       // the batch this call is to send, set under batcher.mu
-	done chan struct{} // closed once cmd or lead is set
+	cmd   *redis.Cmd    // the reply, once done is closed
+	batch []*call       // the batch this call is to send, set under batcher.mu
+	done  chan struct{} // closed once batch or cmd is set
 }
 
-// run runs script, alone if fewer than maxBatchesInFlight batches are on
-// their way, else in the next batch.
+// run runs script: alone if fewer than maxBatchesInFlight batches are on
+// their way, else in a later batch.
 //
-// A call waiting for its batch gives up when ctx ends: if the batch has not
-// been sent, the script is dropped from it and never runs; if it has, the
-// script may run, as one whose caller gives up after sending it on the
-// plain client may.
+// A script waits in the queue for as long as the client's PoolTimeout, as
+// it would for a pooled connection without batching, and no longer than
+// its context: then it is dropped and never runs. Once its batch is on its
+// way, it waits for the reply as long as its context lets it: if it gives
+// up, the script may run, as a script sent alone whose caller gave up may.
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	b.mu.Lock()
 	if b.inFlight < maxBatchesInFlight {
 		b.inFlight++
 		b.mu.Unlock()
-		defer b.next()
+		defer b.handOff()
 		return script.Run(ctx, b.scripter, keys, args...)
 	}
-	c := &call{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
+	c := &call{ctx: ctx, script: script, keys: keys, args: args, size: argBytes(args), done: make(chan struct{})}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 
+	timeout := time.NewTimer(b.poolTimeout)
+	defer timeout.Stop()
+	var err error
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		b.mu.Lock()
-		i := slices.Index(b.queue, c)
-		if i >= 0 {
-			b.queue = slices.Delete(b.queue, i, i+1)
-		}
-		lead := c.lead != nil
-		b.mu.Unlock()
-		if !lead {
-			return errCmd(ctx, ctx.Err())
-		}
-		// This call was picked to send the next batch at the moment its
-		// context ended: the batch's other calls still want it sent.
+		err = ctx.Err()
+	case <-timeout.C:
+		err = fmt.Errorf("%w: no batch took the script within PoolTimeout (%v)", redis.ErrPoolTimeout, b.poolTimeout)
 	}
-	if c.lead != nil {
-		defer b.next()
-		b.send(c.lead)
+	if err != nil {
+		b.mu.Lock()
+		if i := slices.Index(b.queue, c); i >= 0 {
+			b.queue = slices.Delete(b.queue, i, i+1) // never sent
+			b.mu.Unlock()
+			return errCmd(ctx, err)
+		}
+		sends := c.batch != nil
+		b.mu.Unlock()
+		if !sends { // in a batch on its way
+			select {
+			case <-c.done: // the reply came meanwhile
+			case <-ctx.Done():
+				return errCmd(ctx, ctx.Err())
+			}
+		}
+		// Else this call is to send a batch: the others in it want it sent.
+	}
+	if c.batch != nil {
+		defer b.handOff()
+		b.send(c.batch)
 	}
 	return c.cmd
 }
 
-// next hands the first calls of the queue, if any, to the first of them to
-// send as a batch, on the lane of the batch that just came back; or frees
-// that lane.
-func (b *batcher) next() {
+// handOff, called as a batch comes back, hands the next batch from the
+// queue to the one of its calls that sends it, or ends that batch's turn.
+//
+// The sender is the call of the batch whose context has no deadline, or
+// the latest one, and the batch goes out with that deadline: so it never
+// waits for the reply past its own deadline, and no other call's deadline
+// cuts a batch short.
+func (b *batcher) handOff() {
 	b.mu.Lock()
 	if len(b.queue) == 0 {
 		b.inFlight--
 		b.mu.Unlock()
 		return
 	}
-	n := min(len(b.queue), maxBatchLen)
+	n, size := 1, b.queue[0].size
+	for n < len(b.queue) && n < maxBatchLen && size+b.queue[n].size <= maxBatchBytes {
+		size += b.queue[n].size
+		n++
+	}
 	batch := slices.Clone(b.queue[:n])
 	b.queue = slices.Delete(b.queue, 0, n)
-	batch[0].lead = batch
+	sender := 0
+	for i, c := range batch {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			sender = i
+			break
+		}
+		if d.After(deadline(batch[sender].ctx)) {
+			sender = i
+		}
+	}
+	batch[0], batch[sender] = batch[sender], batch[0]
+	batch[0].batch = batch
 	b.mu.Unlock()
 	close(batch[0].done)
 }
 
-// send runs batch as one pipeline, and closes the done channel of each of
-// its calls but the first, whose caller is the one sending it.
+// send sends batch, whose first call is the caller's own, as one pipeline,
+// and hands each other call its reply.
 func (b *batcher) send(batch []*call) {
 	var sent bool
 	defer func() {
@@ -124,8 +174,14 @@ func (b *batcher) send(batch []*call) {
 			close(c.done)
 		}
 	}()
-	ctx, cancel := batchContext(batch)
-	defer cancel()
+	// The sender's values (which hooks, such as tracing, see) and deadline,
+	// without its cancellation: the other calls still want their replies.
+	ctx := context.WithoutCancel(batch[0].ctx)
+	if d, ok := batch[0].ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d)
+		defer cancel()
+	}
 	pipe := b.pipeline()
 	for _, c := range batch {
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
@@ -146,24 +202,24 @@ func (b *batcher) send(batch []*call) {
 	sent = true
 }
 
-// batchContext returns the context a batch is sent with: the values of its
-// first call's (which hooks, such as tracing, see), no cancellation (each
-// caller stops waiting when its own context ends, the others still want
-// their replies), and the latest of the calls' deadlines, or none if one of
-// them has none.
-func batchContext(batch []*call) (context.Context, context.CancelFunc) {
-	ctx := context.WithoutCancel(batch[0].ctx)
-	var latest time.Time
-	for _, c := range batch {
-		d, ok := c.ctx.Deadline()
-		if !ok {
-			return ctx, func() {}
-		}
-		if d.After(latest) {
-			latest = d
+// deadline returns ctx's deadline, or the zero time.
+func deadline(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+// argBytes returns the bytes of the string and []byte values of args.
+func argBytes(args []any) int {
+	var n int
+	for _, a := range args {
+		switch v := a.(type) {
+		case string:
+			n += len(v)
+		case []byte:
+			n += len(v)
 		}
 	}
-	return context.WithDeadline(ctx, latest)
+	return n
 }
 
 // errCmd returns a Cmd that failed with err.

@@ -200,31 +200,95 @@ func testBatching(t *testing.T, newClient func(*testing.T) (*redis.Client, strin
 	})
 
 	t.Run("deadline-while-sent", func(t *testing.T) {
-		s, g, _ := setup(t)
-		released := g.holdLanes(t, s)
-		// The batch holding "hold-batch" is kept from Redis: the call with a
-		// deadline in it returns at its deadline, the other one waits.
-		first, second := make(chan error), make(chan error)
-		go func() {
-			_, _, err := s.Acquire(ctx, "hold-batch", time.Minute)
-			first <- err
-		}()
-		waitQueued(t, s.batch, 1)
-		go func() {
-			dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-			defer cancel()
-			_, _, err := s.Acquire(dctx, "deadline", time.Minute)
-			second <- err
-		}()
-		waitQueued(t, s.batch, 2)
-		released()
-		<-g.entered // the batch is held
-		if err := <-second; !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("call with a deadline: %v, want DeadlineExceeded", err)
+		// A batch holding "hold-batch" is kept from Redis: a call with a
+		// deadline in it returns at its deadline, whether it came first
+		// (the sender would be the first call but for its deadline) or
+		// not, while the call without one waits for its reply.
+		for _, deadlineFirst := range []bool{true, false} {
+			s, g, _ := setup(t)
+			released := g.holdLanes(t, s)
+			first, second := make(chan error, 1), make(chan error, 1)
+			acquire := func(key string, timeout time.Duration, done chan<- error) {
+				ctx := ctx
+				if timeout > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, timeout)
+					defer cancel()
+				}
+				_, _, err := s.Acquire(ctx, key, time.Minute)
+				done <- err
+			}
+			held, timed := fmt.Sprintf("hold-batch-%v", deadlineFirst), fmt.Sprintf("deadline-%v", deadlineFirst)
+			if deadlineFirst {
+				go acquire(timed, 50*time.Millisecond, second)
+				waitQueued(t, s.batch, 1)
+				go acquire(held, 0, first)
+			} else {
+				go acquire(held, 0, first)
+				waitQueued(t, s.batch, 1)
+				go acquire(timed, 50*time.Millisecond, second)
+			}
+			waitQueued(t, s.batch, 2)
+			released()
+			<-g.entered // the batch is held
+			select {
+			case err := <-second:
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("deadline first %v: call with a deadline: %v, want DeadlineExceeded", deadlineFirst, err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Errorf("deadline first %v: call with a deadline still waiting 5 s past it", deadlineFirst)
+			}
+			close(g.release2)
+			if err := <-first; err != nil {
+				t.Errorf("deadline first %v: call without a deadline: %v", deadlineFirst, err)
+			}
+			checkIdle(t, s.batch)
 		}
-		close(g.release2)
-		if err := <-first; err != nil {
-			t.Errorf("call without a deadline: %v", err)
+	})
+
+	t.Run("queue-timeout", func(t *testing.T) {
+		// A script waits in the queue for PoolTimeout at most, then is
+		// dropped, as one waiting for a pooled connection would fail.
+		s, g, c := setup(t)
+		s.batch.poolTimeout = 50 * time.Millisecond
+		released := g.holdLanes(t, s)
+		_, _, err := s.Acquire(ctx, "timeout", time.Minute)
+		if !errors.Is(err, redis.ErrPoolTimeout) {
+			t.Errorf("Acquire queued behind held batches: %v, want ErrPoolTimeout", err)
+		}
+		waitQueued(t, s.batch, 0)
+		released()
+		if _, lock, _ := s.Keys("timeout"); c.Exists(ctx, lock).Val() != 0 {
+			t.Error("the dropped script ran: it took the lock")
+		}
+		checkIdle(t, s.batch)
+	})
+
+	t.Run("batch-bytes", func(t *testing.T) {
+		// Records of 600 KB: two do not fit in one batch (1 MiB), one and
+		// small ones do.
+		s, g, _ := setup(t)
+		big := make([]byte, 600<<10)
+		records := [][]byte{big, []byte("small"), []byte("small"), big, []byte("small")}
+		tokens := make([]string, len(records))
+		for i := range records {
+			_, tokens[i], _ = s.Acquire(ctx, fmt.Sprintf("bytes%d", i), time.Minute)
+		}
+		released := g.holdLanes(t, s)
+		errs := make(chan error, len(records))
+		for i, rec := range records {
+			go func() { errs <- s.Complete(ctx, fmt.Sprintf("bytes%d", i), tokens[i], rec, time.Minute) }()
+			waitQueued(t, s.batch, i+1)
+		}
+		released()
+		for range records {
+			if err := <-errs; err != nil {
+				t.Errorf("Complete: %v", err)
+			}
+		}
+		if got := g.pipelineSizes(); len(got) != 2 || got[0]+got[1] != 5 || min(got[0], got[1]) != 2 {
+			t.Errorf("pipelines of %v scripts, want 3 and 2", got)
 		}
 		checkIdle(t, s.batch)
 	})

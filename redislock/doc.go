@@ -108,8 +108,9 @@
 // # Failures
 //
 // Every Redis failure (connection refused, timeout, READONLY from a replica
-// after a failover, a script error, a wrong type at a key) is returned as an
-// error wrapping go-redis's, prefixed "redislock: <operation>:"; a stored
+// after a failover, a script error, a wrong type at a key, a batch that
+// failed) is returned as an error wrapping go-redis's, prefixed
+// "redislock: <operation>:"; a stored
 // value that is not a record fails in the Engine with core.ErrCorruptRecord.
 // The Engine then applies its store-error policy: fail-open (the default)
 // runs the handler unprotected and reports core.OutcomeStoreError to the
@@ -131,7 +132,9 @@
 // process, a network that drops packets) holds each request for up to
 // read_timeout times max_retries+1 before the policy applies: 12 s with
 // go-redis's defaults (3 s, 3), which a black-box test of the examples saw
-// as a 10 s Acquire. Set read_timeout (and dial_timeout) in the URL to what
+// as a 10 s Acquire; a request whose script waited for a batch (see
+// Batching) adds its wait in the queue, at most pool_timeout (read_timeout
+// plus a second by default). Set read_timeout (and dial_timeout) in the URL to what
 // the API can afford to wait, such as read_timeout=500ms.
 //
 // The Engine gives its lock refreshes a deadline (LockTTL/6), so that one
@@ -185,13 +188,13 @@
 // Requests that reach the Store at the same moment share round trips. A
 // script goes out at once, alone, while fewer than two batches are on their
 // way to its Redis node. Scripts that come while two are on their way wait
-// for one of them to come back, then go out together as one pipeline of up
-// to 100 scripts (one write and one read for all of them), sent by the first
-// of their callers in its own goroutine. So the Store starts no goroutine,
-// never holds a script back to wait for more, and one request at a time
-// sends exactly what it would without batching: a request waits at most for
-// the round trips already under way. In Redis each script still runs alone
-// and atomically: batching changes how scripts travel, not what they do.
+// in a queue for one of them to come back, then go out together as one
+// pipeline (one write and one read for all of them) of up to 100 scripts
+// and 1 MiB of arguments, sent by one of their callers in its own
+// goroutine. So the Store starts no goroutine, never holds a script back to
+// wait for more, and one request at a time sends exactly what it would
+// without batching. In Redis each script still runs alone and atomically:
+// batching changes how scripts travel, not what they do.
 //
 // That is what makes the Store cheap under load. On loopback a round trip
 // costs the API process more than its own HTTP request does (a write that
@@ -208,13 +211,17 @@
 // follows MOVED and ASK). On any other redis.Scripter, such as a
 // *redis.Ring, each script goes alone. What batching changes:
 //
-//   - a go-redis hook sees a batch as one pipeline, with the context of its
-//     first caller: a tracing hook records the other requests' scripts in
-//     that request's trace;
+//   - a go-redis hook sees a batch as one pipeline, with the context of the
+//     caller that sends it: a tracing hook records the other requests'
+//     scripts in that request's trace;
+//   - a script waits in the queue for at most the client's PoolTimeout (as
+//     it would wait for a pooled connection without batching: ReadTimeout
+//     plus a second by default) and its context; then it is dropped, never
+//     runs, and fails with redis.ErrPoolTimeout or the context's error;
 //   - a batch goes out without cancellation and with the latest of its
-//     scripts' deadlines (none if one has none), while each caller stops
-//     waiting when its own context ends: a script still queued is then
-//     dropped and never runs; one already sent may run, as may a script
+//     scripts' deadlines (none if one has none), sent by the caller whose
+//     deadline that is; each other caller stops waiting for the reply when
+//     its own context ends, and its script may then run, as may a script
 //     sent alone whose caller gave up;
 //   - scripts of a batch that Redis answers with NOSCRIPT (a node that never
 //     ran them, a SCRIPT FLUSH, a failover) run again with EVAL, in one more
@@ -222,7 +229,12 @@
 //   - a batch that fails on a dropped connection is retried whole by
 //     go-redis, and each of its scripts is run again as described under
 //     Failures: all four are safe to run twice;
-//   - a script that waits for a batch costs 5 more allocations.
+//   - a batch whose go-redis hook panics fails: the panic reaches the caller
+//     that sent it, and the others get an error saying that their scripts
+//     may have run;
+//   - a script that waits for a batch costs four more allocations (its
+//     place in the queue, a channel, a timer), and a batch a few (the
+//     pipeline, the context).
 //
 // Options.DisableBatching sends every script alone.
 //

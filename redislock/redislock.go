@@ -83,7 +83,7 @@ type Store struct {
 	client     redis.Scripter
 	batch      *batcher             // of a *redis.Client; nil: see cluster
 	cluster    *redis.ClusterClient // batches per master, in nodes; nil: no batching
-	nodes      sync.Map             // a cluster master's *redis.Client → its *batcher
+	nodes      sync.Map             // a cluster master's address → its *batcher
 	respPrefix string               // "<prefix>:{"
 	lockPrefix string               // "<prefix>-lock:{"
 }
@@ -115,7 +115,7 @@ func New(client redis.Scripter, opts *Options) *Store {
 	}
 	switch c := client.(type) {
 	case *redis.Client:
-		s.batch = &batcher{scripter: c, pipeline: c.Pipeline}
+		s.batch = newBatcher(c, c)
 	case *redis.ClusterClient:
 		s.cluster = c
 	}
@@ -262,21 +262,26 @@ func (s *Store) batcher(ctx context.Context, key string) *batcher {
 	if err != nil {
 		return nil // the script, run alone, fails or finds its node itself
 	}
-	if b, ok := s.nodes.Load(node); ok {
+	addr := node.Options().Addr
+	if b, ok := s.nodes.Load(addr); ok {
 		return b.(*batcher)
 	}
-	// A master the cluster replaced keeps its entry: a few hundred bytes
-	// per failover over the life of the Store.
-	b, _ := s.nodes.LoadOrStore(node, &batcher{scripter: s.cluster, pipeline: s.cluster.Pipeline})
+	// An address that leaves the cluster keeps its idle batcher: a few
+	// hundred bytes each over the life of the Store.
+	b, _ := s.nodes.LoadOrStore(addr, newBatcher(s.cluster, node))
 	return b.(*batcher)
 }
 
-// idleConns reports whether the client's pool holds idle connections (a
-// client without pool statistics is taken to). Only asked after a failure:
-// PoolStats allocates.
+// idleConns reports whether the client's pools (the one of pipelines too,
+// if it has one) hold idle connections (a client without pool statistics
+// is taken to). Only asked after a failure: PoolStats allocates.
 func (s *Store) idleConns() bool {
 	c, ok := s.client.(interface{ PoolStats() *redis.PoolStats })
-	return !ok || c.PoolStats().IdleConns > 0
+	if !ok {
+		return true
+	}
+	st := c.PoolStats()
+	return st.IdleConns > 0 || st.PipelineStats != nil && st.PipelineStats.IdleConns > 0
 }
 
 // closedByServer reports an error of an established connection that the
