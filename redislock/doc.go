@@ -110,8 +110,8 @@
 // Every Redis failure (connection refused, timeout, READONLY from a replica
 // after a failover, a script error, a wrong type at a key, a batch that
 // failed) is returned as an error wrapping go-redis's, prefixed
-// "redislock: <operation>:"; a stored
-// value that is not a record fails in the Engine with core.ErrCorruptRecord.
+// "redislock: <operation>:"; a stored value that is not a record fails in
+// the Engine with core.ErrCorruptRecord.
 // The Engine then applies its store-error policy: fail-open (the default)
 // runs the handler unprotected and reports core.OutcomeStoreError to the
 // Observer; Config.FailClosed answers 503 with Retry-After. The Store holds
