@@ -32,8 +32,8 @@ var errNoReply = errors.New("redislock: no reply: the batch failed (the script m
 // on their way goes out at once, alone, as without a batcher. The others
 // queue; when a batch comes back, its sender hands the queue to one of the
 // queued callers, which sends it as one pipeline (one write, one read) and
-// hands the replies out. So the batcher has no goroutine and no timer of
-// its own, and never holds a script back to wait for more.
+// hands the replies out. So the batcher has no goroutine of its own, and
+// never holds a script back to wait for more.
 //
 // Invariant: the queue is empty unless maxBatchesInFlight batches are on
 // their way.
