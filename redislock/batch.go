@@ -71,12 +71,6 @@ type call struct {
 
 // run runs script: alone if fewer than maxBatchesInFlight batches are on
 // their way, else in a later batch.
-//
-// A script waits in the queue for as long as the client's PoolTimeout, as
-// it would for a pooled connection without batching, and no longer than
-// its context: then it is dropped and never runs. Once its batch is on its
-// way, it waits for the reply as long as its context lets it: if it gives
-// up, the script may run, as a script sent alone whose caller gave up may.
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	b.mu.Lock()
 	if b.inFlight < maxBatchesInFlight {
@@ -91,41 +85,64 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 
 	timeout := time.NewTimer(b.poolTimeout)
 	defer timeout.Stop()
+	if cmd := b.wait(c, timeout.C); cmd != nil {
+		return cmd
+	}
+	defer b.handOff()
+	b.send(c.batch)
+	return c.cmd
+}
+
+// wait waits for queued call c's reply and returns it, or returns nil when
+// c is to send a batch.
+//
+// A call waits in the queue until timeout (the client's PoolTimeout, as it
+// would wait for a pooled connection without batching) and no longer than
+// its context: then it is dropped and never runs. Once in a batch on its
+// way, a call other than the sender waits for the reply as long as its
+// context lets it: if it gives up, the script may run, as a script sent
+// alone whose caller gave up may. A reply there when the context ends is
+// the call's.
+func (b *batcher) wait(c *call, timeout <-chan time.Time) *redis.Cmd {
 	var err error
 	select {
 	case <-c.done:
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-timeout.C:
-		err = fmt.Errorf("%w: no batch took the script within PoolTimeout (%v)", redis.ErrPoolTimeout, b.poolTimeout)
+	case <-c.ctx.Done():
+		err = c.ctx.Err()
+	case <-timeout:
+		err = fmt.Errorf("%w: no batch took the script within PoolTimeout", redis.ErrPoolTimeout)
 	}
 	if err != nil {
 		b.mu.Lock()
 		if i := slices.Index(b.queue, c); i >= 0 {
 			b.queue = slices.Delete(b.queue, i, i+1) // never sent
 			b.mu.Unlock()
-			return errCmd(ctx, err)
+			return errCmd(c.ctx, err)
 		}
 		sends := c.batch != nil
 		b.mu.Unlock()
-		if !sends { // in a batch on its way
+		if sends {
+			return nil // the others in the batch want it sent
+		}
+		select {
+		case <-c.done:
+		default:
 			select {
-			case <-c.done: // the reply came meanwhile
-			case <-ctx.Done():
-				return errCmd(ctx, ctx.Err())
+			case <-c.done:
+			case <-c.ctx.Done():
+				return errCmd(c.ctx, c.ctx.Err())
 			}
 		}
-		// Else this call is to send a batch: the others in it want it sent.
 	}
 	if c.batch != nil {
-		defer b.handOff()
-		b.send(c.batch)
+		return nil
 	}
 	return c.cmd
 }
 
 // handOff, called as a batch comes back, hands the next batch from the
 // queue to the one of its calls that sends it, or ends that batch's turn.
+// A queued call whose context has ended is dropped, never sent.
 //
 // The sender is the call of the batch whose context has no deadline, or
 // the latest one, and the batch goes out with that deadline: so it never
@@ -133,18 +150,29 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 // cuts a batch short.
 func (b *batcher) handOff() {
 	b.mu.Lock()
-	if len(b.queue) == 0 {
+	var (
+		batch []*call
+		size  int
+		taken int // calls of the queue taken into batch or dropped
+	)
+	for _, c := range b.queue {
+		if err := c.ctx.Err(); err != nil {
+			c.cmd = errCmd(c.ctx, err)
+			close(c.done)
+		} else if len(batch) == maxBatchLen || len(batch) > 0 && size+c.size > maxBatchBytes {
+			break
+		} else {
+			batch = append(batch, c)
+			size += c.size
+		}
+		taken++
+	}
+	b.queue = slices.Delete(b.queue, 0, taken)
+	if len(batch) == 0 {
 		b.inFlight--
 		b.mu.Unlock()
 		return
 	}
-	n, size := 1, b.queue[0].size
-	for n < len(b.queue) && n < maxBatchLen && size+b.queue[n].size <= maxBatchBytes {
-		size += b.queue[n].size
-		n++
-	}
-	batch := slices.Clone(b.queue[:n])
-	b.queue = slices.Delete(b.queue, 0, n)
 	sender := 0
 	for i, c := range batch {
 		d, ok := c.ctx.Deadline()

@@ -220,13 +220,13 @@ func testBatching(t *testing.T, newClient func(*testing.T) (*redis.Client, strin
 			}
 			held, timed := fmt.Sprintf("hold-batch-%v", deadlineFirst), fmt.Sprintf("deadline-%v", deadlineFirst)
 			if deadlineFirst {
-				go acquire(timed, 50*time.Millisecond, second)
+				go acquire(timed, 500*time.Millisecond, second)
 				waitQueued(t, s.batch, 1)
 				go acquire(held, 0, first)
 			} else {
 				go acquire(held, 0, first)
 				waitQueued(t, s.batch, 1)
-				go acquire(timed, 50*time.Millisecond, second)
+				go acquire(timed, 500*time.Millisecond, second)
 			}
 			waitQueued(t, s.batch, 2)
 			released()
@@ -242,6 +242,9 @@ func testBatching(t *testing.T, newClient func(*testing.T) (*redis.Client, strin
 			close(g.release2)
 			if err := <-first; err != nil {
 				t.Errorf("deadline first %v: call without a deadline: %v", deadlineFirst, err)
+			}
+			if got := g.pipelineSizes(); len(got) != 1 || got[0] != 2 {
+				t.Errorf("deadline first %v: pipelines of %v scripts, want one of both", deadlineFirst, got)
 			}
 			checkIdle(t, s.batch)
 		}
@@ -480,4 +483,54 @@ func (g *gate) pipelineSizes() []int {
 		n = append(n, strings.Count(p, " "))
 	}
 	return n
+}
+
+// TestBatcherWaitPrefersReply: a call whose reply is there when its
+// context ends gets the reply (a select between the two would drop it half
+// of the time).
+func TestBatcherWaitPrefersReply(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	reply := redis.NewCmd(ctx)
+	c := &call{ctx: ctx, cmd: reply, done: make(chan struct{})}
+	close(c.done)
+	var b batcher
+	for range 100 {
+		if got := b.wait(c, nil); got != reply {
+			t.Fatalf("wait returned %v, want the reply", got)
+		}
+	}
+}
+
+// TestBatcherHandOffDropsEndedCalls: a queued call whose context ended
+// before its batch was made is dropped, never sent, and a batch of none
+// ends the turn.
+func TestBatcherHandOffDropsEndedCalls(t *testing.T) {
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	newCall := func(ctx context.Context) *call { return &call{ctx: ctx, done: make(chan struct{})} }
+	x, y, z := newCall(ended), newCall(context.Background()), newCall(ended)
+	b := &batcher{inFlight: maxBatchesInFlight, queue: []*call{x, y, z}}
+	b.handOff()
+	<-x.done
+	if !errors.Is(x.cmd.Err(), context.Canceled) || x.batch != nil {
+		t.Errorf("ended call: %v, batch %v; want context.Canceled, none", x.cmd.Err(), x.batch)
+	}
+	<-y.done
+	if len(y.batch) != 1 || y.batch[0] != y {
+		t.Errorf("live call: batch %v, want to send itself alone", y.batch)
+	}
+	<-z.done
+	if !errors.Is(z.cmd.Err(), context.Canceled) || len(b.queue) != 0 || b.inFlight != maxBatchesInFlight {
+		t.Errorf("after: %v, queue %d, in flight %d; want z dropped, queue empty, %d in flight",
+			z.cmd.Err(), len(b.queue), b.inFlight, maxBatchesInFlight)
+	}
+
+	w := newCall(ended)
+	b.queue = []*call{w}
+	b.handOff()
+	<-w.done
+	if len(b.queue) != 0 || b.inFlight != maxBatchesInFlight-1 {
+		t.Errorf("a queue of ended calls: queue %d, in flight %d; want 0, %d", len(b.queue), b.inFlight, maxBatchesInFlight-1)
+	}
 }

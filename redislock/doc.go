@@ -133,8 +133,8 @@
 // read_timeout times max_retries+1 before the policy applies: 12 s with
 // go-redis's defaults (3 s, 3), which a black-box test of the examples saw
 // as a 10 s Acquire; a request whose script waited for a batch (see
-// Batching) adds its wait in the queue, at most pool_timeout (read_timeout
-// plus a second by default). Set read_timeout (and dial_timeout) in the URL to what
+// Batching) adds its wait in the queue, at most pool_timeout (by default
+// read_timeout plus a second, or 30 s without a read_timeout). Set read_timeout (and dial_timeout) in the URL to what
 // the API can afford to wait, such as read_timeout=500ms.
 //
 // The Engine gives its lock refreshes a deadline (LockTTL/6), so that one
@@ -215,14 +215,16 @@
 //     caller that sends it: a tracing hook records the other requests'
 //     scripts in that request's trace;
 //   - a script waits in the queue for at most the client's PoolTimeout (as
-//     it would wait for a pooled connection without batching: ReadTimeout
-//     plus a second by default) and its context; then it is dropped, never
-//     runs, and fails with redis.ErrPoolTimeout or the context's error;
+//     it would wait for a pooled connection without batching: by default
+//     ReadTimeout plus a second, or 30 s without a ReadTimeout) and its
+//     context; then it is dropped, never runs, and fails with
+//     redis.ErrPoolTimeout or the context's error;
 //   - a batch goes out without cancellation and with the latest of its
 //     scripts' deadlines (none if one has none), sent by the caller whose
-//     deadline that is; each other caller stops waiting for the reply when
-//     its own context ends, and its script may then run, as may a script
-//     sent alone whose caller gave up;
+//     deadline that is, and who waits for the reply even if its context is
+//     canceled; each other caller stops waiting for the reply when its own
+//     context ends, and its script may then run, as may a script sent alone
+//     whose caller gave up (a reply already there is kept);
 //   - scripts of a batch that Redis answers with NOSCRIPT (a node that never
 //     ran them, a SCRIPT FLUSH, a failover) run again with EVAL, in one more
 //     pipeline;
@@ -232,7 +234,7 @@
 //   - a batch whose go-redis hook panics fails: the panic reaches the caller
 //     that sent it, and the others get an error saying that their scripts
 //     may have run;
-//   - a script that waits for a batch costs four more allocations (its
+//   - a script that waits for a batch costs five more allocations (its
 //     place in the queue, a channel, a timer), and a batch a few (the
 //     pipeline, the context).
 //

@@ -76,9 +76,9 @@ type Options struct {
 
 // Store is a core.Store on Redis: a single node, Sentinel (a failover
 // client) or Cluster. It is safe for concurrent use, and holds no state of
-// its own besides its configuration and the scripts waiting for a batch
-// (see Batching in the package docs), so any number of instances may share
-// one Redis.
+// its own besides its configuration and its batches (the scripts waiting
+// for one, and on a Cluster a batcher per master address; see Batching in
+// the package docs), so any number of instances may share one Redis.
 type Store struct {
 	client     redis.Scripter
 	batch      *batcher             // of a *redis.Client; nil: see cluster
