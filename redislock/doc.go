@@ -73,7 +73,8 @@
 // its conventions: the lock key holds nothing but an owner token (a random
 // per-process prefix and a counter: unique, and cheaper than a crypto/rand
 // read on every request, replays included), released and refreshed by the
-// same get-compare-del and get-compare-pexpire scripts. Its API cannot be used as such, though:
+// same get-compare-del and get-compare-pexpire scripts. Its API cannot be
+// used as such, though:
 //
 //   - Obtain locks one key: it cannot look at the response key in the same
 //     script, so a first request would cost a GET plus an Obtain (three round
@@ -134,8 +135,9 @@
 // go-redis's defaults (3 s, 3), which a black-box test of the examples saw
 // as a 10 s Acquire; a request whose script waited for a batch (see
 // Batching) adds its wait in the queue, at most pool_timeout (by default
-// read_timeout plus a second, or 30 s without a read_timeout). Set read_timeout (and dial_timeout) in the URL to what
-// the API can afford to wait, such as read_timeout=500ms.
+// read_timeout plus a second, or 30 s without a read_timeout). Set
+// read_timeout (and dial_timeout) in the URL to what the API can afford to
+// wait, such as read_timeout=500ms.
 //
 // The Engine gives its lock refreshes a deadline (LockTTL/6), so that one
 // stuck on a stalled connection leaves time for the next before the lock
