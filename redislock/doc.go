@@ -203,8 +203,8 @@
 // also wakes Redis, a read, a poller wake-up), and Redis its own read and
 // write; a batch pays them once for all its scripts. In the load test of the
 // README (32 connections, wrk, the API and Redis on two cores), batching
-// raised first requests from 0.23–0.25x to 0.35–0.36x of the bare handler's
-// throughput, and replays from 0.42–0.43x to 0.52–0.56x.
+// raised first requests from 0.22–0.25x to 0.32–0.36x of the bare handler's
+// throughput, and replays from 0.39–0.43x to 0.51–0.56x.
 //
 // The Store batches on a *redis.Client (one node, or the master of a
 // failover client) and on a *redis.ClusterClient, where each master has
@@ -244,11 +244,11 @@
 //
 // go-redis's AutoPipeliner batches too, and the Store runs on it as on any
 // redis.Scripter (without batching of its own). It is not needed: in the
-// same load test it did as well on replays (0.54–0.58x) and less on first
-// requests (0.31–0.33x); it hands every command to a goroutine of its own
-// and back (8 more allocations per replay); it does not honour a command's
+// same load test it did about as well (replays 0.54–0.58x, first requests
+// 0.31–0.33x), but it hands every command to a goroutine of its own and
+// back (8 more allocations per replay), it does not honour a command's
 // context once queued, so the Engine's deadlines on lock refreshes do not
-// apply; and its API is experimental in go-redis v9.
+// apply, and its API is experimental in go-redis v9.
 //
 // # URLs
 //
