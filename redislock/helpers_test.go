@@ -49,9 +49,8 @@ func newMiniredis(t testing.TB, clock bool) (*miniredis.Miniredis, *redis.Client
 }
 
 // counter is a go-redis hook counting round trips (every command alone and
-// every pipeline is one, but for the pipeline that sets up a new
-// connection) and commands. It can report the script each EVALSHA/EVAL
-// runs.
+// every pipeline is one) and commands, leaving out those that set up a new
+// connection. It can report the script each EVALSHA/EVAL runs.
 type counter struct {
 	n       atomic.Int64 // round trips
 	cmds    atomic.Int64
