@@ -1,0 +1,254 @@
+package httpadapt
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+
+	"github.com/idem-go/idem/core"
+)
+
+// fasthttp reuses a request's and a response's buffers once the handler
+// returns, and Fiber's strings point into them: whatever the Engine keeps
+// (key, scope, method, path, headers, body) is copied here first. The
+// interfaces below are the methods of fasthttp's types that both Fiber
+// majors' fasthttp versions have (v1.51 for Fiber v2, v1.69 for Fiber v3).
+
+// FastRequestHeader is what the adapters read of a *fasthttp.RequestHeader.
+type FastRequestHeader interface {
+	Peek(key string) []byte
+	PeekAll(key string) [][]byte
+	VisitAll(f func(key, value []byte))
+}
+
+// FastResponseHeader is what the adapters use of a *fasthttp.ResponseHeader.
+type FastResponseHeader interface {
+	Len() int
+	VisitAll(f func(key, value []byte))
+	Set(key, value string)
+	Add(key, value string)
+}
+
+// FastResponse is what the adapters set of a *fasthttp.Response.
+type FastResponse interface {
+	SetStatusCode(code int)
+	SetBody(body []byte)
+}
+
+// FastRequest is what the adapters read of a *fasthttp.Request's body.
+type FastRequest interface {
+	IsBodyStream() bool
+	BodyStream() io.Reader
+	Body() []byte
+}
+
+// FastHeaders returns the Engine's two views of a request's headers: header
+// for core.Engine.Begin, which copies values out of fasthttp's buffers, and
+// keyed for core.Engine.Keyed, which only tells whether a header is there
+// and copies nothing. With fold, names are compared ignoring case: an app
+// that disables fasthttp's header normalizing gets names as sent, and a key
+// sent as "idempotency-key" (HTTP/2 clients, Envoy) must still be found.
+func FastHeaders[H FastRequestHeader](h H, fold bool) (header, keyed core.HeaderGetter) {
+	if fold {
+		return foldedHeader[H]{h}, foldedHeader[H]{h}
+	}
+	return requestHeader[H]{h}, presentHeader[H]{h}
+}
+
+type requestHeader[H FastRequestHeader] struct{ h H }
+
+func (h requestHeader[H]) Get(name string) string { return string(h.h.Peek(name)) }
+
+func (h requestHeader[H]) Values(name string) []string { return copyAll(h.h.PeekAll(name)) }
+
+// presentHeader serves Engine.Keyed, which only asks whether Values is
+// nil: its Values is not the header's values.
+type presentHeader[H FastRequestHeader] struct{ h H }
+
+var present = []string{""}
+
+func (h presentHeader[H]) Get(name string) string { return string(h.h.Peek(name)) }
+
+func (h presentHeader[H]) Values(name string) []string {
+	if len(h.h.PeekAll(name)) == 0 {
+		return nil
+	}
+	return present
+}
+
+// foldedHeader serves both Keyed and Begin, copying a key once more: apps
+// that disable header normalizing are rare.
+type foldedHeader[H FastRequestHeader] struct{ h H }
+
+func (h foldedHeader[H]) Get(name string) string {
+	if all := h.peekAll(name); len(all) > 0 {
+		return string(all[0])
+	}
+	return ""
+}
+
+func (h foldedHeader[H]) Values(name string) []string { return copyAll(h.peekAll(name)) }
+
+func (h foldedHeader[H]) peekAll(name string) [][]byte {
+	var all [][]byte
+	h.h.VisitAll(func(k, v []byte) {
+		if len(k) == len(name) && strings.EqualFold(string(k), name) {
+			all = append(all, v)
+		}
+	})
+	return all
+}
+
+// copyAll copies header values out of fasthttp's buffers; nil if none.
+func copyAll(all [][]byte) []string {
+	if len(all) == 0 {
+		return nil
+	}
+	vs := make([]string, len(all))
+	for i, v := range all {
+		vs[i] = string(v)
+	}
+	return vs
+}
+
+// FastBody returns the request body for core.Request.Body: the stream of
+// Fiber's StreamRequestBody (Begin reads it once, bounded), or the bytes,
+// or nil if there are none.
+func FastBody(r FastRequest) io.Reader {
+	if r.IsBodyStream() {
+		return r.BodyStream()
+	}
+	if b := r.Body(); len(b) > 0 {
+		return bytes.NewReader(b)
+	}
+	return nil
+}
+
+// ContentLength converts fasthttp's Content-Length (negative when chunked or
+// unknown) to core.Request.ContentLength.
+func ContentLength(n int) int64 {
+	if n < 0 {
+		return -1
+	}
+	return int64(n)
+}
+
+// StableMethod returns method as a string of its own: Fiber's c.Method()
+// points into the request buffer. The covered methods cost no copy.
+func StableMethod(method string) string {
+	switch method {
+	case http.MethodPost:
+		return http.MethodPost
+	case http.MethodPut:
+		return http.MethodPut
+	case http.MethodPatch:
+		return http.MethodPatch
+	case http.MethodDelete:
+		return http.MethodDelete
+	}
+	return strings.Clone(method)
+}
+
+// ResponseHeader copies the response headers into an http.Header with
+// canonical names, as the Engine stores them (core.Flight.Complete).
+func ResponseHeader[H FastResponseHeader](rh H) http.Header {
+	h := make(http.Header, rh.Len()+2)
+	rh.VisitAll(func(k, v []byte) {
+		key := http.CanonicalHeaderKey(string(k))
+		h[key] = append(h[key], string(v))
+	})
+	return h
+}
+
+// PresetHeader copies the response headers that middleware before the
+// adapter set (CORS, request ids), for core.Request.ResponseHeader: nil if
+// there are none but fasthttp's default Content-Type.
+func PresetHeader[H FastResponseHeader](rh H) http.Header {
+	var h http.Header
+	rh.VisitAll(func(k, v []byte) {
+		if string(k) == "Content-Type" {
+			return
+		}
+		if h == nil {
+			h = make(http.Header)
+		}
+		key := http.CanonicalHeaderKey(string(k))
+		h[key] = append(h[key], string(v))
+	})
+	return h
+}
+
+// WriteResponse writes an Engine response (a replay or a problem). SetBody
+// copies the body into fasthttp's buffer: it may be the store's own bytes.
+func WriteResponse[H FastResponseHeader](res FastResponse, rh H, r *core.Response) {
+	res.SetStatusCode(r.StatusCode)
+	for k, vs := range r.Header {
+		for i, v := range vs {
+			if i == 0 {
+				rh.Set(k, v)
+			} else {
+				rh.Add(k, v)
+			}
+		}
+	}
+	res.SetBody(r.Body)
+}
+
+// FastProblemHeaders adds the headers of an Engine's problem response but
+// its Content-Type (such as Retry-After) to rh, for an adapter's
+// ErrorHandler, which renders the body its own way.
+func FastProblemHeaders[H FastResponseHeader](rh H, resp *core.Response) {
+	for k, vs := range resp.Header {
+		if k != "Content-Type" {
+			for _, v := range vs {
+				rh.Add(k, v)
+			}
+		}
+	}
+}
+
+// FoldCache remembers whether the app that last served a request disables
+// header normalizing (see FastHeaders): Fiber's App.Config copies the whole
+// Config, too much to do per request.
+type FoldCache[A comparable] struct{ last atomic.Pointer[foldEntry[A]] }
+
+type foldEntry[A comparable] struct {
+	app  A
+	fold bool
+}
+
+// Folds reports read(app), asking read only when app is not the last app
+// asked about.
+func (c *FoldCache[A]) Folds(app A, read func(A) bool) bool {
+	if last := c.last.Load(); last != nil && last.app == app {
+		return last.fold
+	}
+	last := &foldEntry[A]{app, read(app)}
+	c.last.Store(last)
+	return last.fold
+}
+
+// Localer is a Fiber context's store of per-request values (c.Locals), the
+// same method in Fiber v2 and v3.
+type Localer interface {
+	Locals(key any, value ...any) any
+}
+
+// LocalsContext is a request's context whose Value reads Locals first, so
+// that a core.Config.Scope function finds what an authentication middleware
+// stored with c.Locals.
+type LocalsContext struct {
+	context.Context
+	Locals Localer
+}
+
+// Value returns the Locals value for key, else the context's.
+func (l LocalsContext) Value(key any) any {
+	if v := l.Locals.Locals(key); v != nil {
+		return v
+	}
+	return l.Context.Value(key)
+}

@@ -1,0 +1,313 @@
+package httpadapt
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/idem-go/idem/core"
+)
+
+// fakeHeader stands in for fasthttp's request and response headers: names
+// matched byte for byte, values in buffers that the test overwrites, as
+// fasthttp reuses its own.
+type fakeHeader struct{ kv [][2][]byte }
+
+func (h *fakeHeader) add(k, v string) { h.kv = append(h.kv, [2][]byte{[]byte(k), []byte(v)}) }
+
+func (h *fakeHeader) Peek(key string) []byte {
+	if all := h.PeekAll(key); len(all) > 0 {
+		return all[0]
+	}
+	return nil
+}
+
+func (h *fakeHeader) PeekAll(key string) [][]byte {
+	var all [][]byte
+	for _, kv := range h.kv {
+		if string(kv[0]) == key {
+			all = append(all, kv[1])
+		}
+	}
+	return all
+}
+
+func (h *fakeHeader) VisitAll(f func(k, v []byte)) {
+	for _, kv := range h.kv {
+		f(kv[0], kv[1])
+	}
+}
+
+func (h *fakeHeader) Len() int { return len(h.kv) }
+
+func (h *fakeHeader) Set(k, v string) {
+	h.kv = slices.DeleteFunc(h.kv, func(kv [2][]byte) bool { return string(kv[0]) == k })
+	h.add(k, v)
+}
+
+func (h *fakeHeader) Add(k, v string) { h.add(k, v) }
+
+// scribble overwrites every buffer, as fasthttp does with the next request.
+func (h *fakeHeader) scribble() {
+	for _, kv := range h.kv {
+		for i := range kv[1] {
+			kv[1][i] = '#'
+		}
+	}
+}
+
+func TestFastHeaders(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		headers []string // name, value pairs
+		fold    bool
+		want    []string // Values("Idempotency-Key")
+	}{
+		{"absent", nil, false, nil},
+		{"empty", []string{"Idempotency-Key", ""}, false, []string{""}},
+		{"one", []string{"Idempotency-Key", "k1"}, false, []string{"k1"}},
+		{"repeated", []string{"Idempotency-Key", "a", "Idempotency-Key", "b"}, false, []string{"a", "b"}},
+		{"lower case, not folded", []string{"idempotency-key", "k1"}, false, nil},
+		{"lower case, folded", []string{"idempotency-key", "k1"}, true, []string{"k1"}},
+		{"two cases, folded", []string{"idempotency-key", "a", "IDEMPOTENCY-KEY", "b"}, true, []string{"a", "b"}},
+		{"another name, folded", []string{"Idempotency-Keys", "k1"}, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &fakeHeader{}
+			for i := 0; i+1 < len(tc.headers); i += 2 {
+				h.add(tc.headers[i], tc.headers[i+1])
+			}
+			header, keyed := FastHeaders(h, tc.fold)
+			got := header.Values("Idempotency-Key")
+			first := header.Get("Idempotency-Key")
+			if present := keyed.Values("Idempotency-Key") != nil; present != (got != nil) {
+				t.Fatalf("keyed says present=%v, header's values are %q", present, got)
+			}
+			h.scribble()
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("Values = %q, want %q (copied before the buffers were reused)", got, tc.want)
+			}
+			if want := ""; len(tc.want) > 0 {
+				want = tc.want[0]
+				if first != want {
+					t.Fatalf("Get = %q, want %q", first, want)
+				}
+			}
+		})
+	}
+}
+
+func TestResponseHeaders(t *testing.T) {
+	t.Parallel()
+	rh := &fakeHeader{}
+	rh.add("Content-Type", "text/plain")
+	if h := PresetHeader(rh); h != nil {
+		t.Fatalf("PresetHeader with fasthttp's default Content-Type only = %v, want nil", h)
+	}
+	rh.add("x-request-id", "r1")
+	rh.add("Vary", "Origin")
+	rh.add("Vary", "Accept")
+	preset, all := PresetHeader(rh), ResponseHeader(rh)
+	rh.scribble()
+	want := http.Header{"X-Request-Id": {"r1"}, "Vary": {"Origin", "Accept"}}
+	if !equalHeader(preset, want) {
+		t.Fatalf("PresetHeader = %v, want %v", preset, want)
+	}
+	want["Content-Type"] = []string{"text/plain"}
+	if !equalHeader(all, want) {
+		t.Fatalf("ResponseHeader = %v, want %v", all, want)
+	}
+}
+
+func equalHeader(a, b http.Header) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !slices.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+type fakeResponse struct {
+	status int
+	body   []byte
+}
+
+func (r *fakeResponse) SetStatusCode(code int) { r.status = code }
+func (r *fakeResponse) SetBody(b []byte)       { r.body = append(r.body[:0], b...) }
+
+func TestWriteResponse(t *testing.T) {
+	t.Parallel()
+	rh := &fakeHeader{}
+	rh.add("Content-Type", "text/plain") // fasthttp's default, replaced
+	rh.add("Retry-After", "9")           // an older value, replaced
+	res := &fakeResponse{}
+	WriteResponse(res, rh, &core.Response{StatusCode: 201, Body: []byte("stored"), Header: http.Header{
+		"Content-Type": {"application/json"}, "Retry-After": {"1"}, "Vary": {"A", "B"}}})
+	if res.status != 201 || string(res.body) != "stored" {
+		t.Fatalf("wrote %d %q", res.status, res.body)
+	}
+	if got := ResponseHeader(rh); !equalHeader(got, http.Header{
+		"Content-Type": {"application/json"}, "Retry-After": {"1"}, "Vary": {"A", "B"}}) {
+		t.Fatalf("headers %v", got)
+	}
+
+	rh = &fakeHeader{}
+	FastProblemHeaders(rh, &core.Response{Header: http.Header{"Content-Type": {core.ContentTypeProblem}, "Retry-After": {"1"}}})
+	if got := ResponseHeader(rh); !equalHeader(got, http.Header{"Retry-After": {"1"}}) {
+		t.Fatalf("FastProblemHeaders: %v, want Retry-After only", got)
+	}
+	dst := http.Header{"Content-Type": {"text/html"}}
+	ProblemHeaders(dst, &core.Response{Header: http.Header{"Content-Type": {core.ContentTypeProblem}, "Retry-After": {"1"}}})
+	if !equalHeader(dst, http.Header{"Content-Type": {"text/html"}, "Retry-After": {"1"}}) {
+		t.Fatalf("ProblemHeaders: %v", dst)
+	}
+}
+
+func TestStableMethod(t *testing.T) {
+	buf := []byte("POST")
+	if n := testing.AllocsPerRun(10, func() { _ = StableMethod(string(buf[:4:4])) }); n > 1 { // the conversion itself may allocate
+		t.Fatalf("%v allocations", n)
+	}
+	buf = []byte("PROPFIND")
+	m := StableMethod(string(buf))
+	copy(buf, "XXXXXXXX")
+	if m != "PROPFIND" {
+		t.Fatalf("StableMethod kept %q, want a copy", m)
+	}
+}
+
+func TestContentLength(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[int]int64{-1: -1, -2: -1, 0: 0, 12: 12} {
+		if got := ContentLength(in); got != want {
+			t.Errorf("ContentLength(%d) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+type fakeRequest struct {
+	stream io.Reader
+	body   []byte
+}
+
+func (r *fakeRequest) IsBodyStream() bool    { return r.stream != nil }
+func (r *fakeRequest) BodyStream() io.Reader { return r.stream }
+func (r *fakeRequest) Body() []byte          { return r.body }
+
+func TestFastBody(t *testing.T) {
+	t.Parallel()
+	if b := FastBody(&fakeRequest{}); b != nil {
+		t.Fatalf("no body: %v, want nil", b)
+	}
+	stream := strings.NewReader("streamed")
+	if b := FastBody(&fakeRequest{stream: stream}); b != stream {
+		t.Fatalf("stream: %v", b)
+	}
+	b, _ := io.ReadAll(FastBody(&fakeRequest{body: []byte("bytes")}))
+	if string(b) != "bytes" {
+		t.Fatalf("body %q", b)
+	}
+}
+
+func TestFoldCache(t *testing.T) {
+	t.Parallel()
+	type app struct{ fold bool }
+	a, b := &app{true}, &app{false}
+	reads := 0
+	read := func(x *app) bool { reads++; return x.fold }
+	var c FoldCache[*app]
+	for _, tc := range []struct {
+		app   *app
+		want  bool
+		reads int
+	}{{a, true, 1}, {a, true, 1}, {b, false, 2}, {b, false, 2}, {a, true, 3}} {
+		if got := c.Folds(tc.app, read); got != tc.want || reads != tc.reads {
+			t.Fatalf("Folds = %v after %d reads, want %v after %d", got, reads, tc.want, tc.reads)
+		}
+	}
+}
+
+type store map[any]any
+
+func (s store) Get(k string) any             { return s[k] }
+func (s store) Locals(k any, _ ...any) any   { return s[k] }
+func (s store) set(k, v any) store           { s[k] = v; return s }
+func ctxWith(k, v any) context.Context       { return context.WithValue(context.Background(), k, v) }
+func valueOf(ctx context.Context, k any) any { return ctx.Value(k) }
+func wantValue(t *testing.T, got, want any, what string) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("%s: %v, want %v", what, got, want)
+	}
+}
+
+type ctxKey struct{}
+
+func TestContexts(t *testing.T) {
+	t.Parallel()
+	s := store{}.set("user", "alice").set(ctxKey{}, "local")
+	base := ctxWith("tenant", "acme")
+	v := &Values{Context: base, Store: s}
+	wantValue(t, valueOf(v, "user"), "alice", "Values: the framework's store")
+	wantValue(t, valueOf(v, "tenant"), "acme", "Values: the request's context")
+	wantValue(t, valueOf(v, ctxKey{}), nil, "Values: a key that is not a string")
+	l := LocalsContext{Context: base, Locals: s}
+	wantValue(t, valueOf(l, "user"), "alice", "LocalsContext: Locals")
+	wantValue(t, valueOf(l, ctxKey{}), "local", "LocalsContext: Locals, any key")
+	wantValue(t, valueOf(l, "tenant"), "acme", "LocalsContext: the request's context")
+}
+
+// Protected drives a whole request: Begin, Capture, the handler, Finish.
+func TestProtected(t *testing.T) {
+	t.Parallel()
+	eng, err := core.New(core.Config{Scope: func(r *core.Request) string { s, _ := r.Context.Value("user").(string); return s }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	serve := func(user string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/orders/7?x=1", strings.NewReader(`{"qty":1}`))
+		r.Header.Set("Idempotency-Key", "k1")
+		w := httptest.NewRecorder()
+		w.Header().Set("X-Before", "set by a middleware before")
+		var p Protected
+		f, resp := p.Begin(eng, r, "/orders/{id}", store{"user": user}, w)
+		switch {
+		case resp != nil:
+			resp.Write(w)
+			return w
+		case f == nil:
+			t.Fatal("not covered")
+		}
+		defer f.Abort()
+		cw := p.Capture(f, w, r)
+		body, _ := io.ReadAll(r.Body)
+		runs++
+		cw.Header().Set("X-Run", string(rune('0'+runs)))
+		cw.WriteHeader(http.StatusCreated)
+		cw.Write(body) //nolint:errcheck
+		p.W.Finish()
+		return w
+	}
+	first := serve("alice")
+	replay := serve("alice")
+	other := serve("bob")
+	if first.Code != 201 || first.Body.String() != `{"qty":1}` || first.Header().Get(core.HeaderReplay) != "" {
+		t.Fatalf("first: %d %q %v", first.Code, first.Body, first.Header())
+	}
+	if replay.Code != 201 || replay.Body.String() != `{"qty":1}` || replay.Header().Get(core.HeaderReplay) != "true" || replay.Header().Get("X-Run") != "1" {
+		t.Fatalf("replay: %d %q %v", replay.Code, replay.Body, replay.Header())
+	}
+	if other.Header().Get(core.HeaderReplay) != "" || runs != 2 {
+		t.Fatalf("another user's key is another record: replay %q, %d runs", other.Header().Get(core.HeaderReplay), runs)
+	}
+}

@@ -1,0 +1,88 @@
+// Package httpadapt holds what idem's HTTP adapters share beyond core: the
+// Engine's view of a net/http request and of its response (Echo v4 and v5),
+// and of fasthttp's buffers (Fiber v2 and v3). It needs no framework: the
+// adapters pass in their framework's values through small interfaces, so
+// the root module gains no dependency. It is internal: its API changes with
+// the adapters, and the users of an adapter never see it.
+package httpadapt
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/idem-go/idem/core"
+)
+
+// Getter is a framework's store of per-request values under string keys,
+// such as Echo's c.Get.
+type Getter interface {
+	Get(key string) any
+}
+
+// Values is a request's context whose Value reads Store first for a string
+// key, so that a core.Config.Scope function finds what an authentication
+// middleware stored with the framework (Echo's c.Set, echo-jwt's "user").
+type Values struct {
+	context.Context
+	Store Getter
+}
+
+// Value returns Store's value for a string key, else the context's.
+func (v *Values) Value(key any) any {
+	if k, ok := key.(string); ok {
+		if x := v.Store.Get(k); x != nil {
+			return x
+		}
+	}
+	return v.Context.Value(key)
+}
+
+// Protected is what one request that Engine.Begin acts on needs, in one
+// allocation, for an adapter over net/http.
+type Protected struct {
+	Req  core.Request
+	Ctx  Values
+	W    core.CaptureWriter
+	Body core.BodyReader
+}
+
+// Begin fills p.Req from r and asks eng what to do (core.Engine.Begin).
+// route is the route template ("" if unknown), store the framework's
+// per-request values, w the response writer (its headers so far are those
+// of middleware before the adapter).
+func (p *Protected) Begin(eng *core.Engine, r *http.Request, route string, store Getter, w http.ResponseWriter) (*core.Flight, *core.Response) {
+	p.Ctx = Values{Context: r.Context(), Store: store}
+	p.Req = core.Request{
+		Context:        &p.Ctx,
+		Method:         r.Method,
+		Route:          route,
+		Path:           r.URL.EscapedPath(),
+		Query:          r.URL.RawQuery,
+		Header:         r.Header,
+		Body:           r.Body,
+		ContentLength:  r.ContentLength,
+		ResponseHeader: w.Header(),
+	}
+	return eng.Begin(&p.Req)
+}
+
+// Capture sets up the handler's side of f: r.Body reads the body that Begin
+// read, and the writer it returns passes the response on to w and copies it
+// into f. p.W.Finish ends f once the handler has returned.
+func (p *Protected) Capture(f *core.Flight, w http.ResponseWriter, r *http.Request) http.ResponseWriter {
+	p.W = core.CaptureWriter{ResponseWriter: w, Flight: f}
+	p.Body.Reset(f.Body())
+	r.Body = &p.Body
+	return &p.W
+}
+
+// ProblemHeaders sets the headers of an Engine's problem response resp but
+// its Content-Type (such as Retry-After) on dst, for an adapter's
+// ErrorHandler, which renders the body its own way.
+func ProblemHeaders(dst http.Header, resp *core.Response) {
+	for k, v := range resp.Header {
+		if k != "Content-Type" {
+			dst[k] = v
+		}
+	}
+}
