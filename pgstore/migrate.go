@@ -1,0 +1,138 @@
+package pgstore
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Migrations holds the SQL files that Migrate runs, in golang-migrate's
+// layout (NNNN_name.up.sql, NNNN_name.down.sql), written for the default
+// names: the table idempotency_keys in the search_path's schema, its
+// indexes idempotency_keys_*. Teams that run their own migration tool may
+// ship these files instead of calling Migrate.
+//
+//go:embed migrations/*.sql
+var Migrations embed.FS
+
+// VersionTable records, per table, the last migration Migrate applied.
+const VersionTable = "idem_schema_versions"
+
+// migrateLock is the advisory lock that serializes every Migrate.
+const migrateLock = "idem-go/idem migrate"
+
+// Migrate creates the store's table and indexes, or upgrades them, in the
+// schema and under the name of opts (nil means the defaults). It is
+// idempotent and safe to run from several instances at once: it runs in one
+// transaction under an advisory lock, and records the version it reached
+// in VersionTable of the same schema, which it creates if needed (with
+// the schema).
+func Migrate(ctx context.Context, pool *pgxpool.Pool, opts *Options) error {
+	if pool == nil {
+		return ErrNilPool
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return err
+	}
+	ups, err := upMigrations(Migrations)
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", migrateLock); err != nil {
+			return err
+		}
+		if o.Schema != "" {
+			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{o.Schema}.Sanitize()); err != nil {
+				return err
+			}
+		}
+		versions := o.ident(VersionTable)
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+versions+` (
+	table_name text PRIMARY KEY,
+	version    integer NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return err
+		}
+		var version int
+		err := tx.QueryRow(ctx, "SELECT version FROM "+versions+" WHERE table_name = $1", o.Table).Scan(&version)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		applied := version
+		for _, m := range ups {
+			if m.version <= version {
+				continue
+			}
+			if _, err := tx.Exec(ctx, render(m.sql, &o, DefaultTable, o.Table)); err != nil {
+				return fmt.Errorf("%s: %w", m.name, err)
+			}
+			applied = m.version
+		}
+		if applied == version {
+			return nil
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO `+versions+` (table_name, version) VALUES ($1, $2)
+ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version, applied_at = now()`, o.Table, applied)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
+	return nil
+}
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// upMigrations returns the *.up.sql files of fsys's migrations folder in
+// the order of their numbers.
+func upMigrations(fsys fs.FS) ([]migration, error) {
+	names, err := fs.Glob(fsys, "migrations/*.up.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, name := range names {
+		num, _, _ := strings.Cut(path.Base(name), "_")
+		v, err := strconv.Atoi(num)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: migration %s: no number", name)
+		}
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: path.Base(name), sql: string(b)})
+	}
+	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
+	return ms, nil
+}
+
+// render replaces, in a migration written for the default names, the
+// table's default name by the schema-qualified table, and its indexes'
+// names (the default name and a suffix: def_expires_at_idx) by the same
+// suffix on table, which PostgreSQL creates in the table's schema.
+func render(sql string, o *Options, def, table string) string {
+	re := regexp.MustCompile(`\b` + regexp.QuoteMeta(def) + `(_\w+)?\b`)
+	return re.ReplaceAllStringFunc(sql, func(m string) string {
+		if suffix := strings.TrimPrefix(m, def); suffix != "" {
+			return pgx.Identifier{table + suffix}.Sanitize()
+		}
+		return o.ident(table)
+	})
+}
