@@ -191,7 +191,7 @@ type Lease struct {
 	fingerprint [32]byte
 	ttl         time.Duration
 
-	rec     Record // a replayed record: the lease's memory, one allocation less
+	rec Record // a replayed record: the lease's memory, one allocation less
 
 	mu      sync.Mutex // guards done, held, expired and timer against the refresher
 	done    bool
