@@ -1,6 +1,6 @@
 // Package core is the framework-agnostic engine of idem: it makes retried
-// HTTP mutations safe with an Idempotency-Key header, a lock and a stored
-// response.
+// mutations safe with an idempotency key, a lock and a stored response:
+// over HTTP, gRPC, or for message consumers.
 //
 // The first request with a key runs the handler once and its response is
 // stored; every later request with the same key (in the same scope) gets that
@@ -13,8 +13,22 @@
 //
 // An Engine (New) holds the configuration and a Store. Engine.Middleware is
 // the net/http middleware; the ginidem, echoidem and fiberidem modules adapt
-// the same Engine to Gin, Echo and Fiber through Engine.Keyed (is there
-// anything to do?), Engine.Begin and Flight.
+// the same Engine to Gin, Echo and Fiber, grpcidem to gRPC.
+//
+// # Who uses what
+//
+// App authors: Config, New, Engine.Middleware, the stores, the key
+// validators (ValidateUUIDv4, ...), SlogObserver and Event.
+//
+// Transports other than HTTP (gRPC, message consumers) use the neutral
+// layer in lease.go: Engine.Key reads a key, Engine.Acquire runs the lease
+// protocol for a Call (run once per scope and key, replay the stored Record,
+// refuse a reused key or one in flight), and Lease.Complete or Lease.Release
+// ends it; Engine.Once wraps it for event consumers.
+//
+// HTTP framework adapters use adapter.go: Request, Engine.Keyed,
+// Engine.Begin, Flight, CaptureWriter, BodyReader and Response. Store
+// authors implement Store (store.go) and run idemtest's suites.
 //
 // # Stores
 //

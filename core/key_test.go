@@ -117,7 +117,7 @@ func TestKeyHeaders(t *testing.T) {
 		{"only spaces", header{"Idempotency-Key": {" \t "}}, "", true, true},
 	}
 	for _, tt := range tests {
-		key, present, err := e.key(tt.h)
+		key, present, err := e.Key(tt.h)
 		if present != tt.present || (err != nil) != tt.err || (!tt.err && key != tt.key) {
 			t.Errorf("%s: key() = %q, %v, %v", tt.name, key, present, err)
 		}
@@ -134,7 +134,7 @@ func TestKeyErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.key(header{"X-Idempotency-Key": {"a", "b"}}); err == nil || !strings.Contains(err.Error(), "2 X-Idempotency-Key headers") {
+	if _, _, err := e.Key(header{"X-Idempotency-Key": {"a", "b"}}); err == nil || !strings.Contains(err.Error(), "2 X-Idempotency-Key headers") {
 		t.Errorf("legacy header sent twice: %v, want an error naming X-Idempotency-Key", err)
 	}
 	_, resp := e.Begin(&Request{Method: http.MethodPost, Path: "/", Header: header{"Idempotency-Key": {"a\x01"}}})

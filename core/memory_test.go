@@ -12,6 +12,7 @@ import (
 
 func TestMemoryStoreConformance(t *testing.T) {
 	idemtest.TestStore(t, func(*testing.T) core.Store { return core.NewMemoryStore(0) })
+	idemtest.TestLease(t, func(*testing.T) core.Store { return core.NewMemoryStore(0) })
 }
 
 func TestMemoryStoreBounded(t *testing.T) {

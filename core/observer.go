@@ -48,12 +48,16 @@ func (o Outcome) String() string {
 // request's goroutine, one event per request: they must be quick and safe
 // for concurrent use.
 type Event struct {
+	// Context is the request's context, for tracing (never cancelled
+	// before the Observer returns, but do not keep it).
+	Context context.Context
 	Outcome Outcome
 	Key     string // the client's key, unquoted; mask it before logging (MaskKey)
 	Scope   string
 	Method  string
 	Route   string
-	// Status is the status code of the response, when there is one.
+	// Status is the code of the response, when there is one: an HTTP
+	// status, or what another transport answers (a gRPC code).
 	Status int
 	// Duration is the time from the start of the request to this outcome.
 	Duration time.Duration

@@ -3,7 +3,6 @@ package core
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
 )
 
 // Problem type URIs, one per error case, stable across releases so that
@@ -38,35 +37,6 @@ func (p *Problem) Error() string {
 		return p.Title
 	}
 	return p.Title + ": " + p.Detail
-}
-
-// Response is a response the Engine answers with instead of running the
-// handler: a replay of a stored response, or an error.
-type Response struct {
-	StatusCode int
-	Header     http.Header
-	Body       []byte
-	// Problem is set when the response is an error; Body is then its JSON.
-	Problem *Problem
-}
-
-// Write writes r to w: the headers, the status and the body.
-func (r *Response) Write(w http.ResponseWriter) {
-	h := w.Header()
-	for k, v := range r.Header {
-		h[k] = v
-	}
-	if bodyAllowed(r.StatusCode) {
-		h.Set("Content-Length", strconv.Itoa(len(r.Body)))
-	}
-	w.WriteHeader(r.StatusCode)
-	w.Write(r.Body) //nolint:errcheck // the client went away; nothing to do
-}
-
-// bodyAllowed reports whether a response with this status may have a body
-// and so a Content-Length (RFC 9110: not 1xx, 204 or 304).
-func bodyAllowed(status int) bool {
-	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
 }
 
 func problemResponse(p *Problem, header http.Header) *Response {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"time"
 )
 
@@ -19,17 +18,19 @@ var ErrCorruptRecord = errors.New("idem: corrupt record")
 // records written by an older release.
 const recordVersion byte = 1
 
-// Record is a completed request as the Engine stores it.
+// Record is a completed call as the Engine stores it: what a replay
+// answers with. Transports read it from Engine.Acquire, admin tools and
+// stores from DecodeRecord.
 //
-// There is no "processing" record: a request in flight is represented by
-// its lock alone, so a record always describes a finished response.
+// There is no "processing" record: a call in flight is represented by its
+// lock alone, so a record always describes a finished result.
 type Record struct {
-	Key         string      // the client's key, trimmed and unquoted (as Event.Key)
-	Scope       string      // the scope the key belongs to (tenant, user)
-	Fingerprint [32]byte    // SHA-256 of the request; see Engine
-	StatusCode  int         // the stored response status: a final one, 200 to 999
-	Header      http.Header // the stored response headers
-	Body        []byte      // the stored body; empty when BodyOmitted
+	Key         string              // the client's key, trimmed and unquoted (as Event.Key)
+	Scope       string              // the scope the key belongs to (tenant, user)
+	Fingerprint [32]byte            // SHA-256 of the request
+	Code        int                 // the result's code: an HTTP status (200 to 999), a gRPC code
+	Header      map[string][]string // the stored response headers or metadata
+	Body        []byte              // the stored body; empty when BodyOmitted
 
 	// BodyOmitted is true when the body was larger than the configured limit:
 	// only its size and SHA-256 are kept, in BodySize and BodySHA256, which
@@ -46,21 +47,15 @@ type Record struct {
 // Duration is how long the handler of the first request took.
 func (r *Record) Duration() time.Duration { return r.CompletedAt.Sub(r.RequestedAt) }
 
-// MarshalBinary encodes r in the versioned binary format stores keep.
-// It never fails; the error is there to satisfy encoding.BinaryMarshaler.
-func (r *Record) MarshalBinary() ([]byte, error) {
-	return r.AppendBinary(nil)
-}
-
-// AppendBinary appends the encoding of r to b.
-func (r *Record) AppendBinary(b []byte) ([]byte, error) {
+// appendBinary appends r in the versioned binary format stores keep.
+func (r *Record) appendBinary(b []byte) []byte {
 	var flags byte
 	if r.BodyOmitted {
 		flags = 1
 	}
 	b = append(b, recordVersion, flags)
 	b = append(b, r.Fingerprint[:]...)
-	b = binary.AppendUvarint(b, uint64(r.StatusCode))
+	b = binary.AppendUvarint(b, uint64(r.Code))
 	b = binary.AppendVarint(b, unixNano(r.RequestedAt))
 	b = binary.AppendVarint(b, unixNano(r.CompletedAt))
 	b = binary.AppendVarint(b, unixNano(r.ExpiresAt))
@@ -81,13 +76,23 @@ func (r *Record) AppendBinary(b []byte) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(len(r.Body)))
 		b = append(b, r.Body...)
 	}
-	return b, nil
+	return b
 }
 
-// UnmarshalBinary decodes data into r. r.Body aliases data, which must
-// therefore not be modified while r is in use. Truncated, oversized or unknown input
-// returns an error wrapping ErrCorruptRecord; it never panics.
-func (r *Record) UnmarshalBinary(data []byte) error {
+// DecodeRecord decodes a record as a Store keeps it. Its Body aliases data,
+// which must therefore not be modified while the record is in use.
+// Truncated, oversized or unknown input returns an error wrapping
+// ErrCorruptRecord; it never panics.
+func DecodeRecord(data []byte) (*Record, error) {
+	rec := &Record{}
+	if err := rec.decode(data); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// decode decodes data into rec, which must be zero.
+func (rec *Record) decode(data []byte) error {
 	d := decoder{b: data}
 	if v := d.byte(); v != recordVersion {
 		if d.err != nil {
@@ -99,20 +104,19 @@ func (r *Record) UnmarshalBinary(data []byte) error {
 	if flags&^1 != 0 {
 		return fmt.Errorf("%w: unknown flags %#x", ErrCorruptRecord, flags)
 	}
-	var rec Record
 	copy(rec.Fingerprint[:], d.bytes(32))
-	status := d.uvarint()
-	if d.err == nil && (status < 200 || status > 999) { // a final status: a 1xx replayed hangs the client
-		return fmt.Errorf("%w: status %d", ErrCorruptRecord, status)
+	code := d.uvarint()
+	if d.err == nil && code > 999 {
+		return fmt.Errorf("%w: code %d", ErrCorruptRecord, code)
 	}
-	rec.StatusCode = int(status)
+	rec.Code = int(code)
 	rec.RequestedAt = fromUnixNano(d.varint())
 	rec.CompletedAt = fromUnixNano(d.varint())
 	rec.ExpiresAt = fromUnixNano(d.varint())
 	rec.Key = d.string()
 	rec.Scope = d.string()
 	if n := d.count(2); n > 0 {
-		rec.Header = make(http.Header, n)
+		rec.Header = make(map[string][]string, n)
 		for range n {
 			name := d.string()
 			values := make([]string, d.count(1))
@@ -139,7 +143,6 @@ func (r *Record) UnmarshalBinary(data []byte) error {
 	if len(d.b) != 0 {
 		return fmt.Errorf("%w: %d trailing bytes", ErrCorruptRecord, len(d.b))
 	}
-	*r = rec
 	return nil
 }
 

@@ -41,6 +41,9 @@ func TestIntegrationConformance(t *testing.T) {
 		idemtest.TestStore(t, func(*testing.T) core.Store {
 			return redislock.New(c, &redislock.Options{Prefix: prefix})
 		})
+		idemtest.TestLease(t, func(*testing.T) core.Store {
+			return redislock.New(c, &redislock.Options{Prefix: prefix})
+		})
 	})
 	t.Run("autopipeline", func(t *testing.T) {
 		ap, err := c.AutoPipeline()

@@ -30,6 +30,7 @@ import (
 func TestConformanceMiniredis(t *testing.T) {
 	_, c := newMiniredis(t, true)
 	idemtest.TestStore(t, func(*testing.T) core.Store { return redislock.New(c, nil) })
+	idemtest.TestLease(t, func(*testing.T) core.Store { return redislock.New(c, nil) })
 }
 
 // TestConformanceAutoPipeline runs the store on go-redis's AutoPipeliner,

@@ -1,0 +1,456 @@
+package core
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// This file is the API of HTTP framework adapters (ginidem, echoidem,
+// fiberidem): app authors do not need it.
+
+// HeaderGetter reads request headers; http.Header implements it.
+type HeaderGetter interface {
+	// Get returns the first value of the named header, or "".
+	Get(name string) string
+	// Values returns every value of the named header, nil if absent; it
+	// tells an empty key from a missing one, and a repeated key header.
+	Values(name string) []string
+}
+
+// Request is the Engine's framework-neutral view of an HTTP request. An
+// adapter fills it from its framework's request.
+type Request struct {
+	// Context carries the request's deadline and values (for Scope).
+	Context context.Context
+	Method  string
+	// Route is the route template (/orders/{id}): the endpoint that
+	// Config.ScopeRoute joins to the scope, and Event.Route, a label for
+	// metrics that path parameters do not multiply. Empty means Path.
+	Route string
+	// Path is the request's path, escaped as sent (url.URL.EscapedPath):
+	// routers that route on the escaped path send /docs/a%2Fb and /docs/a/b
+	// to two handlers. It joins the fingerprint: one key sent to /orders/1
+	// and then to /orders/2 is a key reused (422), not a replay of the first
+	// order's response.
+	Path string
+	// Query is the raw query string (without "?"): it joins the fingerprint,
+	// parameters sorted, so ?amount=1 and ?amount=1000 are two requests.
+	Query  string
+	Header HeaderGetter
+	// Body is read only when the request carries a key; the adapter then
+	// gives the handler Flight.Body instead. Nil means no body.
+	Body io.Reader
+	// ContentLength is the declared body size, or -1 if unknown. A body
+	// declared larger than Config.MaxBodyBytes is refused without reading;
+	// one that reads nothing while ContentLength promises bytes (and no
+	// Content-Encoding is sent) is refused as read before the middleware
+	// (ProblemBodyConsumed).
+	ContentLength int64
+	// ResponseHeader holds the response headers already set when the
+	// middleware runs, by middleware before it (CORS, request ids, tracing).
+	// Those that the handler leaves as they are are not stored, so that a
+	// replay carries the values its own request got. Nil means none.
+	ResponseHeader http.Header
+}
+
+// Covers reports whether requests with this method are covered.
+func (e *Engine) Covers(method string) bool {
+	for _, m := range e.cfg.Methods {
+		if m == method {
+			return true
+		}
+	}
+	return false
+}
+
+// Keyed reports whether Begin acts on a request with this method and these
+// headers: the method is covered, and the request carries a key header
+// (KeyHeader or LegacyKeyHeader, even an empty one) or keys are Required.
+// It only asks whether h.Values is nil, and allocates nothing (the header
+// names are canonical), so that an adapter can pass the other requests on
+// before it sets anything up for Begin.
+func (e *Engine) Keyed(method string, h HeaderGetter) bool {
+	return e.Covers(method) && (e.cfg.Required || h.Values(e.cfg.KeyHeader) != nil ||
+		e.cfg.LegacyKeyHeader != "" && h.Values(e.cfg.LegacyKeyHeader) != nil)
+}
+
+// Begin decides what to do with req. It returns:
+//
+//   - nil, nil: the request is not covered (its method, or no key while keys
+//     are optional): run the handler as usual; the body was not read;
+//   - nil, a Response: write it (a replay or an error); do not run the handler;
+//   - a Flight, nil: run the handler with Flight.Body as the request body,
+//     feed the response body to Flight.Write, then call Flight.Complete, or
+//     Flight.Abort if the response must not be stored (a panic, a hijacked
+//     connection, a body the adapter cannot capture).
+//
+// Begin may block up to Config.Wait when the key is in flight.
+func (e *Engine) Begin(req *Request) (*Flight, *Response) {
+	if !e.Covers(req.Method) {
+		return nil, nil
+	}
+	key, present, err := e.Key(req.Header)
+	if !present && !e.cfg.Required {
+		return nil, nil // the common unprotected case costs no more than this
+	}
+	start := time.Now()
+	route := req.Route
+	if route == "" {
+		route = req.Path
+	}
+	fail := func(o Outcome, p *Problem, err error) (*Flight, *Response) {
+		e.observe(Event{Context: req.Context, Outcome: o, Method: req.Method, Route: route, Key: key, Status: p.Status, Err: err}, start)
+		return nil, problemResponse(p, nil)
+	}
+	switch {
+	case err != nil:
+		return fail(OutcomeInvalidKey, &Problem{Type: ProblemInvalidKey, Title: "Invalid idempotency key",
+			Status: http.StatusBadRequest, Detail: strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": ")}, err)
+	case !present:
+		return fail(OutcomeInvalidKey, &Problem{Type: ProblemMissingKey, Title: "Missing idempotency key",
+			Status: http.StatusBadRequest, Detail: "this request requires an " + e.cfg.KeyHeader + " header"}, nil)
+	}
+
+	body, err := e.readBody(req)
+	if err != nil {
+		var maxBytes *http.MaxBytesError // an http.MaxBytesReader around the body
+		if errors.Is(err, errBodyTooLarge) || errors.As(err, &maxBytes) {
+			return fail(OutcomeTooLarge, &Problem{Type: ProblemBodyTooLarge, Title: "Request body too large",
+				Status: http.StatusRequestEntityTooLarge,
+				Detail: fmt.Sprintf("a request with an idempotency key may have at most %d bytes of body", e.cfg.MaxBodyBytes)}, err)
+		}
+		if errors.Is(err, errBodyConsumed) {
+			return fail(OutcomeBadBody, &Problem{Type: ProblemBodyConsumed, Title: "Request body already read",
+				Status: http.StatusInternalServerError, Detail: "the server read the request body before the idempotency middleware"}, err)
+		}
+		// The client went away or sent a broken body: nothing to protect.
+		return fail(OutcomeBadBody, &Problem{Type: ProblemUnreadableBody, Title: "Unreadable request body",
+			Status: http.StatusBadRequest, Detail: err.Error()}, err)
+	}
+
+	c := Call{
+		Context:     req.Context,
+		Key:         key,
+		Method:      req.Method,
+		Route:       route,
+		Fingerprint: fingerprint(req.Method, req.Path, req.Query, req.Header.Get("Content-Type"), body, e.cfg.CriticalHeaders, req.Header),
+	}
+	if e.cfg.Scope != nil {
+		c.Scope = e.cfg.Scope(req)
+	}
+	if e.cfg.TTL != nil {
+		c.TTL = e.cfg.TTL(req)
+	}
+	f := &Flight{body: body, max: e.cfg.MaxStoredBodyBytes}
+	l, rec, err := e.acquire(&c, start, &httpAnswers, &f.lease)
+	switch {
+	case l != nil:
+		if len(req.ResponseHeader) > 0 {
+			f.base = req.ResponseHeader.Clone()
+		}
+		return f, nil
+	case rec != nil:
+		return nil, e.replay(rec)
+	case errors.Is(err, ErrKeyReused):
+		return nil, problemResponse(&Problem{Type: ProblemKeyReused, Title: "Idempotency key reused",
+			Status: http.StatusUnprocessableEntity,
+			Detail: "this idempotency key was already used with a different request"}, nil)
+	case errors.Is(err, ErrInFlight):
+		return nil, problemResponse(&Problem{Type: ProblemKeyInFlight, Title: "Request in flight",
+			Status: http.StatusConflict,
+			Detail: "a request with this idempotency key is being processed; retry later"}, e.retryAfter())
+	default:
+		return nil, problemResponse(&Problem{Type: ProblemStoreUnavailable, Title: "Idempotency store unavailable",
+			Status: http.StatusServiceUnavailable,
+			Detail: "the request was not run because its idempotency cannot be guaranteed; retry later"}, e.retryAfter())
+	}
+}
+
+// httpAnswers are the codes of the HTTP refusals, for their events, and the
+// final statuses a record may replay (a 1xx replayed hangs the client).
+var httpAnswers = answers{
+	conflict:    http.StatusConflict,
+	mismatch:    http.StatusUnprocessableEntity,
+	unavailable: http.StatusServiceUnavailable,
+	valid:       func(code int) bool { return code >= 200 && code <= 999 },
+}
+
+func (e *Engine) retryAfter() http.Header {
+	h := make(http.Header, 2)
+	h.Set("Retry-After", e.retry)
+	return h
+}
+
+// replay builds the response of a stored record.
+func (e *Engine) replay(rec *Record) *Response {
+	h := http.Header(rec.Header)
+	if h == nil {
+		h = make(http.Header, 2)
+	}
+	h[HeaderReplay] = []string{"true"}
+	if e.cfg.ReplayTimestamp {
+		h[HeaderOriginalTimestamp] = []string{rec.RequestedAt.UTC().Format(time.RFC3339)}
+	}
+	if rec.BodyOmitted {
+		h[HeaderBodyOmitted] = []string{"sha256=" + hex.EncodeToString(rec.BodySHA256[:]) + "; size=" + strconv.FormatInt(rec.BodySize, 10)}
+	}
+	return &Response{StatusCode: rec.Code, Header: h, Body: rec.Body}
+}
+
+var (
+	errBodyTooLarge = errors.New("idem: request body too large")
+	// errBodyConsumed reports a body that ended before its first byte while
+	// its Content-Length promised more: something before the middleware
+	// read it (net/http reports a body cut short by the client as
+	// io.ErrUnexpectedEOF). Fingerprinting it as empty would give one
+	// request another's replay. A Content-Encoding exempts it: a
+	// decompressing middleware keeps the compressed length.
+	errBodyConsumed = errors.New("idem: the request body was read before the middleware")
+)
+
+func (e *Engine) readBody(req *Request) ([]byte, error) {
+	if req.Body == nil {
+		return nil, nil
+	}
+	limit := e.cfg.MaxBodyBytes
+	if req.ContentLength > limit {
+		return nil, errBodyTooLarge
+	}
+	// Up to initialBodyBuffer at first, then doubling as the bytes arrive,
+	// up to the declared length: a client that declares a large body and
+	// sends it slowly holds at most twice what it sent. The buffer holds one
+	// byte more than the body, to read its EOF, or, past the limit, to tell
+	// "exactly the limit" from "over it".
+	want := min(req.ContentLength, limit) + 1 // the declared body and its EOF, or 0 if undeclared
+	buf := make([]byte, 0, max(min(want, initialBodyBuffer), 512))
+	for {
+		if len(buf) == cap(buf) {
+			ceiling := limit + 1
+			if int64(len(buf)) < want {
+				ceiling = want
+			}
+			next := 2 * int64(cap(buf))
+			if next >= ceiling-1 {
+				next = ceiling // not one byte short of it, which would cost a copy more
+			}
+			buf = append(make([]byte, 0, next), buf...)
+		}
+		n, err := req.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, errBodyTooLarge
+		}
+		if err == io.EOF {
+			if len(buf) == 0 && req.ContentLength > 0 && req.Header.Get("Content-Encoding") == "" {
+				return nil, errBodyConsumed
+			}
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Flight is a request that holds its key's lock while the handler runs.
+// The adapter feeds it the response (Write, then Complete) or drops it
+// (Abort). Complete and Abort may be called more than once and in any
+// order: only the first call counts, so `defer f.Abort()` covers a panic.
+type Flight struct {
+	lease Lease
+	body  []byte
+	base  http.Header // response headers set before the handler ran
+	max   int         // Config.MaxStoredBodyBytes
+
+	// the captured response body, or its hash once it outgrew the limit
+	resp   []byte
+	size   int64
+	hasher hash.Hash
+}
+
+// Body returns the request body that Begin read, for the handler.
+func (f *Flight) Body() []byte { return f.body }
+
+// Write records p as part of the response body. It never fails.
+func (f *Flight) Write(p []byte) (int, error) {
+	f.size += int64(len(p))
+	switch {
+	case f.hasher != nil:
+		f.hasher.Write(p)
+	case len(f.resp)+len(p) > f.max:
+		f.hasher = sha256.New()
+		f.hasher.Write(f.resp)
+		f.hasher.Write(p)
+		f.resp = nil
+	default:
+		f.resp = append(f.resp, p...)
+	}
+	return len(p), nil
+}
+
+// Complete ends the flight with the handler's status and response headers
+// (the body went through Write): the response is stored, less the denied
+// headers and those left as Request.ResponseHeader had them, and the lock
+// released, or, if the store policy refuses the status, the lock is
+// released without storing. If the store fails to take the response, the
+// lock is left to expire: the handler ran, and a retry must not run it
+// again before LockTTL.
+func (f *Flight) Complete(status int, header http.Header) {
+	// Storable runs first: if it panics, the flight is not over yet and the
+	// adapter's deferred Abort releases the lock.
+	e := f.lease.e
+	if !(status >= 200 && status <= 999 && e.cfg.Storable(status)) {
+		f.lease.Release(status, nil)
+		return
+	}
+	rec := &Record{Code: status, Header: make(map[string][]string, len(header)), Body: f.resp}
+	for k, v := range header {
+		if !e.denied[http.CanonicalHeaderKey(k)] && !slices.Equal(v, f.base[k]) {
+			rec.Header[k] = v
+		}
+	}
+	if f.hasher != nil {
+		rec.BodyOmitted, rec.BodySize = true, f.size
+		f.hasher.Sum(rec.BodySHA256[:0])
+	}
+	f.lease.Complete(rec)
+}
+
+// Abort ends the flight without storing: the lock is released so a retry
+// runs the handler again. Use it after a panic, for a hijacked connection,
+// a body the adapter cannot capture (Fiber's body stream), or a response
+// that is not the handler's (a router's 404).
+func (f *Flight) Abort() { f.lease.Release(0, errAborted) }
+
+var errAborted = errors.New("idem: flight aborted: response not stored (panic, hijack, body stream or not the handler's)")
+
+// BodyReader gives the handler the request body that Engine.Begin read
+// (Flight.Body): an io.ReadCloser over the bytes, with Reset to reuse it.
+type BodyReader struct{ bytes.Reader }
+
+// Close does nothing: the bytes are in memory.
+func (*BodyReader) Close() error { return nil }
+
+// CaptureWriter is the http.ResponseWriter an adapter hands the handler
+// while a Flight is open: it passes the response through to the client and
+// copies its body into the Flight, notes the status, and notes a hijacked
+// connection. The net/http middleware and the adapters of net/http-based
+// frameworks share it.
+//
+// A flush does not stop the capture: the response is stored when the
+// handler returns, like any other (a body over Config.MaxStoredBodyBytes
+// as its size and hash). A handler that flushed has done its work, whether
+// it streams events or is an httputil.ReverseProxy, which flushes every
+// response without a Content-Length: a retry must get that response, not
+// run the handler again.
+type CaptureWriter struct {
+	http.ResponseWriter
+	Flight *Flight
+
+	status   int
+	header   http.Header // as sent: a copy taken with the status
+	hijacked bool
+}
+
+// WriteHeader notes the first final status and the headers sent with it,
+// and passes it on.
+func (w *CaptureWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+		w.header = w.ResponseWriter.Header().Clone()
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write copies p into the Flight and passes it on.
+func (w *CaptureWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	w.Flight.Write(p) //nolint:errcheck // never fails
+	return w.ResponseWriter.Write(p)
+}
+
+// FlushError flushes: the status and headers, if not sent yet, and the
+// body so far. http.ResponseController and Echo's Response.Flush call it.
+func (w *CaptureWriter) FlushError() error {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK) // as net/http sends it on a flush
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Flush is FlushError for code that asserts http.Flusher.
+func (w *CaptureWriter) Flush() { w.FlushError() } //nolint:errcheck // as http.Flusher, no error to report
+
+// Hijack hijacks, and notes a hijack that succeeded: the response is then
+// not stored.
+func (w *CaptureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.hijacked = true
+	}
+	return conn, rw, err
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *CaptureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Finish ends the Flight after the handler: Abort if the connection was
+// hijacked, else Complete with the status and the headers as
+// they were sent (headers changed after WriteHeader never reach the client,
+// so they are not stored), or, if the handler wrote nothing, 200 and the
+// headers as they are now, as net/http then sends them.
+func (w *CaptureWriter) Finish() {
+	if w.hijacked {
+		w.Flight.Abort()
+		return
+	}
+	if w.status == 0 {
+		w.Flight.Complete(http.StatusOK, w.ResponseWriter.Header())
+		return
+	}
+	w.Flight.Complete(w.status, w.header)
+}
+
+// Response is a response the Engine answers with instead of running the
+// handler: a replay of a stored response, or an error.
+type Response struct {
+	StatusCode int
+	Header     http.Header
+	Body       []byte
+	// Problem is set when the response is an error; Body is then its JSON.
+	Problem *Problem
+}
+
+// Write writes r to w: the headers, the status and the body.
+func (r *Response) Write(w http.ResponseWriter) {
+	h := w.Header()
+	for k, v := range r.Header {
+		h[k] = v
+	}
+	if bodyAllowed(r.StatusCode) {
+		h.Set("Content-Length", strconv.Itoa(len(r.Body)))
+	}
+	w.WriteHeader(r.StatusCode)
+	w.Write(r.Body) //nolint:errcheck // the client went away; nothing to do
+}
+
+// bodyAllowed reports whether a response with this status may have a body
+// and so a Content-Length (RFC 9110: not 1xx, 204 or 304).
+func bodyAllowed(status int) bool {
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
+}

@@ -1,0 +1,221 @@
+package idemtest
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/core"
+)
+
+// TestLease runs the conformance suite of the transport-neutral layer
+// (Engine.Acquire, Lease, Engine.Once) on the stores newStore returns: what
+// a transport other than HTTP relies on.
+func TestLease(t *testing.T, newStore func(t *testing.T) core.Store) {
+	t.Helper()
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s core.Store)
+	}{
+		{"ConcurrentCallsRunOnce", testLeaseRunsOnce},
+		{"ConcurrentCallsWait", testLeaseWait},
+		{"Replay", testLeaseReplay},
+		{"ReleaseLetsRetry", testLeaseRelease},
+		{"OnceAppliesOnce", testOnce},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.fn(t, newStore(t))
+		})
+	}
+}
+
+func newEngine(t *testing.T, cfg core.Config) *core.Engine {
+	t.Helper()
+	e, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func call(key string) *core.Call {
+	return &core.Call{Context: context.Background(), Key: key, Scope: "conformance", Method: "Test", Route: "/test",
+		Fingerprint: sha256.Sum256([]byte("request"))}
+}
+
+// runCalls makes n concurrent calls of one key, each of whose work counts
+// its run and completes with body; it returns the runs and the results.
+func runCalls(t *testing.T, e *core.Engine, key string, n int, started chan<- struct{}, hold <-chan struct{}) (runs int64, results []*core.Record, errs []error) {
+	t.Helper()
+	results, errs = make([]*core.Record, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, rec, err := e.Acquire(call(key))
+			results[i], errs[i] = rec, err
+			if l == nil {
+				return
+			}
+			if !l.Protected() {
+				errs[i] = errors.New("lease not protected")
+			}
+			atomic.AddInt64(&runs, 1)
+			if started != nil {
+				started <- struct{}{}
+			}
+			<-hold
+			l.Complete(&core.Record{Code: 7, Header: map[string][]string{"m": {"v"}}, Body: []byte("result")})
+			results[i] = &core.Record{Code: 7, Body: []byte("result")}
+		}()
+	}
+	wg.Wait()
+	return runs, results, errs
+}
+
+func testLeaseRunsOnce(t *testing.T, s core.Store) {
+	e := newEngine(t, core.Config{Store: s})
+	hold := make(chan struct{})
+	close(hold)
+	runs, results, errs := runCalls(t, e, Key(t), 100, nil, hold)
+	if runs != 1 {
+		t.Fatalf("work ran %d times, want 1", runs)
+	}
+	for i, err := range errs {
+		switch {
+		case err == nil && results[i] != nil && results[i].Code == 7 && string(results[i].Body) == "result":
+		case errors.Is(err, core.ErrInFlight):
+		default:
+			t.Fatalf("call %d: record %+v, err %v", i, results[i], err)
+		}
+	}
+}
+
+func testLeaseWait(t *testing.T, s core.Store) {
+	e := newEngine(t, core.Config{Store: s, Wait: time.Minute})
+	started, hold := make(chan struct{}, 1), make(chan struct{})
+	done := make(chan struct{})
+	var runs int64
+	var results []*core.Record
+	var errs []error
+	go func() {
+		defer close(done)
+		runs, results, errs = runCalls(t, e, Key(t), 50, started, hold)
+	}()
+	<-started
+	close(hold)
+	<-done
+	if runs != 1 {
+		t.Fatalf("work ran %d times, want 1", runs)
+	}
+	for i, err := range errs {
+		if err != nil || results[i] == nil || string(results[i].Body) != "result" {
+			t.Fatalf("call %d: record %+v, err %v; every waiting call gets the result", i, results[i], err)
+		}
+	}
+}
+
+func testLeaseReplay(t *testing.T, s core.Store) {
+	var events []core.Outcome
+	var mu sync.Mutex
+	e := newEngine(t, core.Config{Store: s, Observer: func(ev core.Event) {
+		mu.Lock()
+		events = append(events, ev.Outcome)
+		mu.Unlock()
+	}})
+	key := Key(t)
+	l, _, err := e.Acquire(call(key))
+	if err != nil || l == nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	l.Complete(&core.Record{Code: 3, Header: map[string][]string{"grpc-status-details": {"x"}}, Body: []byte{0, 1, 2}})
+	l.Release(0, nil) // after Complete: does nothing
+	l2, rec, err := e.Acquire(call(key))
+	if err != nil || l2 != nil || rec == nil {
+		t.Fatalf("second Acquire: lease %v, record %v, err %v", l2, rec, err)
+	}
+	if rec.Code != 3 || string(rec.Body) != "\x00\x01\x02" || rec.Header["grpc-status-details"][0] != "x" || rec.Key != key {
+		t.Fatalf("replayed record %+v", rec)
+	}
+	other := call(key)
+	other.Fingerprint[0] ^= 1
+	if _, _, err := e.Acquire(other); !errors.Is(err, core.ErrKeyReused) {
+		t.Fatalf("other fingerprint: err %v, want ErrKeyReused", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []core.Outcome{core.OutcomeStored, core.OutcomeReplay, core.OutcomeMismatch}
+	if len(events) != len(want) {
+		t.Fatalf("events %v, want %v", events, want)
+	}
+	for i := range want {
+		if events[i] != want[i] {
+			t.Fatalf("events %v, want %v", events, want)
+		}
+	}
+}
+
+func testLeaseRelease(t *testing.T, s core.Store) {
+	e := newEngine(t, core.Config{Store: s})
+	key := Key(t)
+	l, _, err := e.Acquire(call(key))
+	if err != nil || l == nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if _, _, err := e.Acquire(call(key)); !errors.Is(err, core.ErrInFlight) {
+		t.Fatalf("duplicate in flight: err %v, want ErrInFlight", err)
+	}
+	l.Release(13, errors.New("internal"))
+	l.Complete(&core.Record{Code: 0}) // after Release: does nothing
+	l2, rec, err := e.Acquire(call(key))
+	if err != nil || l2 == nil || rec != nil {
+		t.Fatalf("retry after Release: lease %v, record %v, err %v; want a lease", l2, rec, err)
+	}
+	l2.Release(0, nil)
+}
+
+func testOnce(t *testing.T, s core.Store) {
+	e := newEngine(t, core.Config{Store: s, Wait: time.Minute})
+	key := Key(t)
+	var applied int64
+	fail := true
+	var wg sync.WaitGroup
+	// The first delivery fails: the event is applied by a redelivery, once.
+	if ran, err := e.Once(context.Background(), "consumer", key, func(context.Context) error {
+		if fail {
+			return errors.New("broker down")
+		}
+		return nil
+	}); !ran || err == nil {
+		t.Fatalf("failing delivery: ran %v, err %v", ran, err)
+	}
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := e.Once(context.Background(), "consumer", key, func(context.Context) error {
+				atomic.AddInt64(&applied, 1)
+				return nil
+			}); err != nil {
+				t.Errorf("Once: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if applied != 1 {
+		t.Fatalf("event applied %d times, want 1", applied)
+	}
+	if ran, err := e.Once(context.Background(), "consumer", key, func(context.Context) error {
+		t.Error("a completed event ran again")
+		return nil
+	}); ran || err != nil {
+		t.Fatalf("redelivery of a completed event: ran %v, err %v", ran, err)
+	}
+}

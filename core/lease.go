@@ -1,0 +1,414 @@
+package core
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// This file is the transport-neutral layer: what gRPC interceptors, message
+// consumers and the HTTP Engine.Begin share. App authors do not need it.
+
+// Errors of Engine.Acquire, for transports to map to their own answers.
+var (
+	// ErrKeyReused reports a key already used with another fingerprint
+	// (HTTP 422).
+	ErrKeyReused = errors.New("idem: key reused with another request")
+	// ErrStoreUnavailable reports a store failure under Config.FailClosed:
+	// the call must not run (HTTP 503). It wraps the store's error.
+	ErrStoreUnavailable = errors.New("idem: store unavailable")
+)
+
+// Call is a unit of work that a transport asks the Engine to run at most
+// once per (Scope, Key).
+type Call struct {
+	// Context carries the values of the store calls (never its cancellation,
+	// which only ends a wait for an in-flight key).
+	Context context.Context
+	// Key is the client's key, as Engine.Key returns it.
+	Key   string
+	Scope string
+	// Method and Route label the Event; Route also joins the scope when
+	// Config.ScopeRoute is set (an HTTP route template, a gRPC full method).
+	Method string
+	Route  string
+	// Fingerprint identifies the request: the same key with another
+	// fingerprint is ErrKeyReused.
+	Fingerprint [32]byte
+	// TTL is how long the result is kept. Zero means Config.ResponseTTL.
+	TTL time.Duration
+}
+
+// ID returns the store key of a client's key in a scope, joined by route
+// when it is not empty: the hex SHA-256 of the length-prefixed parts, so no
+// key can reach another scope's record or break a store's key layout. The
+// Engine joins the route only with Config.ScopeRoute; admin tools use ID to
+// find a record.
+func ID(scope, key, route string) string {
+	var buf [512]byte
+	b := appendField(buf[:0], scope)
+	b = appendField(b, key)
+	if route != "" {
+		b = appendField(b, route)
+	}
+	sum := sha256.Sum256(b)
+	var out [64]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
+}
+
+// Acquire runs the lease protocol for c. It returns:
+//
+//   - a Lease, nil, nil: run the work, then call Lease.Complete or
+//     Lease.Release. While the work runs the lock is refreshed. If the store
+//     failed and Config.FailClosed is off, the lease is not Protected and its
+//     methods do nothing;
+//   - nil, a Record, nil: the call completed before with the same
+//     fingerprint: answer with the record (a replay);
+//   - nil, nil, an error: ErrKeyReused, ErrInFlight (after waiting up to
+//     Config.Wait), or an error wrapping ErrStoreUnavailable (FailClosed).
+//
+// Acquire reports the replay, conflict, mismatch or store error to the
+// Observer; the Lease reports how it ends.
+func (e *Engine) Acquire(c *Call) (*Lease, *Record, error) {
+	return e.acquire(c, time.Now(), &answers{}, &Lease{})
+}
+
+// answers are a transport's codes for the refusals, reported in their
+// events, and the codes a stored record may hold.
+type answers struct {
+	conflict, mismatch, unavailable int
+	valid                           func(code int) bool // nil: any
+}
+
+// acquire is Acquire with the call's start time, the transport's answers,
+// and the memory of the lease (a Flight holds it: one allocation less).
+func (e *Engine) acquire(c *Call, start time.Time, a *answers, l *Lease) (*Lease, *Record, error) {
+	ctx := c.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	route := ""
+	if e.cfg.ScopeRoute {
+		route = c.Route
+	}
+	*l = Lease{
+		e:           e,
+		answers:     a,
+		ctx:         context.WithoutCancel(ctx),
+		ev:          Event{Context: ctx, Method: c.Method, Route: c.Route, Key: c.Key, Scope: c.Scope},
+		start:       start,
+		id:          ID(c.Scope, c.Key, route),
+		fingerprint: c.Fingerprint,
+		ttl:         c.TTL,
+	}
+	if l.ttl <= 0 {
+		l.ttl = e.cfg.ResponseTTL
+	}
+	var deadline time.Time
+	if e.cfg.Wait > 0 {
+		deadline = start.Add(e.cfg.Wait)
+	}
+	step := firstWaitStep
+	var (
+		inFlight bool  // the key was seen in flight
+		waitErr  error // a store error met since
+		last     bool  // the wait is over: this was the last look
+	)
+	for {
+		// Not cancelled with the request: a store call cut off half-way may
+		// have taken the lock all the same (Redis ran the script, the reply
+		// was lost), leaving a lock nobody releases before it expires.
+		sent := time.Now() // the lock's TTL runs from about then
+		raw, token, err := e.cfg.Store.Acquire(l.ctx, l.id, e.cfg.LockTTL)
+		switch {
+		case err == nil && token != "":
+			l.token = token
+			l.startRefresh(sent)
+			return l, nil, nil
+		case err == nil:
+			return l.replay(raw)
+		case errors.Is(err, ErrInFlight):
+			inFlight = true
+		case !inFlight:
+			return l.storeFailed(err)
+		default:
+			// The key was in flight a moment ago and may still be: running
+			// the work unprotected now could run it twice, whatever
+			// FailClosed says. Keep waiting; at the deadline, ErrInFlight.
+			waitErr = err
+		}
+		if e.cfg.Wait > 0 && !last && ctx.Err() == nil {
+			if time.Now().Before(deadline) && e.wait(ctx, l.id, deadline, step) == nil {
+				step = min(2*step, maxWaitStep)
+				continue
+			}
+			// The deadline cut the last backoff step short: look once
+			// more, the first request may have finished meanwhile.
+			if last = ctx.Err() == nil; last {
+				continue
+			}
+		}
+		l.ev.Err = waitErr
+		l.observe(OutcomeConflict, a.conflict)
+		return nil, nil, ErrInFlight
+	}
+}
+
+// wait blocks until the lock of id may have been released: through the
+// store's Waiter if it has one, else by sleeping step (the caller backs off).
+func (e *Engine) wait(ctx context.Context, id string, deadline time.Time, step time.Duration) error {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if w, ok := e.cfg.Store.(Waiter); ok {
+		return w.Wait(ctx, id)
+	}
+	t := time.NewTimer(step)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Lease is a call that holds its key's lock while its work runs. Complete
+// and Release may be called more than once and in any order: only the first
+// call counts, so a deferred Release covers a panic.
+type Lease struct {
+	e           *Engine
+	answers     *answers
+	ctx         context.Context // the call's values, never cancelled
+	ev          Event
+	start       time.Time
+	id          string
+	token       string
+	fingerprint [32]byte
+	ttl         time.Duration
+
+	rec Record // a replayed record: the lease's memory, one allocation less
+
+	mu      sync.Mutex // guards done, held, expired and timer against the refresher
+	done    bool
+	held    time.Time // when the lock was last known held for LockTTL: taken or refreshed
+	expired bool      // a refresh found the lock gone
+	timer   *time.Timer
+}
+
+// Protected reports whether the lease holds the key's lock. It is false
+// when the store failed and the work runs unprotected (fail-open).
+func (l *Lease) Protected() bool { return l.token != "" }
+
+func (l *Lease) replay(raw []byte) (*Lease, *Record, error) {
+	rec := &l.rec
+	err := rec.decode(raw)
+	if err == nil && l.answers.valid != nil && !l.answers.valid(rec.Code) {
+		err = fmt.Errorf("%w: code %d", ErrCorruptRecord, rec.Code)
+	}
+	if err != nil {
+		return l.storeFailed(err)
+	}
+	if rec.Fingerprint != l.fingerprint {
+		l.observe(OutcomeMismatch, l.answers.mismatch)
+		return nil, nil, ErrKeyReused
+	}
+	l.observe(OutcomeReplay, rec.Code)
+	return nil, rec, nil
+}
+
+// storeFailed applies the fail-open or fail-closed policy.
+func (l *Lease) storeFailed(err error) (*Lease, *Record, error) {
+	l.ev.Err = err
+	if l.e.cfg.FailClosed {
+		l.observe(OutcomeStoreError, l.answers.unavailable)
+		return nil, nil, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+	}
+	l.observe(OutcomeStoreError, 0)
+	l.done = true // unprotected: Complete and Release do nothing
+	return l, nil, nil
+}
+
+// observe reports the lease's event with outcome o and, if not zero, code.
+func (l *Lease) observe(o Outcome, code int) {
+	l.ev.Outcome = o
+	if code != 0 {
+		l.ev.Status = code
+	}
+	l.e.observe(l.ev, l.start)
+}
+
+// Complete stores rec as the call's result and releases the lock. Its Code,
+// Header, Body and omitted-body fields are the work's; Complete fills the
+// others. If the store fails to take it, the lock is left to expire: the
+// work ran, and a retry must not run it again before LockTTL.
+func (l *Lease) Complete(rec *Record) {
+	if !l.finish() {
+		return
+	}
+	l.mu.Lock()
+	// Expired: a refresh found the lock gone, or none succeeded for LockTTL
+	// (they failed with other errors).
+	expired := l.expired || time.Since(l.held) >= l.e.cfg.LockTTL
+	l.mu.Unlock()
+	l.ev.Status = rec.Code
+	now := time.Now()
+	rec.Key, rec.Scope, rec.Fingerprint = l.ev.Key, l.ev.Scope, l.fingerprint
+	rec.RequestedAt, rec.CompletedAt, rec.ExpiresAt = l.start, now, now.Add(l.ttl)
+	data := rec.appendBinary(make([]byte, 0, 128+len(rec.Body)))
+	ctx, cancel := l.storeContext()
+	defer cancel()
+	err := l.e.cfg.Store.Complete(ctx, l.id, l.token, data, l.ttl)
+	switch {
+	case err == nil && expired:
+		// Stored late: the lock expired, or may have (no refresh confirmed
+		// it), and nobody took the key; but for a while a duplicate could
+		// have run the work.
+		l.ev.Outcome, l.ev.Err = OutcomeStored, errStoredLate
+	case err == nil:
+		l.ev.Outcome = OutcomeStored
+	case errors.Is(err, ErrLockLost):
+		l.ev.Outcome, l.ev.Err = OutcomeLockLost, err
+	default:
+		// Not stored, or not known to be (a timeout may hide a success).
+		// The lock is left to expire, so that a retry gets ErrInFlight until
+		// LockTTL has passed rather than run the work again now.
+		l.ev.Outcome, l.ev.Err = OutcomeStoreError, err
+	}
+	l.e.observe(l.ev, l.start)
+}
+
+// Release ends the lease without storing: the lock is released so that a
+// retry runs the work again. code is the work's answer (0 if none, as after
+// a panic) and reason why it is not stored (nil: the store policy).
+func (l *Lease) Release(code int, reason error) {
+	if !l.finish() {
+		return
+	}
+	if code != 0 {
+		l.ev.Status = code
+	}
+	ctx, cancel := l.storeContext()
+	defer cancel()
+	err := l.e.cfg.Store.Release(ctx, l.id, l.token)
+	l.ev.Outcome, l.ev.Err = OutcomeNotStored, reason
+	switch {
+	case errors.Is(err, ErrLockLost):
+		l.ev.Outcome, l.ev.Err = OutcomeLockLost, err
+	case err != nil:
+		l.ev.Outcome, l.ev.Err = OutcomeStoreError, err
+	}
+	l.e.observe(l.ev, l.start)
+}
+
+// errStoredLate is the Err of an OutcomeStored event whose lock expired,
+// or may have, while the work ran.
+var errStoredLate = fmt.Errorf("%w (or may have been: no refresh confirmed the lock for LockTTL) while the work ran; the result was stored as no other call had taken the key", ErrLockLost)
+
+// storeContext bounds a store call made after the work: the call's values,
+// no cancellation (the client may be gone, the lock must still be settled),
+// and at most LockTTL, past which the lock is gone anyway.
+func (l *Lease) storeContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(l.ctx, l.e.cfg.LockTTL)
+}
+
+// finish marks the lease done and stops the refresher; it reports whether
+// this call was the first.
+func (l *Lease) finish() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done {
+		return false
+	}
+	l.done = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	return true
+}
+
+// startRefresh arms a timer that extends the lock every LockTTL/3 while the
+// work runs, so that slow work keeps its lock and is never run twice.
+func (l *Lease) startRefresh(taken time.Time) {
+	l.mu.Lock()
+	l.held = taken
+	l.timer = time.AfterFunc(l.e.cfg.LockTTL/3, l.refresh)
+	l.mu.Unlock()
+}
+
+// storeRefresh calls Store.Refresh, turning a panic of the store into an
+// error: it runs on a timer's goroutine, where a panic would end the
+// process rather than one call.
+func (l *Lease) storeRefresh(ctx context.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("idem: Store.Refresh panicked: %v", r)
+		}
+	}()
+	return l.e.cfg.Store.Refresh(ctx, l.id, l.token, l.e.cfg.LockTTL)
+}
+
+func (l *Lease) refresh() {
+	l.mu.Lock()
+	done := l.done
+	l.mu.Unlock()
+	if done {
+		return
+	}
+	// The store call runs without the mutex, so that Complete and Release
+	// never wait for a slow refresh; its result is ignored if the lease
+	// ended meanwhile. Half the period, so that a refresh that times out
+	// leaves time for another before the lock expires. Its context carries
+	// none of the call's values: the call may outlast the request, whose
+	// context a framework reuses once the adapter returns.
+	period := l.e.cfg.LockTTL / 3
+	ctx, cancel := context.WithTimeout(context.Background(), period/2)
+	sent := time.Now()
+	err := l.storeRefresh(ctx)
+	cancel()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case err == nil:
+		l.held = sent
+	case errors.Is(err, ErrLockLost):
+		l.expired = true
+	}
+	if l.done || l.expired {
+		// No use refreshing a lock someone else may hold. The loss is
+		// reported once, by Complete or Release, whose store call finds it.
+		return
+	}
+	// On another error, try again at the next tick: the lock is still ours
+	// until it expires.
+	l.timer.Reset(period)
+}
+
+// Once runs fn at most once per (scope, key) and never again once it
+// succeeded: the consumer side of idempotency, for events identified by
+// key. It reports whether fn ran now. A duplicate of a completed event
+// returns false, nil; one in flight elsewhere returns ErrInFlight (redeliver
+// it later); an error of fn releases the key, so a redelivery runs fn again,
+// and is returned as is.
+//
+// With a store separate from fn's effects, a crash between the effect and
+// the completion runs fn again on redelivery, once the lock expires: an
+// effect in the same database as its mark (pgstore's inbox) is exactly once.
+func (e *Engine) Once(ctx context.Context, scope, key string, fn func(context.Context) error) (ran bool, err error) {
+	l, rec, err := e.Acquire(&Call{Context: ctx, Key: key, Scope: scope, Method: "once", Route: scope})
+	if err != nil || rec != nil {
+		return false, err
+	}
+	defer l.Release(0, errAborted) // a panic of fn
+	if err := fn(ctx); err != nil {
+		l.Release(0, err)
+		return true, err
+	}
+	l.Complete(&Record{})
+	return true, nil
+}
