@@ -340,11 +340,11 @@ func storeError(op string, runs int, err error) error {
 // recordCode returns the status code of an encoded core record for the
 // status_code column, or nil if data is not one.
 func recordCode(data []byte) any {
-	var r core.Record
-	if r.UnmarshalBinary(data) != nil {
+	r, err := core.DecodeRecord(data)
+	if err != nil {
 		return nil
 	}
-	return int32(r.StatusCode)
+	return int32(r.Code)
 }
 
 // tokenPrefix makes tokens unique across processes; tokenSeq within one.
