@@ -1,0 +1,180 @@
+package idemprom
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idem-go/idem/core"
+)
+
+// DefaultRequestBuckets are the default buckets of
+// idempotency_request_duration_seconds, in seconds.
+var DefaultRequestBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// DefaultStoreBuckets are the default buckets of
+// idempotency_store_operation_duration_seconds, in seconds: a store call
+// takes well under a millisecond to tens of milliseconds.
+var DefaultStoreBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+
+// Options tunes a Collector. A nil *Options means the defaults.
+type Options struct {
+	// RequestBuckets of idempotency_request_duration_seconds.
+	// Default: DefaultRequestBuckets.
+	RequestBuckets []float64
+	// StoreBuckets of idempotency_store_operation_duration_seconds.
+	// Default: DefaultStoreBuckets.
+	StoreBuckets []float64
+}
+
+// Collector holds idem's metrics (see the package doc). It is a
+// prometheus.Collector, safe for concurrent use; one Collector may serve
+// any number of Engines and stores.
+type Collector struct {
+	requests  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	storeDur  *prometheus.HistogramVec
+	storeErrs *prometheus.CounterVec
+	inflight  prometheus.Gauge
+	fallbacks prometheus.Counter
+
+	ops [numOps]opMetrics // resolved once: the store wrapper does no label lookup
+
+	mu     sync.RWMutex
+	series map[seriesKey]series // resolved once per label set: one lookup per event, not two
+}
+
+type seriesKey struct {
+	outcome       core.Outcome
+	method, route string
+}
+
+type series struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
+}
+
+type opMetrics struct {
+	duration prometheus.Observer
+	errors   prometheus.Counter
+}
+
+// New returns a Collector registered on reg (none if reg is nil). If reg
+// already holds a Collector, New returns that one, with the Options it was
+// made with: Engines built apart can share a registry.
+func New(reg prometheus.Registerer, opts *Options) (*Collector, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.RequestBuckets == nil {
+		o.RequestBuckets = DefaultRequestBuckets
+	}
+	if o.StoreBuckets == nil {
+		o.StoreBuckets = DefaultStoreBuckets
+	}
+	if !increasing(o.RequestBuckets) || !increasing(o.StoreBuckets) {
+		return nil, errBuckets
+	}
+	labels := []string{"outcome", "method", "route"}
+	c := &Collector{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idempotency_requests_total",
+			Help: "Requests with an idempotency key, by outcome (replay, stored, conflict, ...), method and route template.",
+		}, labels),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idempotency_request_duration_seconds",
+			Help:    "Time from the start of a request with an idempotency key to its outcome; for stored and not_stored, the handler's time included.",
+			Buckets: slices.Clone(o.RequestBuckets),
+		}, labels),
+		storeDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idempotency_store_operation_duration_seconds",
+			Help:    "Duration of the idempotency store's calls, by operation (acquire, complete, release, refresh).",
+			Buckets: slices.Clone(o.StoreBuckets),
+		}, []string{"operation"}),
+		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idempotency_store_errors_total",
+			Help: "Idempotency store calls that failed, by operation; a key in flight or a lost lock is no failure.",
+		}, []string{"operation"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idempotency_inflight_requests",
+			Help: "Requests of this process that hold their idempotency key's lock: their handler is running.",
+		}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idempotency_store_fallbacks_total",
+			Help: "Requests that the fallback store served because the primary store failed.",
+		}),
+		series: make(map[seriesKey]series),
+	}
+	for op := range numOps {
+		c.ops[op] = opMetrics{
+			duration: c.storeDur.WithLabelValues(op.String()),
+			errors:   c.storeErrs.WithLabelValues(op.String()),
+		}
+	}
+	if reg == nil {
+		return c, nil
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if prev, ok := are.ExistingCollector.(*Collector); ok {
+				return prev, nil
+			}
+		}
+		return nil, fmt.Errorf("idemprom: register: %w", err)
+	}
+	return c, nil
+}
+
+var errBuckets = errors.New("idemprom: buckets must be strictly increasing")
+
+func increasing(b []float64) bool {
+	for i := 1; i < len(b); i++ {
+		if !(b[i] > b[i-1]) {
+			return false
+		}
+	}
+	return len(b) > 0
+}
+
+// Observe counts e; use it as core.Config.Observer (Observer: c.Observe).
+func (c *Collector) Observe(e core.Event) {
+	k := seriesKey{e.Outcome, e.Method, e.Route}
+	c.mu.RLock()
+	s, ok := c.series[k]
+	c.mu.RUnlock()
+	if !ok {
+		outcome := e.Outcome.String()
+		s = series{
+			requests: c.requests.WithLabelValues(outcome, e.Method, e.Route),
+			duration: c.duration.WithLabelValues(outcome, e.Method, e.Route),
+		}
+		c.mu.Lock()
+		c.series[k] = s
+		c.mu.Unlock()
+	}
+	s.requests.Inc()
+	s.duration.Observe(e.Duration.Seconds())
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range c.metrics() {
+		m.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.metrics() {
+		m.Collect(ch)
+	}
+}
+
+func (c *Collector) metrics() [6]prometheus.Collector {
+	return [...]prometheus.Collector{c.requests, c.duration, c.storeDur, c.storeErrs, c.inflight, c.fallbacks}
+}
