@@ -16,6 +16,12 @@ func TestIntegrationConformance(t *testing.T) {
 	idemtest.TestStore(t, pgtest.NewStore)
 }
 
+// TestIntegrationLease runs the conformance suite of core's
+// transport-neutral layer on the PostgreSQL store.
+func TestIntegrationLease(t *testing.T) {
+	idemtest.TestLease(t, pgtest.NewStore)
+}
+
 // TestIntegrationHTTP runs the HTTP conformance suite through
 // core.Engine.Middleware on the PostgreSQL store.
 func TestIntegrationHTTP(t *testing.T) {
