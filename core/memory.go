@@ -45,6 +45,7 @@ type memEntry struct {
 	record  []byte // nil while locked
 	token   string // "" once completed
 	expires time.Time
+	locked  time.Time     // when the lock was taken; zero for a record
 	index   int           // in its heap: locks or records
 	waiters chan struct{} // closed when the lock goes; nil until someone waits
 }
@@ -82,7 +83,7 @@ func (s *MemoryStore) Acquire(_ context.Context, key string, lockTTL time.Durati
 		return nil, "", ErrStoreFull
 	}
 	s.tokens++
-	e := &memEntry{key: key, token: strconv.FormatUint(s.tokens, 36), expires: now.Add(lockTTL)}
+	e := &memEntry{key: key, token: strconv.FormatUint(s.tokens, 36), expires: now.Add(lockTTL), locked: now}
 	s.entries[key] = e
 	heap.Push(&s.locks, e)
 	return nil, e.token, nil
@@ -113,7 +114,7 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, record []by
 		return ErrLockLost
 	}
 	heap.Remove(&s.locks, e.index)
-	e.record, e.token = record, ""
+	e.record, e.token, e.locked = record, "", time.Time{}
 	e.expires = now.Add(ttl)
 	heap.Push(&s.records, e)
 	e.wake()
