@@ -111,19 +111,26 @@ func ValidateStructuredKey(key string) error {
 	return err
 }
 
-// parseKey turns a raw header value into a key: spaces and tabs around it
-// are dropped (they are not part of a field value, RFC 9110, though not
-// every server drops them), a quoted structured-field string (RFC 8941,
-// "abc") is unquoted, then the default rules apply: 1 to maxLen characters
-// of printable ASCII (0x20 to 0x7E).
+// parseKey turns a raw header value into a key. The value is a Structured
+// Field Item (RFC 8941): a String ("abc"), unquoted, whose parameters
+// (;p=1) are ignored; or, as clients send it most often, a bare value,
+// taken as it is. Spaces and tabs around it are dropped. A comma outside a
+// String means a list of keys (a proxy may join field lines with commas,
+// RFC 9110) and fails, as does a String that does not parse. Then the
+// default rules apply: 1 to maxLen characters of printable ASCII.
 func parseKey(raw string, maxLen int) (string, error) {
-	raw = strings.Trim(raw, " \t")
-	key := raw
-	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+	key := strings.Trim(raw, " \t")
+	if strings.HasPrefix(key, `"`) {
+		var rest string
 		var err error
-		if key, err = unquoteSFString(raw[1 : len(raw)-1]); err != nil {
+		if key, rest, err = parseSFString(key); err != nil {
 			return "", err
 		}
+		if err := skipSFParams(rest); err != nil {
+			return "", err
+		}
+	} else if strings.IndexByte(key, ',') >= 0 {
+		return "", errors.New("several keys in one header (a comma-separated list): want one")
 	}
 	if key == "" {
 		return "", errors.New("empty key")
@@ -139,25 +146,109 @@ func parseKey(raw string, maxLen int) (string, error) {
 	return key, nil
 }
 
-// unquoteSFString undoes the escapes of an RFC 8941 string: only \" and \\.
-func unquoteSFString(s string) (string, error) {
-	if !strings.ContainsAny(s, `\"`) {
-		return s, nil
-	}
+// parseSFString parses the RFC 8941 String at the start of s and returns
+// its value and what follows it.
+func parseSFString(s string) (value, rest string, err error) {
 	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '"':
-			return "", errors.New("unescaped quote inside a quoted key")
-		case '\\':
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"':
+			return b.String(), s[i+1:], nil
+		case c == '\\':
 			if i+1 == len(s) || (s[i+1] != '"' && s[i+1] != '\\') {
-				return "", errors.New(`bad escape in a quoted key: only \" and \\ are allowed`)
+				return "", "", errors.New(`bad escape in a quoted key: only \" and \\ are allowed`)
 			}
 			i++
 			b.WriteByte(s[i])
+		case c < 0x20 || c > 0x7e:
+			return "", "", fmt.Errorf("byte %#x in a quoted key: want printable ASCII", c)
 		default:
 			b.WriteByte(c)
 		}
 	}
-	return b.String(), nil
+	return "", "", errors.New("quoted key without its closing quote")
+}
+
+// skipSFParams checks that s holds only the parameters of an Item
+// (;key=bare-item ...), which the key ignores.
+func skipSFParams(s string) error {
+	for s != "" {
+		if s[0] != ';' {
+			if s[0] == ',' {
+				return errors.New("several keys in one header (a comma-separated list): want one")
+			}
+			return fmt.Errorf("%q after a quoted key: want nothing or ;parameters", s)
+		}
+		s = strings.TrimLeft(s[1:], " ")
+		n := 0
+		for n < len(s) && (s[n] >= 'a' && s[n] <= 'z' || s[n] == '*' || n > 0 && (s[n] >= '0' && s[n] <= '9' || strings.IndexByte("_-.", s[n]) >= 0)) {
+			n++
+		}
+		if n == 0 {
+			return errors.New("bad parameter name after a quoted key")
+		}
+		s = s[n:]
+		if s == "" || s[0] != '=' {
+			continue // a boolean parameter, true
+		}
+		var err error
+		if s, err = skipSFBareItem(s[1:]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// skipSFBareItem skips the bare item (a parameter's value) at the start of
+// s: a number, String, Token, Byte Sequence or Boolean.
+func skipSFBareItem(s string) (string, error) {
+	bad := errors.New("bad parameter value after a quoted key")
+	switch {
+	case s == "":
+		return "", bad
+	case s[0] == '"':
+		_, rest, err := parseSFString(s)
+		return rest, err
+	case s[0] == '?':
+		if len(s) < 2 || s[1] != '0' && s[1] != '1' {
+			return "", bad
+		}
+		return s[2:], nil
+	case s[0] == ':':
+		end := strings.IndexByte(s[1:], ':')
+		if end < 0 || strings.Trim(s[1:end+1], "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") != "" {
+			return "", bad
+		}
+		return s[end+2:], nil
+	case s[0] == '-' || s[0] >= '0' && s[0] <= '9':
+		i := 0
+		if s[0] == '-' {
+			i++
+		}
+		start, dot := i, -1
+		for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.' && dot < 0) {
+			if s[i] == '.' {
+				dot = i
+			}
+			i++
+		}
+		digits := i - start
+		switch {
+		case digits == 0, dot < 0 && digits > 15, dot >= 0 && (dot-start > 12 || i-dot-1 < 1 || i-dot-1 > 3):
+			return "", bad
+		}
+		return s[i:], nil
+	case s[0] == '*' || s[0] >= 'A' && s[0] <= 'Z' || s[0] >= 'a' && s[0] <= 'z':
+		i := 1
+		for i < len(s) && (isTChar(s[i]) || s[i] == ':' || s[i] == '/') {
+			i++
+		}
+		return s[i:], nil
+	}
+	return "", bad
+}
+
+// isTChar reports whether c is a token character (RFC 9110).
+func isTChar(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }

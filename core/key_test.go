@@ -14,12 +14,28 @@ func TestParseKey(t *testing.T) {
 		ok        bool
 	}{
 		{"abc", "abc", true},
-		{"with space and !#$%&'()*+,-./:;<=>?@[]^_`{|}~", "with space and !#$%&'()*+,-./:;<=>?@[]^_`{|}~", true},
+		{"with space and !#$%&'()*+-./:;<=>?@[]^_`{|}~", "with space and !#$%&'()*+-./:;<=>?@[]^_`{|}~", true},
 		{`"quoted"`, "quoted", true},
 		{`"esc\"aped\\"`, `esc"aped\`, true},
-		{`"`, `"`, true}, // one quote is not a quoted string
+		{`"a,b"`, "a,b", true}, // a comma inside a String is the key's
+		// Parameters of the Item are ignored: "k";p=1 is the key k.
+		{`"k";p=1`, "k", true},
+		{`"k"; p=1;q;r=?0;s="x;y";t=:aGk=:;u=tok/en;v=-1.5;w=*x`, "k", true},
+		{`"k";P=1`, "", false},
+		{`"k";p=`, "", false},
+		{`"k";p=1.2345`, "", false},
+		{`"k";p=:not base64!:`, "", false},
+		{`"k" x`, "", false},
+		{`"`, "", false},
+		{`"abc`, "", false},
+		{`"abc"x`, "", false},
 		{`"bad\escape"`, "", false},
 		{`"inner"quote"`, "", false},
+		{"\"tab\tinside\"", "", false},
+		// A proxy may join two field lines with a comma: two keys, 400.
+		{"key-a, key-b", "", false},
+		{`"key-a", "key-b"`, "", false},
+		{"a,", "", false},
 		{`""`, "", false},
 		{"", "", false},
 		{strings.Repeat("k", 255), strings.Repeat("k", 255), true},
@@ -156,7 +172,7 @@ func (h header) Get(name string) string {
 func (h header) Values(name string) []string { return h[name] }
 
 func FuzzParseKey(f *testing.F) {
-	for _, s := range []string{"abc", `"abc"`, `"a\"b"`, `"\`, "", "\x00", "ключ", strings.Repeat("x", 300)} {
+	for _, s := range []string{"abc", `"abc"`, `"a\"b"`, `"\`, "", "\x00", "ключ", strings.Repeat("x", 300), `"k";a=1;b="c";d=?1`, "a, b"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
@@ -166,6 +182,15 @@ func FuzzParseKey(f *testing.F) {
 		}
 		if key == "" || len(key) > 255 {
 			t.Fatalf("parseKey(%q) accepted %q", raw, key)
+		}
+		trimmed := strings.Trim(raw, " \t")
+		if !strings.HasPrefix(trimmed, `"`) && strings.Contains(key, ",") {
+			t.Fatalf("parseKey(%q) accepted a list as the key %q", raw, key)
+		}
+		// A String with parameters is the same key as without them.
+		quoted := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`
+		if again, err := parseKey(quoted+";p=1", 255); err != nil || again != key {
+			t.Fatalf("parseKey(%q) = %q, %v; want %q", quoted+";p=1", again, err, key)
 		}
 		for i := 0; i < len(key); i++ {
 			if key[i] < 0x20 || key[i] > 0x7e {

@@ -293,6 +293,9 @@ func testInvalidKeys(t *testing.T, h *harness) {
 		{"non-ASCII", []string{key, "ключ-" + uuid[5:]}},
 		{"fails validator", []string{key, "not-a-uuid"}},
 		{"two key headers", []string{key, uuid, key, uuid}},
+		{"two keys on one line", []string{key, uuid + ", " + uuid}},
+		{"unterminated quoted key", []string{key, `"` + uuid}},
+		{"junk after a quoted key", []string{key, `"` + uuid + `"x`}},
 		{"legacy header differs", []string{key, uuid, "X-Idempotency-Key", "123e4567-e89b-42d3-a456-426614174001"}},
 	}
 	for _, c := range cases {
@@ -344,6 +347,8 @@ func testQuotedKey(t *testing.T, h *harness) {
 	first := s.do(http.MethodPost, "/orders", order, key, `"quoted-1"`)
 	wantStatus(t, first, http.StatusCreated)
 	wantReplayOf(t, s.do(http.MethodPost, "/orders", order, key, "quoted-1"), first)
+	// The parameters of a Structured Field Item are not part of the key.
+	wantReplayOf(t, s.do(http.MethodPost, "/orders", order, key, `"quoted-1";p=1`), first)
 	s.wantRuns(1)
 }
 
