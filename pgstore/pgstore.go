@@ -163,14 +163,19 @@ func (s *Store) Close() {
 func buildStatements(o *Options) statements {
 	t := o.ident(o.Table)
 	return statements{
-		// Takes the lock if the key has no row, an expired lock, an
-		// expired record, or a lock of this very token (a run again after
-		// a lost reply); otherwise returns the row as this statement's
-		// snapshot saw it: a record, or none (a lock). A row committed
-		// after the snapshot is seen by neither part: no row, in flight.
-		acquire: `WITH taken AS (
+		// Returns the key's live record, or nothing if another request holds
+		// a live lock, without writing or locking anything (a replay is a
+		// read); otherwise takes the lock: no row, an expired lock or
+		// record, or a lock of this very token (a run again after a lost
+		// reply). A row committed after the statement's snapshot is seen by
+		// neither part: no row at all, in flight.
+		acquire: `WITH cur AS (
+	SELECT record, status = 'completed' AND expires_at > now()
+		OR status = 'processing' AND locked_until > now() AND lock_token <> $2 AS live
+	FROM ` + t + ` WHERE key = $1
+), taken AS (
 	INSERT INTO ` + t + ` AS k (key, status, lock_token, locked_until, created_at)
-	VALUES ($1, 'processing', $2, now() + $3::interval, now())
+	SELECT $1, 'processing', $2, now() + $3::interval, now() WHERE NOT EXISTS (SELECT FROM cur WHERE live)
 	ON CONFLICT (key) DO UPDATE SET status = 'processing', lock_token = EXCLUDED.lock_token,
 		locked_until = EXCLUDED.locked_until, record = NULL, status_code = NULL,
 		created_at = EXCLUDED.created_at, completed_at = NULL, expires_at = NULL
@@ -180,9 +185,7 @@ func buildStatements(o *Options) statements {
 )
 SELECT true, NULL::bytea FROM taken
 UNION ALL
-SELECT false, record FROM ` + t + `
-WHERE key = $1 AND NOT EXISTS (SELECT FROM taken)
-	AND (status = 'processing' OR expires_at > now())`,
+SELECT false, record FROM cur WHERE live`,
 		// Stores if $2 owns the lock, expired or not, or if nobody holds a
 		// live lock or record (the late-store rule); $6 is true on a run
 		// again after a lost reply, when the record may be this call's.

@@ -1,0 +1,53 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"log"
+	"net/http"
+	"os"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/pgstore"
+)
+
+// An API protected by idem on PostgreSQL: the table migrated at start,
+// the janitor stopped with the store.
+func Example() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if err := pgstore.Migrate(ctx, pool, nil); err != nil {
+		log.Fatal(err)
+	}
+	store, err := pgstore.New(pool, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	eng, err := core.New(core.Config{Store: store})
+	if err != nil {
+		log.Fatal(err)
+	}
+	http.Handle("POST /orders", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	})))
+	log.Fatal(http.ListenAndServe("127.0.0.1:8080", nil))
+}
+
+// The SQL that Migrate runs, for teams that run their own migration tool.
+func ExampleMigrations() {
+	names, _ := fs.Glob(pgstore.Migrations, "migrations/*.sql")
+	for _, name := range names {
+		fmt.Println(name)
+	}
+	// Output:
+	// migrations/0001_init.down.sql
+	// migrations/0001_init.up.sql
+}

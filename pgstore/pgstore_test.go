@@ -1,0 +1,77 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-go/idem/pgstore"
+)
+
+// lazyPool is a pool that has not connected: pgxpool connects on first
+// use, and these tests use none.
+func lazyPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func TestNewErrors(t *testing.T) {
+	t.Parallel()
+	if _, err := pgstore.New(nil, nil); !errors.Is(err, pgstore.ErrNilPool) {
+		t.Fatalf("New(nil) = %v, want ErrNilPool", err)
+	}
+	if err := pgstore.Migrate(context.Background(), nil, nil); !errors.Is(err, pgstore.ErrNilPool) {
+		t.Fatalf("Migrate(nil) = %v, want ErrNilPool", err)
+	}
+	pool := lazyPool(t)
+	for name, o := range map[string]pgstore.Options{
+		"negative Timeout":      {Timeout: -time.Second},
+		"negative JanitorBatch": {JanitorBatch: -1},
+		"negative StaleLockAge": {StaleLockAge: -time.Second},
+		"long table name":       {Table: "a_table_name_much_longer_than_forty_bytes_x"},
+	} {
+		if _, err := pgstore.New(pool, &o); !errors.Is(err, pgstore.ErrInvalidOptions) {
+			t.Errorf("%s: New = %v, want ErrInvalidOptions", name, err)
+		}
+		if err := pgstore.Migrate(context.Background(), pool, &o); !errors.Is(err, pgstore.ErrInvalidOptions) {
+			t.Errorf("%s: Migrate = %v, want ErrInvalidOptions", name, err)
+		}
+	}
+}
+
+// TestStoreErrorsWithoutPostgres: every operation on an unreachable
+// PostgreSQL returns a "pgstore: <op>:" error, without panicking, within
+// Options.Timeout; Close stops a janitor that never reached it.
+func TestStoreErrorsWithoutPostgres(t *testing.T) {
+	t.Parallel()
+	s, err := pgstore.New(lazyPool(t), &pgstore.Options{Timeout: 2 * time.Second, JanitorInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	_, _, err = s.Acquire(ctx, "ab", time.Minute)
+	checks := map[string]error{
+		"acquire":  err,
+		"complete": s.Complete(ctx, "ab", "t", []byte("r"), time.Minute),
+		"release":  s.Release(ctx, "ab", "t"),
+		"refresh":  s.Refresh(ctx, "ab", "t", time.Minute),
+	}
+	for op, err := range checks {
+		if err == nil || !strings.HasPrefix(err.Error(), "pgstore: "+op+":") {
+			t.Errorf("%s: %v, want a pgstore: %s: error", op, err, op)
+		}
+	}
+	if _, err := s.Sweep(ctx); err == nil {
+		t.Error("Sweep without PostgreSQL: no error")
+	}
+}

@@ -1,0 +1,60 @@
+package pgstore
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestRender(t *testing.T) {
+	t.Parallel()
+	up, err := Migrations.ReadFile("migrations/0001_init.up.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		opts        Options
+		table, idx  string
+		notContains string
+	}{
+		{Options{Table: DefaultTable}, `CREATE TABLE IF NOT EXISTS "idempotency_keys" (`,
+			`CREATE INDEX IF NOT EXISTS "idempotency_keys_expires_at_idx" ON "idempotency_keys" (expires_at)`, "\x00"},
+		{Options{Schema: "billing", Table: "keys"}, `CREATE TABLE IF NOT EXISTS "billing"."keys" (`,
+			`CREATE INDEX IF NOT EXISTS "keys_processing_idx" ON "billing"."keys" (locked_until)`, "idempotency_keys"},
+		{Options{Schema: `we"ird`, Table: "Keys"}, `CREATE TABLE IF NOT EXISTS "we""ird"."Keys" (`,
+			`CREATE INDEX IF NOT EXISTS "Keys_expires_at_idx" ON "we""ird"."Keys" (expires_at)`, "idempotency_keys"},
+	} {
+		got := render(string(up), &tc.opts, DefaultTable, tc.opts.Table)
+		if !strings.Contains(got, tc.table) || !strings.Contains(got, tc.idx) || strings.Contains(got, tc.notContains) {
+			t.Errorf("render for %+v:\n%s", tc.opts, got)
+		}
+	}
+}
+
+func TestUpMigrations(t *testing.T) {
+	t.Parallel()
+	ms, err := upMigrations(Migrations)
+	if err != nil || len(ms) == 0 {
+		t.Fatalf("upMigrations: %d, %v", len(ms), err)
+	}
+	for i, m := range ms {
+		if m.version != i+1 || !strings.HasSuffix(m.name, ".up.sql") || m.sql == "" {
+			t.Fatalf("migration %d: %+v", i, m)
+		}
+		down, err := Migrations.ReadFile("migrations/" + strings.TrimSuffix(m.name, ".up.sql") + ".down.sql")
+		if err != nil || len(down) == 0 {
+			t.Fatalf("%s has no down file: %v", m.name, err)
+		}
+	}
+}
+
+func TestTokensUnique(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for range 1000 {
+		tok := newToken()
+		if seen[tok] {
+			t.Fatalf("token %q twice", tok)
+		}
+		seen[tok] = true
+	}
+}
