@@ -24,10 +24,8 @@ type FastRequestHeader interface {
 	VisitAll(f func(key, value []byte))
 }
 
-// FastResponseHeader is what the adapters use of a *fasthttp.ResponseHeader.
+// FastResponseHeader is what the adapters set of a *fasthttp.ResponseHeader.
 type FastResponseHeader interface {
-	Len() int
-	VisitAll(f func(key, value []byte))
 	Set(key, value string)
 	Add(key, value string)
 }
@@ -152,33 +150,29 @@ func StableMethod(method string) string {
 	return strings.Clone(method)
 }
 
-// ResponseHeader copies the response headers into an http.Header with
-// canonical names, as the Engine stores them (core.Flight.Complete).
-func ResponseHeader[H FastResponseHeader](rh H) http.Header {
-	h := make(http.Header, rh.Len()+2)
-	rh.VisitAll(func(k, v []byte) {
-		key := http.CanonicalHeaderKey(string(k))
-		h[key] = append(h[key], string(v))
-	})
-	return h
+// HeaderSink collects the response headers that fasthttp hands Add (pass
+// it to VisitAll, or call it in a range over All) into an http.Header with
+// canonical names, as the Engine stores them. A method value of a concrete
+// type, unlike a closure through an interface, needs no allocation.
+type HeaderSink struct {
+	// Header receives the headers; nil is made on the first one.
+	Header http.Header
+	// Preset leaves out Content-Type, for core.Request.ResponseHeader: the
+	// headers that middleware before the adapter set (CORS, request ids),
+	// nil if there are none but fasthttp's default Content-Type.
+	Preset bool
 }
 
-// PresetHeader copies the response headers that middleware before the
-// adapter set (CORS, request ids), for core.Request.ResponseHeader: nil if
-// there are none but fasthttp's default Content-Type.
-func PresetHeader[H FastResponseHeader](rh H) http.Header {
-	var h http.Header
-	rh.VisitAll(func(k, v []byte) {
-		if string(k) == "Content-Type" {
-			return
-		}
-		if h == nil {
-			h = make(http.Header)
-		}
-		key := http.CanonicalHeaderKey(string(k))
-		h[key] = append(h[key], string(v))
-	})
-	return h
+// Add copies one header out of fasthttp's buffers.
+func (s *HeaderSink) Add(k, v []byte) {
+	if s.Preset && string(k) == "Content-Type" {
+		return
+	}
+	if s.Header == nil {
+		s.Header = make(http.Header)
+	}
+	key := http.CanonicalHeaderKey(string(k))
+	s.Header[key] = append(s.Header[key], string(v))
 }
 
 // WriteResponse writes an Engine response (a replay or a problem). SetBody
@@ -235,6 +229,13 @@ func (c *FoldCache[A]) Folds(app A, read func(A) bool) bool {
 // same method in Fiber v2 and v3.
 type Localer interface {
 	Locals(key any, value ...any) any
+}
+
+// FastState is what one request that Engine.Begin acts on needs, in one
+// allocation, for an adapter over fasthttp: set Req.Context to &Ctx.
+type FastState struct {
+	Req core.Request
+	Ctx LocalsContext
 }
 
 // LocalsContext is a request's context whose Value reads Locals first, so

@@ -106,22 +106,32 @@ func TestResponseHeaders(t *testing.T) {
 	t.Parallel()
 	rh := &fakeHeader{}
 	rh.add("Content-Type", "text/plain")
-	if h := PresetHeader(rh); h != nil {
-		t.Fatalf("PresetHeader with fasthttp's default Content-Type only = %v, want nil", h)
+	preset := HeaderSink{Preset: true}
+	rh.VisitAll(preset.Add)
+	if preset.Header != nil {
+		t.Fatalf("preset headers with fasthttp's default Content-Type only = %v, want nil", preset.Header)
 	}
 	rh.add("x-request-id", "r1")
 	rh.add("Vary", "Origin")
 	rh.add("Vary", "Accept")
-	preset, all := PresetHeader(rh), ResponseHeader(rh)
+	preset, all := HeaderSink{Preset: true}, HeaderSink{}
+	rh.VisitAll(preset.Add)
+	rh.VisitAll(all.Add)
 	rh.scribble()
 	want := http.Header{"X-Request-Id": {"r1"}, "Vary": {"Origin", "Accept"}}
-	if !equalHeader(preset, want) {
-		t.Fatalf("PresetHeader = %v, want %v", preset, want)
+	if !equalHeader(preset.Header, want) {
+		t.Fatalf("preset headers = %v, want %v", preset.Header, want)
 	}
 	want["Content-Type"] = []string{"text/plain"}
-	if !equalHeader(all, want) {
-		t.Fatalf("ResponseHeader = %v, want %v", all, want)
+	if !equalHeader(all.Header, want) {
+		t.Fatalf("all headers = %v, want %v", all.Header, want)
 	}
+}
+
+func headersOf(rh *fakeHeader) http.Header {
+	var s HeaderSink
+	rh.VisitAll(s.Add)
+	return s.Header
 }
 
 func equalHeader(a, b http.Header) bool {
@@ -155,14 +165,14 @@ func TestWriteResponse(t *testing.T) {
 	if res.status != 201 || string(res.body) != "stored" {
 		t.Fatalf("wrote %d %q", res.status, res.body)
 	}
-	if got := ResponseHeader(rh); !equalHeader(got, http.Header{
+	if got := headersOf(rh); !equalHeader(got, http.Header{
 		"Content-Type": {"application/json"}, "Retry-After": {"1"}, "Vary": {"A", "B"}}) {
 		t.Fatalf("headers %v", got)
 	}
 
 	rh = &fakeHeader{}
 	FastProblemHeaders(rh, &core.Response{Header: http.Header{"Content-Type": {core.ContentTypeProblem}, "Retry-After": {"1"}}})
-	if got := ResponseHeader(rh); !equalHeader(got, http.Header{"Retry-After": {"1"}}) {
+	if got := headersOf(rh); !equalHeader(got, http.Header{"Retry-After": {"1"}}) {
 		t.Fatalf("FastProblemHeaders: %v, want Retry-After only", got)
 	}
 	dst := http.Header{"Content-Type": {"text/html"}}

@@ -1,0 +1,106 @@
+package fiberv3idem
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/gofiber/fiber/v3"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/internal/httpadapt"
+)
+
+// New returns the idempotency middleware; see the package documentation
+// for where to mount it.
+func New(config ...Config) fiber.Handler {
+	cfg := configDefault(config...)
+	eng := cfg.Engine
+	var apps httpadapt.FoldCache[*fiber.App]
+	return func(c fiber.Ctx) error {
+		if cfg.Next != nil && cfg.Next(c) {
+			return c.Next()
+		}
+		req := c.Request()
+		method := c.Method()
+		header, keyed := httpadapt.FastHeaders(&req.Header, apps.Folds(c.App(), foldsHeaders))
+		if !eng.Keyed(method, keyed) {
+			return c.Next() // nothing to read or copy without a key
+		}
+		route := routeTemplate(c)
+		res := c.Response()
+		preset := httpadapt.HeaderSink{Preset: true}
+		for k, v := range res.Header.All() {
+			preset.Add(k, v)
+		}
+		st := &httpadapt.FastState{Ctx: httpadapt.LocalsContext{Context: c.Context(), Locals: c}}
+		st.Req = core.Request{
+			Context:        &st.Ctx,
+			Method:         httpadapt.StableMethod(method),
+			Route:          route,
+			Path:           strings.Clone(c.Path()),
+			Query:          string(req.URI().QueryString()),
+			Header:         header,
+			Body:           httpadapt.FastBody(req),
+			ContentLength:  httpadapt.ContentLength(req.Header.ContentLength()),
+			ResponseHeader: preset.Header,
+		}
+		f, resp := eng.Begin(&st.Req)
+		switch {
+		case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
+			httpadapt.FastProblemHeaders(&res.Header, resp)
+			return cfg.ErrorHandler(c, resp.Problem)
+		case resp != nil:
+			httpadapt.WriteResponse(res, &res.Header, resp)
+			return nil // a replay or a refusal: later handlers do not run
+		case f == nil:
+			return c.Next()
+		}
+		defer f.Abort() // a panic: the lock is released, nothing stored
+		if req.IsBodyStream() {
+			req.SetBodyRaw(f.Body()) // Begin consumed the stream
+		}
+
+		if err := c.Next(); err != nil {
+			// Render the error now, as Fiber would after the chain, so that
+			// what the client receives is what is stored.
+			if c.App().ErrorHandler(c, err) != nil {
+				_ = c.SendStatus(fiber.StatusInternalServerError)
+			}
+			if route == "" && unrouted(err) {
+				return nil // the deferred Abort releases the key
+			}
+		}
+		if res.IsBodyStream() || c.RequestCtx().Hijacked() {
+			return nil // sent after the handler returns: not stored
+		}
+		f.Write(res.Body()) //nolint:errcheck // never fails; Write copies
+		sent := httpadapt.HeaderSink{Header: make(http.Header, res.Header.Len()+2)}
+		for k, v := range res.Header.All() {
+			sent.Add(k, v)
+		}
+		f.Complete(res.StatusCode(), sent.Header)
+		return nil
+	}
+}
+
+func foldsHeaders(app *fiber.App) bool { return app.Config().DisableHeaderNormalizing }
+
+// routeTemplate returns the template of the route being served
+// ("/orders/:id"), or "" (the Engine then uses the path) under app.Use or
+// Group middleware: Fiber runs those before it has picked the handler's
+// route, and c.Matched() reports that no route but Use routes matched yet.
+func routeTemplate(c fiber.Ctx) string {
+	if !c.Matched() {
+		return ""
+	}
+	return c.Route().Path // registered at start-up: not a request buffer
+}
+
+// unrouted reports whether err is the 404 or 405 of Fiber's router, which
+// a Use middleware meets for a URL no route matches: sent, not stored, so
+// that the key stays free for the right URL.
+func unrouted(err error) bool {
+	var fe *fiber.Error
+	return errors.As(err, &fe) && (fe.Code == fiber.StatusNotFound || fe.Code == fiber.StatusMethodNotAllowed)
+}

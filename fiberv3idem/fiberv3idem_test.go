@@ -1,0 +1,450 @@
+package fiberv3idem_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v3/middleware/recover"
+	"github.com/valyala/fasthttp"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/fiberv3idem"
+	"github.com/idem-go/idem/internal/httpadapt"
+)
+
+const order = `{"item":"book","qty":2}`
+
+// client sends requests to a test server over one keep-alive connection.
+type client struct {
+	t    *testing.T
+	url  string
+	http *http.Client
+}
+
+func newClient(t *testing.T, url string) *client {
+	tr := &http.Transport{MaxConnsPerHost: 1}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &client{t: t, url: url, http: &http.Client{Transport: tr}}
+}
+
+type result struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// post sends body to path; headers are name/value pairs.
+func (c *client) post(path, body string, headers ...string) result {
+	c.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, c.url+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return result{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+func newEngine(t *testing.T, cfg core.Config) *core.Engine {
+	t.Helper()
+	eng, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+func want(t *testing.T, r result, status int, body string, replay bool) {
+	t.Helper()
+	if r.status != status || (body != "" && r.body != body) {
+		t.Fatalf("got %d %s, want %d %s", r.status, r.body, status, body)
+	}
+	if got := r.header.Get(core.HeaderReplay) == "true"; got != replay {
+		t.Fatalf("replayed = %v, want %v (headers %v)", got, replay, r.header)
+	}
+}
+
+func wantRuns(t *testing.T, runs *atomic.Int64, n int64) {
+	t.Helper()
+	if got := runs.Load(); got != n {
+		t.Fatalf("handler ran %d times, want %d", got, n)
+	}
+}
+
+// errorApp is an app whose ErrorHandler renders {"error": msg} with the
+// status of a *fiber.Error (500 otherwise) and counts its calls.
+func errorApp(calls *atomic.Int64) *fiber.App {
+	return fiber.New(fiber.Config{
+		ErrorHandler: func(c fiber.Ctx, err error) error {
+			calls.Add(1)
+			status := fiber.StatusInternalServerError
+			var fe *fiber.Error
+			if errors.As(err, &fe) {
+				status = fe.Code
+			}
+			c.Set("X-Rendered-By", "custom")
+			return c.Status(status).JSON(fiber.Map{"error": err.Error()})
+		},
+	})
+}
+
+func TestHandlerErrorRenderedAndStored(t *testing.T) {
+	t.Parallel()
+	var calls, runs atomic.Int64
+	app := errorApp(&calls)
+	app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, core.Config{})}), func(c fiber.Ctx) error {
+		runs.Add(1)
+		return fiber.NewError(fiber.StatusBadRequest, "qty must be positive")
+	})
+	c := newClient(t, listen(t, app))
+	first := c.post("/orders", order, "Idempotency-Key", "err-400")
+	want(t, first, 400, `{"error":"qty must be positive"}`, false)
+	replay := c.post("/orders", order, "Idempotency-Key", "err-400")
+	want(t, replay, 400, first.body, true)
+	if first.header.Get("X-Rendered-By") != "custom" || replay.header.Get("X-Rendered-By") != "custom" {
+		t.Fatalf("not rendered by the app's ErrorHandler, or not replayed so: %v, %v", first.header, replay.header)
+	}
+	wantRuns(t, &runs, 1)
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("ErrorHandler called %d times, want once (the replay does not call it)", n)
+	}
+}
+
+func TestPlainErrorRendered500NotStored(t *testing.T) {
+	t.Parallel()
+	var calls, runs atomic.Int64
+	app := errorApp(&calls)
+	app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, core.Config{})}), func(c fiber.Ctx) error {
+		runs.Add(1)
+		return errors.New("database down")
+	})
+	c := newClient(t, listen(t, app))
+	for range 2 {
+		want(t, c.post("/orders", order, "Idempotency-Key", "err-500"), 500, `{"error":"database down"}`, false)
+	}
+	wantRuns(t, &runs, 2) // 500 is not stored: the retry runs again
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("ErrorHandler called %d times, want once per request", n)
+	}
+}
+
+func TestRecoverAfterPanic(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	app := fiber.New()
+	app.Use(recover.New())
+	app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, core.Config{})}), func(c fiber.Ctx) error {
+		if runs.Add(1) == 1 {
+			panic("first run fails")
+		}
+		return c.Status(fiber.StatusCreated).SendString("created")
+	})
+	c := newClient(t, listen(t, app))
+	want(t, c.post("/orders", order, "Idempotency-Key", "panic-1"), 500, "", false)
+	// The lock was released and nothing stored: the retry runs the handler.
+	want(t, c.post("/orders", order, "Idempotency-Key", "panic-1"), 201, "created", false)
+	want(t, c.post("/orders", order, "Idempotency-Key", "panic-1"), 201, "created", true)
+	wantRuns(t, &runs, 2)
+}
+
+func TestStreamedBodyNotStored(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	app := fiber.New()
+	app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, core.Config{})}), func(c fiber.Ctx) error {
+		n := runs.Add(1)
+		return c.SendStreamWriter(func(w *bufio.Writer) {
+			fmt.Fprintf(w, "chunk 1 of run %d\n", n)
+			w.Flush() //nolint:errcheck
+			fmt.Fprintf(w, "chunk 2 of run %d\n", n)
+		})
+	})
+	c := newClient(t, listen(t, app))
+	for i := 1; i <= 2; i++ {
+		want(t, c.post("/orders", order, "Idempotency-Key", "stream-1"), 200,
+			fmt.Sprintf("chunk 1 of run %d\nchunk 2 of run %d\n", i, i), false)
+	}
+	wantRuns(t, &runs, 2)
+}
+
+// Fiber routes on the path as sent: /docs/x%2Fversions is the document
+// "x/versions", /docs/x/versions the versions of "x". One key sent to both
+// is a key reused, not a replay of the first one's response.
+func TestEscapedPathFingerprinted(t *testing.T) {
+	t.Parallel()
+	app := fiber.New()
+	idem := fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, core.Config{})})
+	app.Post("/docs/:name", idem, func(c fiber.Ctx) error { return c.Status(fiber.StatusCreated).SendString("doc") })
+	app.Post("/docs/:name/versions", idem, func(c fiber.Ctx) error { return c.Status(fiber.StatusCreated).SendString("version") })
+	c := newClient(t, listen(t, app))
+	want(t, c.post("/docs/x%2Fversions", order, "Idempotency-Key", "escaped"), http.StatusCreated, "doc", false)
+	if r := c.post("/docs/x/versions", order, "Idempotency-Key", "escaped"); r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("the same key on /docs/x/versions: %d %s, want 422", r.status, r.body)
+	}
+	want(t, c.post("/docs/x%2Fversions", order, "Idempotency-Key", "escaped"), http.StatusCreated, "doc", true)
+}
+
+// TestBufferReuse stores a response built from fasthttp's reused buffers
+// (the body is the request body, headers echo request values, no copy in
+// the handler), sends thousands of other requests through the same
+// connection, and replays the key: the replay must hold the original bytes,
+// and the Observer's first event its strings.
+func TestBufferReuse(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var events []core.Event
+	eng := newEngine(t, core.Config{
+		Scope: func(r *core.Request) string { return r.Header.Get("X-User-ID") },
+		Observer: func(e core.Event) {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+		},
+	})
+	var runs atomic.Int64
+	app := fiber.New()
+	app.Post("/orders/:id", fiberv3idem.New(fiberv3idem.Config{Engine: eng}), func(c fiber.Ctx) error {
+		runs.Add(1)
+		c.Set("X-Echo", c.Get("X-Client"))  // a string into fasthttp's buffers
+		c.Set("X-Order", c.Params("id"))    // same
+		return c.Status(201).Send(c.Body()) // aliases the request body
+	})
+	c := newClient(t, listen(t, app))
+
+	const original = `{"item":"the original order","qty":1}`
+	first := c.post("/orders/1", original, "Idempotency-Key", "keep-me", "X-User-ID", "alice", "X-Client", "original-client")
+	want(t, first, 201, original, false)
+
+	const others = 5000
+	for i := range others {
+		body := fmt.Sprintf(`{"item":"OTHER%030d","qty":%d}`, i, i+2)
+		headers := []string{"X-User-ID", "mallory" + strconv.Itoa(i), "X-Client", "client-" + strings.Repeat("z", i%40)}
+		if i%2 == 0 { // half with keys, half unprotected
+			headers = append(headers, "Idempotency-Key", "other-"+strconv.Itoa(i))
+		}
+		if r := c.post("/orders/"+strconv.Itoa(i+2), body, headers...); r.status != 201 || r.body != body {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
+	}
+
+	replay := c.post("/orders/1", original, "Idempotency-Key", "keep-me", "X-User-ID", "alice", "X-Client", "another-client")
+	want(t, replay, 201, original, true)
+	for _, h := range []string{"X-Echo", "X-Order", "Content-Type"} {
+		if got, w := replay.header.Get(h), first.header.Get(h); got != w {
+			t.Fatalf("replayed %s = %q, want %q", h, got, w)
+		}
+	}
+	wantRuns(t, &runs, 1+others)
+
+	mu.Lock()
+	defer mu.Unlock()
+	e := events[0]
+	if e.Key != "keep-me" || e.Scope != "alice" || e.Route != "/orders/:id" || e.Method != "POST" || e.Outcome != core.OutcomeStored {
+		t.Fatalf("first event changed after %d requests: %+v", others, e)
+	}
+}
+
+func TestNextSkips(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	app := fiber.New()
+	mw := fiberv3idem.New(fiberv3idem.Config{
+		Engine: newEngine(t, core.Config{}),
+		Next:   func(c fiber.Ctx) bool { return c.Get("X-Skip") != "" },
+	})
+	app.Post("/orders", mw, func(c fiber.Ctx) error {
+		return c.Status(201).SendString("run " + strconv.FormatInt(runs.Add(1), 10))
+	})
+	c := newClient(t, listen(t, app))
+	want(t, c.post("/orders", order, "Idempotency-Key", "skip-1", "X-Skip", "1"), 201, "run 1", false)
+	want(t, c.post("/orders", order, "Idempotency-Key", "skip-1", "X-Skip", "1"), 201, "run 2", false)
+	// Not skipped: the key was never seen, it runs, then replays.
+	want(t, c.post("/orders", order, "Idempotency-Key", "skip-1"), 201, "run 3", false)
+	want(t, c.post("/orders", order, "Idempotency-Key", "skip-1"), 201, "run 3", true)
+	wantRuns(t, &runs, 3)
+}
+
+// The key header is found in any case when the app has fasthttp match
+// header names byte for byte, as HTTP/2 clients and Envoy send them in
+// lower case.
+func TestDisableHeaderNormalizing(t *testing.T) {
+	t.Parallel()
+	for _, disable := range []bool{false, true} {
+		var runs atomic.Int64
+		app := fiber.New(fiber.Config{DisableHeaderNormalizing: disable})
+		app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, core.Config{})}), func(c fiber.Ctx) error {
+			return c.Status(201).SendString("run " + strconv.FormatInt(runs.Add(1), 10))
+		})
+		send := func(body string, header ...string) (int, string, bool) {
+			t.Helper()
+			req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
+			req.Header["Content-Type"] = []string{"application/json"}
+			for i := 0; i+1 < len(header); i += 2 {
+				req.Header[header[i]] = append(req.Header[header[i]], header[i+1]) // as written
+			}
+			resp, err := app.Test(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b), resp.Header.Get(core.HeaderReplay) == "true"
+		}
+		key := "fold-" + strconv.FormatBool(disable)
+		if status, body, replay := send(order, "idempotency-key", key); status != 201 || body != "run 1" || replay {
+			t.Fatalf("disable %v: first: %d %q replay %v", disable, status, body, replay)
+		}
+		if status, body, replay := send(order, "IDEMPOTENCY-KEY", key); status != 201 || body != "run 1" || !replay {
+			t.Fatalf("disable %v: retry in upper case: %d %q replay %v, want the replay of run 1", disable, status, body, replay)
+		}
+		if status, _, _ := send(`{"item":"pen"}`, "Idempotency-Key", key); status != http.StatusUnprocessableEntity {
+			t.Fatalf("disable %v: another body: %d, want 422", disable, status)
+		}
+		if status, _, _ := send(order, "idempotency-key", "a-1", "Idempotency-Key", "b-2"); status != http.StatusBadRequest {
+			t.Fatalf("disable %v: two key headers in two cases: %d, want 400", disable, status)
+		}
+		wantRuns(t, &runs, 1)
+	}
+}
+
+// FastHeaders' two views of fasthttp's request headers, the one Keyed reads
+// and the one Begin reads, agree on whether a header is there, with this
+// module's fasthttp.
+func TestFastHeadersAgree(t *testing.T) {
+	t.Parallel()
+	for name, raw := range map[string]string{
+		"absent":     "",
+		"empty":      "Idempotency-Key: \r\n",
+		"one":        "Idempotency-Key: k\r\n",
+		"repeated":   "Idempotency-Key: a\r\nIdempotency-Key: b\r\n",
+		"lower case": "idempotency-key: k\r\n",
+	} {
+		var h fasthttp.RequestHeader
+		if err := h.Read(bufio.NewReader(strings.NewReader("POST / HTTP/1.1\r\nHost: x\r\n" + raw + "\r\n"))); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		header, keyed := httpadapt.FastHeaders(&h, false)
+		if p, r := keyed.Values("Idempotency-Key") != nil, header.Values("Idempotency-Key") != nil; p != r || p != (raw != "") {
+			t.Errorf("%s: Keyed's view says present=%v, Begin's %v", name, p, r)
+		}
+	}
+}
+
+func TestScopeFromLocals(t *testing.T) {
+	t.Parallel()
+	eng := newEngine(t, core.Config{Scope: func(r *core.Request) string {
+		user, _ := r.Context.Value("user").(string)
+		return user
+	}})
+	var runs atomic.Int64
+	app := fiber.New()
+	app.Use(func(c fiber.Ctx) error { // an authentication middleware
+		c.Locals("user", strings.TrimPrefix(c.Get("Authorization"), "Bearer "))
+		return c.Next()
+	})
+	app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: eng}), func(c fiber.Ctx) error {
+		return c.Status(201).SendString("order " + strconv.FormatInt(runs.Add(1), 10))
+	})
+	c := newClient(t, listen(t, app))
+	want(t, c.post("/orders", order, "Idempotency-Key", "scope-1", "Authorization", "Bearer alice"), 201, "order 1", false)
+	want(t, c.post("/orders", order, "Idempotency-Key", "scope-1", "Authorization", "Bearer bob"), 201, "order 2", false)
+	want(t, c.post("/orders", order, "Idempotency-Key", "scope-1", "Authorization", "Bearer alice"), 201, "order 1", true)
+	wantRuns(t, &runs, 2)
+}
+
+// With StreamRequestBody the request body is a stream that the Engine
+// reads once; the handler still sees it.
+func TestStreamRequestBody(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	app := fiber.New(fiber.Config{StreamRequestBody: true})
+	app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, core.Config{})}), func(c fiber.Ctx) error {
+		runs.Add(1)
+		return c.Status(201).Send(c.Body())
+	})
+	c := newClient(t, listen(t, app))
+	body := `{"item":"` + strings.Repeat("s", 100_000) + `","qty":1}`
+	want(t, c.post("/orders", body, "Idempotency-Key", "stream-in"), 201, body, false)
+	want(t, c.post("/orders", body, "Idempotency-Key", "stream-in"), 201, body, true)
+	if r := c.post("/orders", order, "Idempotency-Key", "stream-in"); r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("changed body: %d, want 422", r.status)
+	}
+	wantRuns(t, &runs, 1)
+}
+
+func TestDefaultEngine(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	app := fiber.New()
+	app.Post("/orders", fiberv3idem.New(), func(c fiber.Ctx) error {
+		runs.Add(1)
+		return c.Status(201).SendString("created")
+	})
+	c := newClient(t, listen(t, app))
+	want(t, c.post("/orders", order, "Idempotency-Key", "default-1"), 201, "created", false)
+	want(t, c.post("/orders", order, "Idempotency-Key", "default-1"), 201, "created", true)
+	if r := c.post("/orders", order, "Idempotency-Key", strings.Repeat("k", 300)); r.status != 400 ||
+		r.header.Get("Content-Type") != core.ContentTypeProblem {
+		t.Fatalf("bad key: %d %s %s", r.status, r.header.Get("Content-Type"), r.body)
+	}
+	wantRuns(t, &runs, 1)
+}
+
+// Config.ErrorHandler routes idem's own refusals through the app's
+// ErrorHandler, keeping headers such as Retry-After.
+func TestConfigErrorHandler(t *testing.T) {
+	t.Parallel()
+	var calls, runs atomic.Int64
+	app := errorApp(&calls)
+	idem := fiberv3idem.New(fiberv3idem.Config{
+		Engine: newEngine(t, core.Config{}),
+		ErrorHandler: func(c fiber.Ctx, p *core.Problem) error {
+			return fiber.NewError(p.Status, p.Title)
+		},
+	})
+	started, release := make(chan struct{}), make(chan struct{})
+	app.Post("/orders", idem, func(c fiber.Ctx) error {
+		if runs.Add(1) == 1 {
+			close(started)
+		}
+		<-release
+		return c.SendStatus(fiber.StatusCreated)
+	})
+	url := listen(t, app)
+	c, first := newClient(t, url), newClient(t, url) // one connection each
+	done := make(chan result)
+	go func() { done <- first.post("/orders", order, "Idempotency-Key", "eh-1") }()
+	<-started
+	r := c.post("/orders", order, "Idempotency-Key", "eh-1")
+	close(release)
+	<-done
+	want(t, r, fiber.StatusConflict, `{"error":"Request in flight"}`, false)
+	if r.header.Get("X-Rendered-By") != "custom" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("the 409 was not rendered by the app with its Retry-After: %v", r.header)
+	}
+	if ct := r.header.Get("Content-Type"); strings.Contains(ct, "problem") {
+		t.Fatalf("Content-Type %q: the app's rendering is not a problem document", ct)
+	}
+	wantRuns(t, &runs, 1)
+}

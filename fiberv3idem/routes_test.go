@@ -1,0 +1,108 @@
+package fiberv3idem_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gofiber/fiber/v3"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/fiberv3idem"
+)
+
+// TestRouteTemplate pins the route template that reaches the Engine for
+// every way of mounting the middleware. It rests on Fiber's public
+// c.Matched(), false while only Use routes have matched: if a Fiber release
+// changes that, this test fails.
+func TestRouteTemplate(t *testing.T) {
+	t.Parallel()
+	h := func(c fiber.Ctx) error { return c.Status(fiber.StatusCreated).SendString("created") }
+	for _, tc := range []struct {
+		name  string
+		mount func(app *fiber.App, idem fiber.Handler)
+		path  string
+		want  string // Event.Route
+	}{
+		{"on the route", func(app *fiber.App, idem fiber.Handler) {
+			app.Use(func(c fiber.Ctx) error { return c.Next() }) // a Use middleware before it
+			app.Post("/orders/:id", idem, h)
+		}, "/orders/7", "/orders/:id"},
+		{"on a group's route", func(app *fiber.App, idem fiber.Handler) {
+			app.Group("/api").Post("/orders/:id", idem, h)
+		}, "/api/orders/7", "/api/orders/:id"},
+		{"on a mounted app's route", func(app *fiber.App, idem fiber.Handler) {
+			sub := fiber.New()
+			sub.Post("/orders/:id", idem, h)
+			app.Use("/sub", sub)
+		}, "/sub/orders/7", "/sub/orders/:id"},
+		{"app.Use: the path", func(app *fiber.App, idem fiber.Handler) {
+			app.Use(idem)
+			app.Post("/orders/:id", h)
+		}, "/orders/7", "/orders/7"},
+		{"app.Use with a prefix: the path", func(app *fiber.App, idem fiber.Handler) {
+			app.Use("/orders", idem)
+			app.Post("/orders/:id", h)
+		}, "/orders/7", "/orders/7"},
+		{"a group's middleware: the path", func(app *fiber.App, idem fiber.Handler) {
+			app.Group("/api", idem).Post("/orders/:id", h)
+		}, "/api/orders/7", "/api/orders/7"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			var routes []string
+			eng := newEngine(t, core.Config{Observer: func(e core.Event) {
+				mu.Lock()
+				routes = append(routes, e.Route)
+				mu.Unlock()
+			}})
+			app := fiber.New()
+			tc.mount(app, fiberv3idem.New(fiberv3idem.Config{Engine: eng}))
+			req := httptest.NewRequest(http.MethodPost, tc.path, strings.NewReader(order))
+			req.Header.Set("Idempotency-Key", "route-1")
+			resp, err := app.Test(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			if resp.StatusCode != fiber.StatusCreated || len(routes) != 1 || routes[0] != tc.want {
+				t.Fatalf("%d, routes %q; want 201 and %q", resp.StatusCode, routes, tc.want)
+			}
+		})
+	}
+}
+
+// Under app.Use the path is the route, and a URL no route matches gets
+// Fiber's 404, not stored: the key stays free for the right URL.
+func TestUseUnroutedNotStored(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	app := fiber.New()
+	app.Use(fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, core.Config{})}))
+	app.Post("/orders/:id", func(c fiber.Ctx) error {
+		runs.Add(1)
+		return c.Status(201).SendString("created")
+	})
+	app.Put("/items/:id", func(c fiber.Ctx) error { return c.SendStatus(204) })
+	c := newClient(t, listen(t, app))
+	want(t, c.post("/orders/1", order, "Idempotency-Key", "use-1"), 201, "created", false)
+	want(t, c.post("/orders/1", order, "Idempotency-Key", "use-1"), 201, "created", true)
+	if r := c.post("/orders/2", order, "Idempotency-Key", "use-1"); r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("another path under app.Use: %d %s, want 422 (the path is the route)", r.status, r.body)
+	}
+	for path, status := range map[string]int{"/orderz": http.StatusNotFound, "/items/1": http.StatusMethodNotAllowed} {
+		for range 2 {
+			if r := c.post(path, order, "Idempotency-Key", "use-2"); r.status != status || r.header.Get(core.HeaderReplay) != "" {
+				t.Fatalf("%s: %d replay %q %s, want Fiber's %d", path, r.status, r.header.Get(core.HeaderReplay), r.body, status)
+			}
+		}
+	}
+	want(t, c.post("/orders/3", order, "Idempotency-Key", "use-2"), 201, "created", false)
+	wantRuns(t, &runs, 2)
+}
