@@ -113,7 +113,7 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 	}
 	fail := func(o Outcome, p *Problem, err error) (*Flight, *Response) {
 		e.observe(Event{Context: req.Context, Outcome: o, Method: req.Method, Route: route, Key: key, Status: p.Status, Err: err}, start)
-		return nil, problemResponse(p, nil)
+		return nil, e.problem(p, nil)
 	}
 	switch {
 	case err != nil:
@@ -165,15 +165,15 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 	case rec != nil:
 		return nil, e.replay(rec)
 	case errors.Is(err, ErrKeyReused):
-		return nil, problemResponse(&Problem{Type: ProblemKeyReused, Title: "Idempotency key reused",
+		return nil, e.problem(&Problem{Type: ProblemKeyReused, Title: "Idempotency key reused",
 			Status: http.StatusUnprocessableEntity,
 			Detail: "this idempotency key was already used with a different request"}, nil)
 	case errors.Is(err, ErrInFlight):
-		return nil, problemResponse(&Problem{Type: ProblemKeyInFlight, Title: "Request in flight",
+		return nil, e.problem(&Problem{Type: ProblemKeyInFlight, Title: "Request in flight",
 			Status: http.StatusConflict,
 			Detail: "a request with this idempotency key is being processed; retry later"}, e.retryAfter())
 	default:
-		return nil, problemResponse(&Problem{Type: ProblemStoreUnavailable, Title: "Idempotency store unavailable",
+		return nil, e.problem(&Problem{Type: ProblemStoreUnavailable, Title: "Idempotency store unavailable",
 			Status: http.StatusServiceUnavailable,
 			Detail: "the request was not run because its idempotency cannot be guaranteed; retry later"}, e.retryAfter())
 	}
@@ -200,7 +200,7 @@ func (e *Engine) replay(rec *Record) *Response {
 	if h == nil {
 		h = make(http.Header, 2)
 	}
-	h[HeaderReplay] = []string{"true"}
+	h[e.cfg.ReplayHeader] = []string{"true"}
 	if e.cfg.ReplayTimestamp {
 		h[HeaderOriginalTimestamp] = []string{rec.RequestedAt.UTC().Format(time.RFC3339)}
 	}
@@ -281,6 +281,12 @@ type Flight struct {
 	hasher hash.Hash
 }
 
+// NewContext returns a copy of ctx that carries the flight, for the
+// handler's InfoFromContext.
+func (f *Flight) NewContext(ctx context.Context) context.Context {
+	return context.WithValue(ctx, flightKey{}, f)
+}
+
 // Body returns the request body that Begin read, for the handler.
 func (f *Flight) Body() []byte { return f.body }
 
@@ -318,7 +324,8 @@ func (f *Flight) Complete(status int, header http.Header) {
 	}
 	rec := &Record{Code: status, Header: make(map[string][]string, len(header)), Body: f.resp}
 	for k, v := range header {
-		if !e.denied[http.CanonicalHeaderKey(k)] && !slices.Equal(v, f.base[k]) {
+		ck := http.CanonicalHeaderKey(k)
+		if !e.denied[ck] && (e.kept == nil || e.kept[ck]) && !slices.Equal(v, f.base[k]) {
 			rec.Header[k] = v
 		}
 	}

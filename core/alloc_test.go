@@ -18,7 +18,7 @@ import (
 // raceAllocs. Raise a budget only with a reason in the commit message.
 const (
 	replayAllocBudget   = 18
-	firstRunAllocBudget = 27
+	firstRunAllocBudget = 29
 	noKeyAllocBudget    = 1
 )
 

@@ -21,7 +21,7 @@ const (
 
 // Headers the Engine adds to a replayed response.
 const (
-	// HeaderReplay marks a replayed response: "true".
+	// HeaderReplay marks a replayed response: "true" (Config.ReplayHeader).
 	HeaderReplay = "X-Idempotency-Replay"
 	// HeaderOriginalTimestamp carries, when Config.ReplayTimestamp is set, the
 	// RFC 3339 time at which the first request arrived.
@@ -43,7 +43,7 @@ var DefaultMethods = []string{http.MethodPost, http.MethodPut, http.MethodPatch,
 var DefaultDeniedHeaders = []string{
 	"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 	"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-	"Set-Cookie", "Content-Length", "Date", "X-Request-Id",
+	"Set-Cookie", "Set-Cookie2", "Content-Length", "Date", "X-Request-Id",
 }
 
 // DefaultStorable is the default store policy: every status below 500
@@ -105,6 +105,10 @@ type Config struct {
 	// DeniedHeaders are response headers never stored.
 	// Default: DefaultDeniedHeaders.
 	DeniedHeaders []string
+	// KeepHeaders, if not nil, are the only response headers stored (less
+	// DeniedHeaders, which always win), as Fiber's KeepResponseHeaders.
+	// Default: nil, every header not denied.
+	KeepHeaders []string
 
 	// ResponseTTL is how long a stored response is kept.
 	// Default: DefaultResponseTTL.
@@ -131,6 +135,14 @@ type Config struct {
 	RetryAfter time.Duration
 	// ReplayTimestamp adds HeaderOriginalTimestamp to replays. Default: false.
 	ReplayTimestamp bool
+	// ReplayHeader names the header that marks a replay, "true" (Stripe
+	// sends Idempotent-Replayed). Default: HeaderReplay.
+	ReplayHeader string
+	// ProblemDocsURL is where the API documents its idempotency errors:
+	// problem types become ProblemDocsURL#missing-key and so on, and every
+	// error carries Link: <ProblemDocsURL>; rel="describedby". Default: none,
+	// the types of the Problem constants and no Link.
+	ProblemDocsURL string
 
 	// FailClosed answers 503 when the store fails. Default: false: the
 	// request runs unprotected and an OutcomeStoreError is reported
@@ -189,6 +201,10 @@ func (c *Config) setDefaults() error {
 	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter
 	}
+	if c.ReplayHeader == "" {
+		c.ReplayHeader = HeaderReplay
+	}
+	c.ReplayHeader = http.CanonicalHeaderKey(c.ReplayHeader)
 	switch {
 	case c.MaxKeyLength < 0, c.MaxBodyBytes < 0, c.MaxStoredBodyBytes < 0:
 		return errors.New("idem: negative size limit in Config")
@@ -206,4 +222,5 @@ func (c *Config) cloneSlices() {
 	c.Methods = slices.Clone(c.Methods)
 	c.CriticalHeaders = slices.Clone(c.CriticalHeaders)
 	c.DeniedHeaders = slices.Clone(c.DeniedHeaders)
+	c.KeepHeaders = slices.Clone(c.KeepHeaders)
 }

@@ -14,6 +14,7 @@ import (
 type Engine struct {
 	cfg    Config
 	denied map[string]bool // canonical names of Config.DeniedHeaders
+	kept   map[string]bool // canonical names of Config.KeepHeaders; nil keeps all
 	retry  string          // Retry-After, in seconds
 }
 
@@ -40,6 +41,12 @@ func New(cfg Config) (*Engine, error) {
 	}
 	for _, h := range cfg.DeniedHeaders {
 		e.denied[http.CanonicalHeaderKey(h)] = true
+	}
+	if cfg.KeepHeaders != nil {
+		e.kept = make(map[string]bool, len(cfg.KeepHeaders))
+		for _, h := range cfg.KeepHeaders {
+			e.kept[http.CanonicalHeaderKey(h)] = true
+		}
 	}
 	return e, nil
 }

@@ -428,8 +428,24 @@ func TestSlogObserverMasksKeys(t *testing.T) {
 	if strings.Join(outcomes, ",") != "stored,replay" {
 		t.Fatalf("outcomes %v, want stored then replay", outcomes)
 	}
-	if got := core.MaskKey("short"); got != "****" {
-		t.Fatalf("MaskKey(short) = %q", got)
+}
+
+// MaskKey shows at most a third of a key, and never more than 8 characters.
+func TestMaskKey(t *testing.T) {
+	for key, want := range map[string]string{
+		"":                                     "****",
+		"ab":                                   "****",
+		"abc":                                  "a****",
+		"short":                                "s****",
+		"123456789":                            "12****9",
+		"550e8400-e29b-41d4-a716-446655440000": "550e****0000",
+		strings.Repeat("x", 255):               "xxxx****xxxx",
+	} {
+		got := core.MaskKey(key)
+		shown := len(got) - len("****")
+		if got != want || shown > len(key)/3 || shown > 8 {
+			t.Errorf("MaskKey(%q) = %q, want %q", key, got, want)
+		}
 	}
 }
 

@@ -1,6 +1,9 @@
 package core
 
-import "net/http"
+import (
+	"context"
+	"net/http"
+)
 
 // Middleware protects next with e, for net/http routers: the Go 1.22+
 // http.ServeMux, chi, or any router that takes func(http.Handler) http.Handler.
@@ -14,7 +17,22 @@ import "net/http"
 // A handler that panics or hijacks the connection has its lock released
 // without storing; the panic goes on up the stack to whatever recovers it.
 // A flushed response is stored when the handler returns, as any other.
+//
+// The handler finds the key it runs under with InfoFromContext.
 func (e *Engine) Middleware(next http.Handler) http.Handler {
+	return e.middleware(next, nil)
+}
+
+// MiddlewareWithErrorHandler is Middleware with the Engine's refusals (400,
+// 409, 413, 422, 500, 503) rendered by onError instead of as problem+json,
+// as the framework adapters' ErrorHandler: the refusal's headers
+// (Retry-After, Link) are set on w before onError is called. Replays are
+// written as stored.
+func (e *Engine) MiddlewareWithErrorHandler(onError func(w http.ResponseWriter, r *http.Request, p *Problem)) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler { return e.middleware(next, onError) }
+}
+
+func (e *Engine) middleware(next http.Handler, onError func(http.ResponseWriter, *http.Request, *Problem)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !e.Keyed(r.Method, r.Header) {
 			next.ServeHTTP(w, r) // untouched, at no cost
@@ -36,6 +54,14 @@ func (e *Engine) Middleware(next http.Handler) http.Handler {
 			ResponseHeader: w.Header(),
 		})
 		switch {
+		case resp != nil && resp.Problem != nil && onError != nil:
+			for k, v := range resp.Header {
+				if k != "Content-Type" {
+					w.Header()[k] = v
+				}
+			}
+			onError(w, r, resp.Problem)
+			return
 		case resp != nil:
 			resp.Write(w)
 			return
@@ -47,6 +73,7 @@ func (e *Engine) Middleware(next http.Handler) http.Handler {
 		body := &BodyReader{}
 		body.Reset(f.Body())
 		r.Body = body
+		r = r.WithContext(f.NewContext(r.Context()))
 		cw := &CaptureWriter{ResponseWriter: w, Flight: f}
 		next.ServeHTTP(cw, r)
 		cw.Finish()
@@ -67,4 +94,25 @@ func patternRoute(p string) string {
 		}
 	}
 	return p
+}
+
+// Info describes the key a handler runs under.
+type Info struct {
+	Key         string
+	Scope       string
+	Fingerprint [32]byte
+}
+
+type flightKey struct{}
+
+// InfoFromContext returns the key that the handler of ctx's request runs
+// under; false if it runs without one (no key, method not covered, or the
+// store failed and it runs unprotected). A handler that runs at all was not
+// replayed: a replay never reaches it.
+func InfoFromContext(ctx context.Context) (Info, bool) {
+	f, ok := ctx.Value(flightKey{}).(*Flight)
+	if !ok || !f.lease.Protected() {
+		return Info{}, false
+	}
+	return Info{Key: f.lease.ev.Key, Scope: f.lease.ev.Scope, Fingerprint: f.lease.fingerprint}, true
 }

@@ -68,13 +68,17 @@ type Event struct {
 	Err error
 }
 
-// MaskKey hides the middle of a key for logs: the first and last four
-// characters stay (550e****0000); keys of 8 characters or fewer become ****.
+// MaskKey hides most of a key for logs: at most a third of it, and never
+// more than 8 characters, stays, split between its ends (a UUID shows
+// 550e****0000, a 9-character key 12****9); keys under 3 characters
+// become ****.
 func MaskKey(key string) string {
-	if len(key) <= 8 {
+	n := min(8, len(key)/3)
+	if n == 0 {
 		return "****"
 	}
-	return key[:4] + "****" + key[len(key)-4:]
+	head := (n + 1) / 2
+	return key[:head] + "****" + key[len(key)-(n-head):]
 }
 
 // SlogObserver returns an Observer that logs every event to l with the key

@@ -3,6 +3,7 @@ package core
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 )
 
 // Problem type URIs, one per error case, stable across releases so that
@@ -37,6 +38,19 @@ func (p *Problem) Error() string {
 		return p.Title
 	}
 	return p.Title + ": " + p.Detail
+}
+
+// problem is problemResponse with the types and Link of
+// Config.ProblemDocsURL.
+func (e *Engine) problem(p *Problem, header http.Header) *Response {
+	if base := e.cfg.ProblemDocsURL; base != "" {
+		p.Type = base + p.Type[strings.IndexByte(p.Type, '#'):]
+		if header == nil {
+			header = make(http.Header, 2)
+		}
+		header.Set("Link", "<"+base+`>; rel="describedby"`)
+	}
+	return problemResponse(p, header)
 }
 
 func problemResponse(p *Problem, header http.Header) *Response {

@@ -1,0 +1,118 @@
+package core_test
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/idem-go/idem/core"
+)
+
+func TestStoredHeaders(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfg       core.Config
+		kept, not []string
+	}{
+		{"deny list", core.Config{}, []string{"Location", "X-Custom"}, []string{"Set-Cookie", "Set-Cookie2"}},
+		{"allow list", core.Config{KeepHeaders: []string{"location", "Set-Cookie"}}, []string{"Location"}, []string{"X-Custom", "Set-Cookie", "Set-Cookie2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			eng, err := core.New(tt.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for _, k := range []string{"Location", "X-Custom", "Set-Cookie", "Set-Cookie2"} {
+					w.Header().Set(k, "v")
+				}
+				w.WriteHeader(http.StatusCreated)
+			}))
+			post(t, h, "headers", "{}")
+			w := post(t, h, "headers", "{}")
+			if w.Header().Get(core.HeaderReplay) != "true" {
+				t.Fatal("not replayed")
+			}
+			for _, k := range tt.kept {
+				if w.Header().Get(k) != "v" {
+					t.Errorf("%s not replayed", k)
+				}
+			}
+			for _, k := range tt.not {
+				if w.Header().Get(k) != "" {
+					t.Errorf("%s replayed", k)
+				}
+			}
+		})
+	}
+}
+
+func TestReplayHeaderName(t *testing.T) {
+	eng, _ := core.New(core.Config{ReplayHeader: "idempotent-replayed"})
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	post(t, h, "stripe", "{}")
+	w := post(t, h, "stripe", "{}")
+	if w.Header().Get("Idempotent-Replayed") != "true" || w.Header().Get(core.HeaderReplay) != "" {
+		t.Fatalf("replay headers %v, want Idempotent-Replayed: true only", w.Header())
+	}
+}
+
+func TestProblemDocsURL(t *testing.T) {
+	const docs = "https://api.example/docs/idempotency"
+	for _, base := range []string{"", docs} {
+		eng, _ := core.New(core.Config{ProblemDocsURL: base})
+		h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+		w := post(t, h, "a, b", "{}")
+		var p core.Problem
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusBadRequest {
+			t.Fatalf("status %d, body %s", w.Code, w.Body)
+		}
+		wantType, wantLink := core.ProblemInvalidKey, ""
+		if base != "" {
+			wantType, wantLink = docs+"#invalid-key", "<"+docs+`>; rel="describedby"`
+		}
+		if p.Type != wantType || w.Header().Get("Link") != wantLink {
+			t.Fatalf("base %q: type %q, Link %q; want %q, %q", base, p.Type, w.Header().Get("Link"), wantType, wantLink)
+		}
+	}
+}
+
+func TestMiddlewareWithErrorHandler(t *testing.T) {
+	eng, _ := core.New(core.Config{Required: true})
+	var got *core.Problem
+	h := eng.MiddlewareWithErrorHandler(func(w http.ResponseWriter, r *http.Request, p *core.Problem) {
+		got = p
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(p.Status)
+		w.Write([]byte("app's own: " + p.Title)) //nolint:errcheck
+	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("handler ran") }))
+	w := post(t, h, "", "{}")
+	if got == nil || got.Type != core.ProblemMissingKey || w.Code != http.StatusBadRequest || !strings.HasPrefix(w.Body.String(), "app's own") {
+		t.Fatalf("problem %+v, status %d, body %q", got, w.Code, w.Body)
+	}
+}
+
+func TestInfoFromContext(t *testing.T) {
+	eng, _ := core.New(core.Config{Scope: func(r *core.Request) string { return r.Header.Get("X-User") }})
+	var info core.Info
+	var ok bool
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		info, ok = core.InfoFromContext(r.Context())
+		w.WriteHeader(http.StatusCreated)
+	}))
+	r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
+	r.Header.Set("Idempotency-Key", `"k-1";p=1`)
+	r.Header.Set("X-User", "u-7")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if !ok || info.Key != "k-1" || info.Scope != "u-7" || info.Fingerprint == [32]byte{} || info.Fingerprint == sha256.Sum256(nil) {
+		t.Fatalf("InfoFromContext = %+v, %v", info, ok)
+	}
+	post(t, h, "", "{}") // no key: the handler runs without one
+	if ok {
+		t.Fatal("InfoFromContext reported a key for a request without one")
+	}
+}
