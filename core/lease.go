@@ -412,4 +412,3 @@ func (e *Engine) Once(ctx context.Context, scope, key string, fn func(context.Co
 	l.Complete(&Record{})
 	return true, nil
 }
-
