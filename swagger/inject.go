@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/idem-go/idem/core"
 )
 
 // ProblemSchema is the name of the definition (Swagger 2.0) or component
@@ -260,10 +259,10 @@ func (in *injector) operation(item, op *yaml.Node) error {
 			headers = mapping()
 			set(resp, "headers", headers)
 		}
-		if headers.Kind != yaml.MappingNode || headers.Anchor != "" || getFold(headers, core.HeaderReplay) != nil {
+		if headers.Kind != yaml.MappingNode || headers.Anchor != "" || getFold(headers, in.opts.ReplayHeader) != nil {
 			continue
 		}
-		set(headers, core.HeaderReplay, in.header("string", `"true" when this response is the stored response of an earlier request with the same idempotency key, replayed instead of running the request again.`))
+		set(headers, in.opts.ReplayHeader, in.header("string", `"true" when this response is the stored response of an earlier request with the same idempotency key, replayed instead of running the request again.`))
 	}
 	var like *yaml.Node // an existing status code key, whose YAML style new ones follow
 	for i := 0; i < len(responses.Content) && like == nil; i += 2 {
@@ -362,8 +361,9 @@ func (in *injector) keyParam() *yaml.Node {
 	o := in.opts
 	desc := "Idempotency key: a unique value per operation, such as a UUID, sent unchanged with every retry of it. " +
 		"The first request with a key runs once and its response is stored; a repeat gets that response back, " +
-		"marked " + core.HeaderReplay + ": true, without running again. The same key with a different request is refused " +
+		"marked " + o.ReplayHeader + ": true, without running again. The same key with a different request is refused " +
 		"with 422, and a repeat while the first request is still running with 409 and Retry-After. " +
+		"A key is remembered for " + humanDuration(o.ResponseTTL) + " after its response (x-idempotency-ttl-seconds). " +
 		"1 to " + strconv.Itoa(o.MaxKeyLength) + " printable ASCII characters."
 	if !o.Required {
 		desc += " Optional: a request without a key runs unprotected."
@@ -372,13 +372,26 @@ func (in *injector) keyParam() *yaml.Node {
 	if o.MaxKeyLength > 0 {
 		limits = []any{"maxLength", integer(o.MaxKeyLength), "minLength", integer(1)}
 	}
+	ttl := integer(int(o.ResponseTTL / time.Second))
 	if in.v3 {
 		return mapping("name", str(o.KeyHeader), "in", str("header"), "description", str(desc),
-			"required", boolean(o.Required), "schema", mapping(append([]any{"type", str("string")}, limits...)...))
+			"required", boolean(o.Required), "schema", mapping(append([]any{"type", str("string")}, limits...)...),
+			"x-idempotency-ttl-seconds", ttl)
 	}
 	kv := append([]any{"type", str("string")}, limits...)
 	return mapping(append(kv, "description", str(desc), "name", str(o.KeyHeader), "in", str("header"),
-		"required", boolean(o.Required))...)
+		"required", boolean(o.Required), "x-idempotency-ttl-seconds", ttl)...)
+}
+
+// humanDuration writes d in whole days or hours when it is one ("24 hours").
+func humanDuration(d time.Duration) string {
+	switch {
+	case d >= 48*time.Hour && d%(24*time.Hour) == 0:
+		return strconv.Itoa(int(d/(24*time.Hour))) + " days"
+	case d > time.Hour && d%time.Hour == 0:
+		return strconv.Itoa(int(d/time.Hour)) + " hours"
+	}
+	return d.String()
 }
 
 // header is a response header object of the given type.

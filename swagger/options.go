@@ -5,6 +5,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/idem-go/idem/core"
 )
@@ -26,6 +27,15 @@ type Options struct {
 	// 413, as the Engine's Config.MaxBodyBytes. Default:
 	// core.DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// ResponseTTL is how long a key's response is kept, as the Engine's
+	// Config.ResponseTTL: the header's description says it, and its
+	// x-idempotency-ttl-seconds extension gives it in seconds (the draft
+	// asks a resource to publish its expiry policy).
+	// Default: core.DefaultResponseTTL.
+	ResponseTTL time.Duration
+	// ReplayHeader is the response header that marks a replay, as the
+	// Engine's Config.ReplayHeader. Default: core.HeaderReplay.
+	ReplayHeader string
 	// FailClosed documents the 503 (store-unavailable) that an Engine with
 	// Config.FailClosed answers when its store fails. Default: false.
 	FailClosed bool
@@ -71,6 +81,8 @@ func OptionsFor(cfg core.Config, ops ...Operation) Options {
 		Required:     cfg.Required,
 		MaxKeyLength: cfg.MaxKeyLength,
 		MaxBodyBytes: cfg.MaxBodyBytes,
+		ResponseTTL:  cfg.ResponseTTL,
+		ReplayHeader: cfg.ReplayHeader,
 		FailClosed:   cfg.FailClosed,
 		Storable:     cfg.Storable,
 		Methods:      slices.Clone(cfg.Methods), // empty, not nil, when the Engine covers nothing
@@ -254,6 +266,12 @@ func (o Options) filled() Options {
 	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = core.DefaultMaxBodyBytes
+	}
+	if o.ResponseTTL == 0 {
+		o.ResponseTTL = core.DefaultResponseTTL
+	}
+	if o.ReplayHeader == "" {
+		o.ReplayHeader = core.HeaderReplay
 	}
 	if o.Storable == nil {
 		o.Storable = core.DefaultStorable

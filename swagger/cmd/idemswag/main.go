@@ -41,6 +41,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/swagger"
@@ -88,6 +89,8 @@ func run(args []string, stderr io.Writer) error {
 	fset.StringVar(&opts.KeyHeader, "key-header", core.DefaultKeyHeader, "key header")
 	fset.BoolVar(&opts.Required, "required", false, "document the key header as required")
 	fset.IntVar(&opts.MaxKeyLength, "max-key-length", core.DefaultMaxKeyLength, "documented maximum key length")
+	fset.DurationVar(&opts.ResponseTTL, "ttl", core.DefaultResponseTTL, "how long a key's response is kept (Config.ResponseTTL)")
+	fset.StringVar(&opts.ReplayHeader, "replay-header", core.HeaderReplay, "response header that marks a replay")
 	fset.BoolVar(&opts.FailClosed, "fail-closed", false, "document the 503 of a store failure")
 	fset.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", core.DefaultMaxBodyBytes, "body size past which the 413 is documented")
 	fset.StringVar(&opts.BasePath, "base-path", "", "prefix of the document's paths (default: its basePath or server URL)")
@@ -101,8 +104,8 @@ func run(args []string, stderr io.Writer) error {
 	switch {
 	case fset.NArg() > 0:
 		return fmt.Errorf("unexpected arguments %q", fset.Args())
-	case opts.MaxKeyLength < 1, opts.MaxBodyBytes < 1:
-		return errors.New("-max-key-length and -max-body-bytes must be positive")
+	case opts.MaxKeyLength < 1, opts.MaxBodyBytes < 1, opts.ResponseTTL < time.Second:
+		return errors.New("-max-key-length and -max-body-bytes must be positive, -ttl at least 1s")
 	}
 	opts.Methods = nil
 	for _, m := range strings.Split(*methods, ",") { // "POST, PUT" too
