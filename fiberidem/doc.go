@@ -103,7 +103,7 @@
 // Operations explains). GET routes stay as they are. Call it once every
 // route is registered, with the routes the middleware is mounted on:
 //
-//	ops := fiberidem.Operations(app, app.GetRoutes(true), cfg)
+//	ops := fiberidem.Operations(cfg, app.GetRoutes(true))
 //	opts := swagger.OptionsFor(eng.Config(), ops...)
 //	opts.BasePath = docs.SwaggerInfo.BasePath
 //	tmpl, err := swagger.InjectTemplate(docs.SwaggerInfo.SwaggerTemplate, opts)

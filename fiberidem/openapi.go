@@ -10,48 +10,41 @@ import (
 	"github.com/idem-go/idem/swagger"
 )
 
-// Operations returns the operations of routes that the middleware of
-// config covers, for swagger.OptionsFor: the routes whose API description
-// documents the Idempotency-Key header. A route is covered when the
-// Engine covers its method (core.Config.Methods; core.DefaultMethods
-// without an Engine) and Config.Next does not skip it. Paths are converted
-// to OpenAPI syntax (/orders/:id<int> → /orders/{id}); the result is sorted
-// by path and method, without duplicates, and never nil: with no covered
-// route it is empty and documents nothing (a nil swagger.Options.Operations
-// would document every operation).
+// Operations returns the operations of routes that the middleware of cfg
+// covers, for swagger.OptionsFor: those whose method the Engine covers
+// (core.DefaultMethods without an Engine) and that cfg.Next does not skip.
+// Paths are in OpenAPI syntax (/orders/:id<int> → /orders/{id}), sorted by
+// path and method, without duplicates; the result is never nil (a nil
+// swagger.Options.Operations would document every operation).
 //
-// Call it once every route is registered, with the Config given to New,
-// and with the routes the middleware is mounted on: Fiber's route table
-// does not say which handlers a route runs. When every route it lists is
-// protected (as in the examples), that is all of app.GetRoutes(true), whose
-// argument leaves out the routes of app.Use:
+// Call it once every route is registered, with the Config given to New and
+// the routes the middleware is mounted on (Fiber's route table does not say
+// which handlers a route runs): all of app.GetRoutes(true) when every route
+// it lists is protected or not covered anyway, as in the examples.
 //
-//	cfg := fiberidem.Config{Engine: eng}
-//	app.Post("/orders", fiberidem.New(cfg), createOrder)
-//	app.Get("/orders", listOrders)
-//	ops := fiberidem.Operations(app, app.GetRoutes(true), cfg)
-//
-// Config.Next is called once per route with a *fiber.Ctx of app made for
-// the occasion: a request with the route's method and its path as URL (the
-// path template itself, such as /orders/:id, with no parameter values), and
-// nothing else: no headers, no body, no Locals, and c.Route() falls back
-// to that method and path. A Next that decides on more of the request than
-// its method and path cannot be evaluated here; for it, such a route
-// counts as not skipped, and as not skipped too if Next panics: the
-// middleware may cover it.
-func Operations(app *fiber.App, routes []fiber.Route, config ...Config) []swagger.Operation {
-	var cfg Config
-	if len(config) > 0 {
-		cfg = config[0]
-	}
+// cfg.Next is called once per route with a *fiber.Ctx made for the occasion
+// (of a fiber.New() app, not yours): the route's method, and its path
+// template as the URL (/orders/:id), nothing else. A Next that decides on
+// more than that, or panics, counts as not skipping: the route may be
+// covered.
+func Operations(cfg Config, routes []fiber.Route) []swagger.Operation {
 	covers := func(method string) bool { return slices.Contains(core.DefaultMethods, method) }
 	if cfg.Engine != nil {
 		covers = cfg.Engine.Covers
 	}
+	var app *fiber.App
 	ops := make([]swagger.Operation, 0, len(routes))
 	for _, rt := range routes {
-		if !covers(rt.Method) || cfg.Next != nil && skipped(app, cfg.Next, rt) {
+		if !covers(rt.Method) {
 			continue
+		}
+		if cfg.Next != nil {
+			if app == nil {
+				app = fiber.New()
+			}
+			if skipped(app, cfg.Next, rt) {
+				continue
+			}
 		}
 		ops = append(ops, swagger.Operation{Method: rt.Method, Path: swagger.NormalizePath(rt.Path)})
 	}

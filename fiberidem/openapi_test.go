@@ -40,24 +40,24 @@ func TestOperations(t *testing.T) {
 	all := []string{ // sorted by path
 		"PATCH /admin/users/{id}", "DELETE /files/{wildcard}", "POST /internal/reindex", "POST /orders", "PUT /orders/{id}"}
 	for _, tc := range []struct {
-		name   string
-		config []fiberidem.Config
-		want   []string
+		name string
+		cfg  fiberidem.Config
+		want []string
 	}{
-		{"no config: core's default methods", nil, all},
-		{"no Next", []fiberidem.Config{{Engine: eng}}, all},
-		{"Next on the route path", []fiberidem.Config{{Engine: eng, Next: skipInternal}},
+		{"zero Config: core's default methods", fiberidem.Config{}, all},
+		{"no Next", fiberidem.Config{Engine: eng}, all},
+		{"Next on the route path", fiberidem.Config{Engine: eng, Next: skipInternal},
 			[]string{"PATCH /admin/users/{id}", "DELETE /files/{wildcard}", "POST /orders", "PUT /orders/{id}"}},
-		{"Next on method and path", []fiberidem.Config{{Engine: eng, Next: skipPatch}},
+		{"Next on method and path", fiberidem.Config{Engine: eng, Next: skipPatch},
 			[]string{"DELETE /files/{wildcard}", "POST /internal/reindex", "POST /orders", "PUT /orders/{id}"}},
-		{"Next on a header: not evaluated", []fiberidem.Config{{Engine: eng, Next: skipByHeader}}, all},
-		{"Next panics: not skipped", []fiberidem.Config{{Engine: eng, Next: skipPanics}}, all},
-		{"engine covering POST only", []fiberidem.Config{{Engine: newEngine(t, core.Config{Methods: []string{http.MethodPost}}), Next: skipInternal}},
+		{"Next on a header: not evaluated", fiberidem.Config{Engine: eng, Next: skipByHeader}, all},
+		{"Next panics: not skipped", fiberidem.Config{Engine: eng, Next: skipPanics}, all},
+		{"engine covering POST only", fiberidem.Config{Engine: newEngine(t, core.Config{Methods: []string{http.MethodPost}}), Next: skipInternal},
 			[]string{"POST /orders"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []string
-			for _, op := range fiberidem.Operations(app, routes, tc.config...) {
+			for _, op := range fiberidem.Operations(tc.cfg, routes) {
 				got = append(got, op.Method+" "+op.Path)
 			}
 			if !slices.Equal(got, tc.want) {
@@ -68,7 +68,7 @@ func TestOperations(t *testing.T) {
 
 	// The covered POST gets the header in a document, the GET and the
 	// skipped POST do not.
-	ops := fiberidem.Operations(app, routes, fiberidem.Config{Engine: eng, Next: skipInternal})
+	ops := fiberidem.Operations(fiberidem.Config{Engine: eng, Next: skipInternal}, routes)
 	documented := injected(t, eng, ops, routes)
 	for op, want := range map[string]bool{
 		"POST /orders":           true,
@@ -89,7 +89,7 @@ func TestOperationsNothingCovered(t *testing.T) {
 	app := fiber.New()
 	app.Get("/orders", func(*fiber.Ctx) error { return nil })
 	eng := newEngine(t, core.Config{})
-	ops := fiberidem.Operations(app, app.GetRoutes(true), fiberidem.Config{Engine: eng})
+	ops := fiberidem.Operations(fiberidem.Config{Engine: eng}, app.GetRoutes(true))
 	if ops == nil || len(ops) != 0 {
 		t.Fatalf("Operations = %#v, want an empty, non-nil slice", ops)
 	}
@@ -104,10 +104,10 @@ func TestOperationsNextSeesRoute(t *testing.T) {
 	app := fiber.New()
 	app.Put("/orders/:id", func(*fiber.Ctx) error { return nil })
 	var seen []string
-	fiberidem.Operations(app, app.GetRoutes(true), fiberidem.Config{Next: func(c *fiber.Ctx) bool {
+	fiberidem.Operations(fiberidem.Config{Next: func(c *fiber.Ctx) bool {
 		seen = append(seen, c.Method()+" "+c.Path()+" "+c.Route().Path)
 		return false
-	}})
+	}}, app.GetRoutes(true))
 	if want := []string{"PUT /orders/:id /orders/:id"}; !slices.Equal(seen, want) {
 		t.Fatalf("Next saw %q, want %q", seen, want)
 	}
@@ -135,7 +135,7 @@ func ExampleOperations() {
 	app.Delete("/orders/:id", fiberidem.New(cfg), func(*fiber.Ctx) error { return nil })
 
 	// After the routes: the covered operations, to document the header on.
-	ops := fiberidem.Operations(app, app.GetRoutes(true), cfg)
+	ops := fiberidem.Operations(cfg, app.GetRoutes(true))
 	fmt.Println(ops)
 	// With the spec swag generated (package docs):
 	//

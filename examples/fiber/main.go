@@ -56,7 +56,7 @@ func main() {
 	// on the routes fiberidem covers, read from Fiber's route table (every
 	// route but those of f.Use; each POST, PUT, PATCH and DELETE route here
 	// is mounted with fiberidem).
-	if err := app.Document(docs.SwaggerInfo, fiberidem.Operations(f, f.GetRoutes(true), idem)); err != nil {
+	if err := app.Document(docs.SwaggerInfo, fiberidem.Operations(idem, f.GetRoutes(true))); err != nil {
 		log.Fatal(err)
 	}
 
