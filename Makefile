@@ -51,18 +51,20 @@ bench:
 
 ## loadtest: wrk against idem on the Redis store at $(REDIS_URL), as
 ## configured by default (its scripts batched), unbatched, and over go-redis's
-## AutoPipeliner: first requests (fresh key), replays (fixed key) and requests
+## AutoPipeliner, and on the PostgreSQL store at $(LOADTEST_POSTGRES) (empty:
+## none): first requests (fresh key), replays (fixed key) and requests
 ## without a key, each as a ratio to the same handler without the middleware,
 ## run just before and after it (median of the rounds).
 REDIS_URL            ?= redis://$(IDEM_REDIS_ADDR)/0
+LOADTEST_POSTGRES    ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 LOADTEST_DURATION    ?= 2s
 LOADTEST_CONNECTIONS ?= 32
 LOADTEST_ROUNDS      ?= 5
 .PHONY: loadtest
 loadtest:
 	@command -v wrk >/dev/null 2>&1 || (apt-get update && apt-get install -y wrk)
-	GOWORK=off $(GO) run ./loadtest -redis '$(REDIS_URL)' -duration $(LOADTEST_DURATION) \
-		-connections $(LOADTEST_CONNECTIONS) -rounds $(LOADTEST_ROUNDS)
+	cd loadtest && GOWORK=off $(GO) run . -redis '$(REDIS_URL)' -postgres '$(LOADTEST_POSTGRES)' \
+		-duration $(LOADTEST_DURATION) -connections $(LOADTEST_CONNECTIONS) -rounds $(LOADTEST_ROUNDS)
 
 ## lint: gofmt, go vet and staticcheck over every module.
 lint: $(STATICCHECK)

@@ -9,21 +9,24 @@
 //	POST /orders-unbatched     the same with redislock.Options.DisableBatching
 //	POST /orders-autopipeline  the same over go-redis's AutoPipeliner (on which
 //	                           the store does not batch)
+//	POST /orders-postgres      behind the middleware on pgstore, with -postgres
 //
-// and runs wrk with idem.lua in eight phases: bare, no key, then first
-// requests (a fresh key per request: lock, handler, store) and replays (one
-// fixed key) on each store. The targets are those of the default store; the
-// other two are there to compare. A round runs each phase but bare once, in
+// and runs wrk with idem.lua in eight phases (ten with -postgres): bare, no
+// key, then first requests (a fresh key per request: lock, handler, store)
+// and replays (one fixed key) on each store. The targets are those of the
+// default Redis store and of pgstore; the other two are there to compare. A round runs each phase but bare once, in
 // alternating order from round to round, each between two runs of bare;
 // its throughput is divided by the mean of those two, and the median of
 // those ratios over the rounds is reported, so that a slow stretch of a
 // shared machine moves a phase and its baseline together.
 //
-//	go run ./loadtest -redis redis://127.0.0.1:6379/0 -duration 2s -rounds 5
+//	go run . -redis redis://127.0.0.1:6379/0 -duration 2s -rounds 5
+//	go run . -postgres postgres://postgres@127.0.0.1:5432/test -phases bare,first-postgres,replay-postgres
 //
 // Records are written under a key prefix of the run's own, with a TTL a
 // minute longer than the run (so that Redis expiring them does not take CPU
-// from a later phase), and deleted at the end.
+// from a later phase), and deleted at the end; on PostgreSQL, in a schema
+// of the run's own, dropped at the end.
 package main
 
 import (
@@ -50,9 +53,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/pgstore"
 	"github.com/idem-go/idem/redislock"
 )
 
@@ -87,6 +93,8 @@ var allPhases = []phase{
 	{"replay-unbatched", "fixed", "/orders-unbatched", "replays, unbatched", 0},
 	{"first-autopipeline", "fresh", "/orders-autopipeline", "first requests, AutoPipeliner", 0},
 	{"replay-autopipeline", "fixed", "/orders-autopipeline", "replays, AutoPipeliner", 0},
+	{"first-postgres", "fresh", "/orders-postgres", "first requests, PostgreSQL", 0.20},
+	{"replay-postgres", "fixed", "/orders-postgres", "replays, PostgreSQL", 0.35},
 }
 
 func main() {
@@ -94,9 +102,12 @@ func main() {
 	if defURL == "" {
 		defURL = "redis://127.0.0.1:6379/0"
 	}
-	var names []string
+	var names, redisNames []string
 	for _, p := range allPhases {
 		names = append(names, p.name)
+		if !strings.HasSuffix(p.name, "-postgres") {
+			redisNames = append(redisNames, p.name)
+		}
 	}
 	redisURL := flag.String("redis", defURL, "Redis URL (default $REDIS_URL)")
 	duration := flag.Duration("duration", 2*time.Second, "length of each wrk run")
@@ -104,12 +115,19 @@ func main() {
 	threads := flag.Int("threads", 1, "wrk threads")
 	rounds := flag.Int("rounds", 5, "rounds of the phases")
 	flushDelay := flag.Duration("flush-delay", 0, "MaxFlushDelay of the AutoPipeliner (go-redis default: 0)")
-	only := flag.String("phases", strings.Join(names, ","), "the phases to run, comma-separated (ratios need bare)")
+	pgURL := flag.String("postgres", "", "PostgreSQL URL: adds the pgstore phases")
+	only := flag.String("phases", "", "the phases to run, comma-separated (ratios need bare; default: all, the pgstore ones with -postgres)")
 	cpuprofile := flag.String("cpuprofile", "", "write the server's CPU profile over the whole run to this file")
 	flag.Parse()
 
 	if *rounds < 1 {
 		log.Fatal("-rounds must be at least 1")
+	}
+	if *only == "" {
+		*only = strings.Join(redisNames, ",")
+		if *pgURL != "" {
+			*only = strings.Join(names, ",")
+		}
 	}
 	var phases []phase
 	for _, name := range strings.Split(*only, ",") {
@@ -119,6 +137,8 @@ func main() {
 			log.Fatalf("unknown phase %q (known: %s)", name, strings.Join(names, ", "))
 		case slices.Contains(phases, allPhases[i]):
 			log.Fatalf("phase %q twice in -phases", name)
+		case strings.HasSuffix(name, "-postgres") && *pgURL == "":
+			log.Fatalf("phase %q needs -postgres", name)
 		}
 		phases = append(phases, allPhases[i])
 	}
@@ -132,7 +152,7 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	err := run(*redisURL, phases, *duration, *connections, *threads, *rounds, *flushDelay)
+	err := run(*redisURL, *pgURL, phases, *duration, *connections, *threads, *rounds, *flushDelay)
 	if err != nil {
 		pprof.StopCPUProfile()
 		log.Fatal(err)
@@ -141,7 +161,7 @@ func main() {
 
 type outcomes [core.OutcomeLockLost + 1]atomic.Int64
 
-func run(redisURL string, phases []phase, duration time.Duration, connections, threads, rounds int, flushDelay time.Duration) error {
+func run(redisURL, pgURL string, phases []phase, duration time.Duration, connections, threads, rounds int, flushDelay time.Duration) error {
 	wrk, err := exec.LookPath("wrk")
 	if err != nil {
 		return fmt.Errorf("wrk not found (apt-get install wrk): %w", err)
@@ -221,6 +241,20 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 		}
 		mux.Handle("POST "+store.path, eng.Middleware(handler))
 	}
+	fixedPaths := []string{"/orders", "/orders-unbatched", "/orders-autopipeline"}
+	if pgURL != "" {
+		store, done, err := postgresStore(pgURL)
+		if err != nil {
+			return fmt.Errorf("postgres: %w", err)
+		}
+		defer done()
+		eng, err := core.New(core.Config{Store: store, ResponseTTL: length + time.Minute, Observer: observe})
+		if err != nil {
+			return err
+		}
+		mux.Handle("POST /orders-postgres", eng.Middleware(handler))
+		fixedPaths = append(fixedPaths, "/orders-postgres")
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -234,7 +268,7 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 	// Each store's fixed key gets its first request now, so that its replay
 	// phases are replays only (the path is part of the fingerprint: one key
 	// per path).
-	for _, path := range []string{"/orders", "/orders-unbatched", "/orders-autopipeline"} {
+	for _, path := range fixedPaths {
 		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(`{"item":"book","qty":2}`))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", fixedKey(path))
@@ -267,6 +301,9 @@ func run(redisURL string, phases []phase, duration time.Duration, connections, t
 		return strconv.ParseFloat(string(m[1]), 64)
 	}
 
+	if pgURL != "" {
+		fmt.Printf("PostgreSQL %s (pgstore, pool of %s connections); ", redactURL(pgURL), pgPoolSize)
+	}
 	fmt.Printf("idem load test: Redis %s, wrk -t%d -c%d, %v per wrk run, %d rounds, GOMAXPROCS %d, AutoPipeliner MaxFlushDelay %v\n",
 		redactURL(redisURL), threads, connections, duration, rounds, runtime.GOMAXPROCS(0), flushDelay)
 	for _, p := range phases { // warm-up
@@ -415,6 +452,45 @@ func cleanup(c redis.UniversalClient, prefix string) {
 		}
 	}
 	pipe.Exec(ctx)
+}
+
+// pgPoolSize is the pool_max_conns the PostgreSQL store gets when the URL
+// sets none (pgxpool's default, the number of CPUs but at least 4, makes
+// wrk's connections queue for the pool).
+const pgPoolSize = "32"
+
+// postgresStore returns a pgstore.Store in a schema of the run's own, and
+// a function that drops the schema and closes the pool.
+func postgresStore(pgURL string) (*pgstore.Store, func(), error) {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(pgURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !strings.Contains(pgURL, "pool_max_conns") {
+		n, _ := strconv.Atoi(pgPoolSize)
+		cfg.MaxConns = int32(n)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	schema := "idemload_" + strings.ToLower(rand.Text())
+	opts := &pgstore.Options{Schema: schema}
+	drop := func() {
+		pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		pool.Close()
+	}
+	if err := pgstore.Migrate(ctx, pool, opts); err != nil {
+		drop()
+		return nil, nil, err
+	}
+	store, err := pgstore.New(pool, opts)
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	return store, func() { store.Close(); drop() }, nil
 }
 
 func redactURL(s string) string {
