@@ -197,4 +197,6 @@ func report(name string, lat []time.Duration, d time.Duration) stats {
 	return s
 }
 
-func round(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 2, 64) + "ms" }
+func round(d time.Duration) string {
+	return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 2, 64) + "ms"
+}
