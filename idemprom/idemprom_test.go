@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -395,5 +397,33 @@ func TestLint(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(c); n != 4+2*4 { // the store metrics: one series per operation
 		t.Errorf("%d series, want 12", n)
+	}
+}
+
+// TestAlertRulesNames: every metric that alerts.yml reads is one the
+// Collector exports, but the stuck-key gauge, which the stores export.
+func TestAlertRulesNames(t *testing.T) {
+	t.Parallel()
+	rules, err := os.ReadFile("alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := idemprom.New(nil, nil)
+	ch := make(chan *prometheus.Desc, 16)
+	c.Describe(ch)
+	close(ch)
+	exported := map[string]bool{"idempotency_oldest_inflight_age_seconds": true}
+	for d := range ch {
+		name := regexp.MustCompile(`fqName: "([a-z_]+)"`).FindStringSubmatch(d.String())[1]
+		exported[name] = true
+	}
+	used := regexp.MustCompile(`idempotency_[a-z_]+`).FindAllString(string(rules), -1)
+	if len(used) == 0 {
+		t.Fatal("alerts.yml reads no idempotency_ metric")
+	}
+	for _, name := range used {
+		if !exported[name] {
+			t.Errorf("alerts.yml reads %s, which idemprom does not export", name)
+		}
 	}
 }

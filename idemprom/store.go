@@ -26,12 +26,19 @@ func (o op) String() string {
 // InstrumentStore returns s measured by c: the duration and the failures of
 // each call, and idempotency_inflight_requests, the locks that s handed to
 // this process and that were not completed or released yet. The result
-// implements core.Waiter if s does (Wait is passed through, not timed); it
-// implements no other interface of s.
+// implements core.Waiter and core.Admin if s does, passed through and not
+// measured; it implements no other interface of s.
 func (c *Collector) InstrumentStore(s core.Store) core.Store {
 	is := &store{Store: s, c: c, held: make(map[lock]struct{})}
-	if w, ok := s.(core.Waiter); ok {
-		return &waitingStore{store: is, w: w}
+	w, waits := s.(core.Waiter)
+	a, admin := s.(core.Admin)
+	switch {
+	case waits && admin:
+		return &waitingAdminStore{is, w, a}
+	case waits:
+		return &waitingStore{is, w}
+	case admin:
+		return &adminStore{is, a}
 	}
 	return is
 }
@@ -103,9 +110,19 @@ func (s *store) drop(key, token string) {
 	s.mu.Unlock()
 }
 
-type waitingStore struct {
-	*store
-	w core.Waiter
-}
-
-func (s *waitingStore) Wait(ctx context.Context, key string) error { return s.w.Wait(ctx, key) }
+// The optional interfaces of the wrapped store, passed through.
+type (
+	waitingStore struct {
+		*store
+		core.Waiter
+	}
+	adminStore struct {
+		*store
+		core.Admin
+	}
+	waitingAdminStore struct {
+		*store
+		core.Waiter
+		core.Admin
+	}
+)

@@ -23,6 +23,52 @@ func TestStoreConformance(t *testing.T) {
 	idemtest.TestStore(t, func(*testing.T) core.Store { return m.InstrumentStore(core.NewMemoryStore(0)) })
 }
 
+// TestAdminConformance runs the admin suite over an instrumented
+// MemoryStore, whose core.Admin the wrapper passes through.
+func TestAdminConformance(t *testing.T) {
+	m, _ := idemprom.New(nil, nil)
+	idemtest.TestAdmin(t, func(*testing.T) core.Store { return m.InstrumentStore(core.NewMemoryStore(0)) })
+}
+
+type (
+	waiterOnly struct{ scriptedStore }
+	adminOnly  struct{ scriptedStore }
+)
+
+func (waiterOnly) Wait(context.Context, string) error { return nil }
+
+func (adminOnly) Inspect(context.Context, string) (core.KeyState, error) {
+	return core.KeyState{}, core.ErrNotFound
+}
+func (adminOnly) Purge(context.Context, string) error  { return nil }
+func (adminOnly) Unlock(context.Context, string) error { return nil }
+func (adminOnly) InFlight(context.Context, int) ([]core.KeyState, error) {
+	return nil, nil
+}
+
+// TestStoreInterfaces: the wrapper is a core.Waiter and a core.Admin
+// exactly when the store is.
+func TestStoreInterfaces(t *testing.T) {
+	t.Parallel()
+	m, _ := idemprom.New(nil, nil)
+	for _, tt := range []struct {
+		s             core.Store
+		waiter, admin bool
+	}{
+		{&scriptedStore{}, false, false},
+		{&waiterOnly{}, true, false},
+		{&adminOnly{}, false, true},
+		{core.NewMemoryStore(0), true, true},
+	} {
+		s := m.InstrumentStore(tt.s)
+		_, waiter := s.(core.Waiter)
+		_, admin := s.(core.Admin)
+		if waiter != tt.waiter || admin != tt.admin {
+			t.Errorf("InstrumentStore(%T): Waiter %v, Admin %v; want %v, %v", tt.s, waiter, admin, tt.waiter, tt.admin)
+		}
+	}
+}
+
 // TestHTTPConformance runs the HTTP suite on instrumented stores, then
 // checks that every lock taken was counted out again.
 func TestHTTPConformance(t *testing.T) {
