@@ -1,0 +1,90 @@
+package grpcidem
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// UnaryClientInterceptor returns the interceptor that sends every covered
+// unary call with an idempotency key, a fresh UUIDv4 in KeyMetadata unless
+// the outgoing metadata holds one (KeyMetadata or LegacyKeyMetadata), and
+// makes it again with the same key when it fails with Unavailable or
+// Aborted: up to DefaultMaxAttempts calls in all, waiting 100 ms, 200 ms,
+// 400 ms (±25 %) or the server's errdetails.RetryInfo, whichever is longer,
+// and never past the call's deadline: when the next wait would end after
+// it, the last error is returned at once. Other errors are returned as
+// they are.
+func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
+	o := newOptions(opts)
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+		if o.skip != nil && o.skip(ctx, method) {
+			return invoker(ctx, method, req, reply, cc, callOpts...)
+		}
+		if md, _ := metadata.FromOutgoingContext(ctx); md.Get(KeyMetadata) == nil && md.Get(LegacyKeyMetadata) == nil {
+			key, err := uuid.NewRandom()
+			if err != nil {
+				return fmt.Errorf("grpcidem: new key: %w", err)
+			}
+			ctx = metadata.AppendToOutgoingContext(ctx, KeyMetadata, key.String())
+		}
+		for attempt := 1; ; attempt++ {
+			err := invoker(ctx, method, req, reply, cc, callOpts...)
+			if err == nil || attempt >= o.maxAttempts || ctx.Err() != nil {
+				return err
+			}
+			st := status.Convert(err)
+			if st.Code() != codes.Unavailable && st.Code() != codes.Aborted {
+				return err
+			}
+			wait := o.delay(attempt, st)
+			if deadline, ok := ctx.Deadline(); ok && o.now().Add(wait).After(deadline) {
+				return err
+			}
+			if serr := o.sleep(ctx, wait); serr != nil {
+				return status.FromContextError(serr).Err()
+			}
+		}
+	}
+}
+
+// delay is the wait after the attempt-th call failed with st: the backoff
+// with jitter or the server's RetryInfo, whichever is longer, at most
+// maxDelay.
+func (o *options) delay(attempt int, st *status.Status) time.Duration {
+	d := o.baseDelay
+	for i := 1; i < attempt && d < o.maxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, o.maxDelay)
+	if q := int64(d) / 4; q > 0 {
+		d += time.Duration(o.randN(2*q+1) - q)
+	}
+	for _, det := range st.Details() {
+		if ri, ok := det.(*errdetails.RetryInfo); ok && ri.GetRetryDelay().AsDuration() > d {
+			d = ri.GetRetryDelay().AsDuration()
+		}
+	}
+	return min(d, o.maxDelay)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func randN(n int64) int64 { return rand.Int64N(n) }

@@ -1,0 +1,352 @@
+package grpcidem
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/idem-go/idem/core"
+)
+
+// Reserved names in a stored record's Header, beside the header metadata:
+// no metadata key holds a colon.
+const (
+	recordMessage = ":message"  // the full name of an OK reply's message type
+	recordTrailer = ":trailer:" // prefix of the trailer metadata
+)
+
+// Metadata of a replay, beside ReplayMetadata.
+const (
+	originalTimestampMetadata = "x-original-timestamp"
+	bodyOmittedMetadata       = "x-idempotency-body-omitted"
+)
+
+var (
+	errPanicked = errors.New("grpcidem: the handler panicked")
+	errNotProto = errors.New("grpcidem: the reply is not a proto.Message")
+)
+
+// server is one UnaryServerInterceptor.
+type server struct {
+	eng  *core.Engine
+	cfg  core.Config
+	opts *options
+	// Lower-case metadata names of cfg.KeyHeader and cfg.LegacyKeyHeader
+	// ("" for none).
+	keyName, legacyName string
+	denied              map[string]bool // lower-case cfg.DeniedHeaders
+	// The refusals, built once: status errors are immutable.
+	inFlight, reused, unavailable error
+}
+
+// UnaryServerInterceptor returns the interceptor that makes the unary
+// calls carrying a key (or every covered call, with core.Config.Required)
+// run at most once per key on eng. It panics if eng is nil, when the
+// server is set up.
+func UnaryServerInterceptor(eng *core.Engine, opts ...Option) grpc.UnaryServerInterceptor {
+	if eng == nil {
+		panic("grpcidem: UnaryServerInterceptor needs an Engine")
+	}
+	s := &server{eng: eng, cfg: eng.Config(), opts: newOptions(opts)}
+	s.keyName = strings.ToLower(s.cfg.KeyHeader)
+	if s.cfg.LegacyKeyHeader != "-" {
+		s.legacyName = strings.ToLower(s.cfg.LegacyKeyHeader)
+	}
+	s.denied = make(map[string]bool, len(s.cfg.DeniedHeaders))
+	for _, h := range s.cfg.DeniedHeaders {
+		s.denied[strings.ToLower(h)] = true
+	}
+	retry := &errdetails.RetryInfo{RetryDelay: durationpb.New(s.cfg.RetryAfter)}
+	s.inFlight = refusal(codes.Aborted, ReasonKeyInFlight,
+		"a call with this idempotency key is in flight; retry later", retry)
+	s.reused = refusal(codes.AlreadyExists, ReasonKeyReused,
+		"this idempotency key was already used with a different request")
+	s.unavailable = refusal(codes.Unavailable, ReasonStoreUnavailable,
+		"the call was not run because its idempotency cannot be guaranteed; retry later", retry)
+	return s.intercept
+}
+
+// refusal is a status error with an ErrorInfo of reason and more details.
+func refusal(code codes.Code, reason, msg string, more ...protoadapt.MessageV1) error {
+	details := append([]protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}}, more...)
+	st, err := status.New(code, msg).WithDetails(details...)
+	if err != nil { // a detail failed to marshal: not with these types
+		return status.Error(code, msg)
+	}
+	return st.Err()
+}
+
+func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !s.keyed(ctx) || s.opts.skip != nil && s.opts.skip(ctx, info.FullMethod) {
+		return handler(ctx, req)
+	}
+	start := time.Now()
+	md := &incoming{ctx: ctx, s: s}
+	key, present, err := s.eng.Key(md)
+	switch {
+	case err != nil:
+		detail := strings.TrimPrefix(err.Error(), core.ErrInvalidKey.Error()+": ")
+		return nil, s.invalidKey(ctx, info, start, key, err, ReasonInvalidKey, "invalid idempotency key: "+detail)
+	case !present:
+		return nil, s.invalidKey(ctx, info, start, key, nil, ReasonMissingKey,
+			"this call requires an "+s.keyName+" metadata entry")
+	}
+	msg, ok := req.(proto.Message)
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "grpcidem: the request of %s is a %T, not a proto.Message", info.FullMethod, req)
+	}
+	c := core.Call{Context: ctx, Key: key, Method: info.FullMethod, Route: info.FullMethod}
+	if c.Fingerprint, err = fingerprint(info.FullMethod, msg); err != nil {
+		return nil, status.Errorf(codes.Internal, "grpcidem: fingerprint of %s: %v", info.FullMethod, err)
+	}
+	if s.cfg.Scope != nil || s.cfg.TTL != nil {
+		r := &core.Request{Context: ctx, Method: info.FullMethod, Route: info.FullMethod, Header: md}
+		if s.cfg.Scope != nil {
+			c.Scope = s.cfg.Scope(r)
+		}
+		if s.cfg.TTL != nil {
+			c.TTL = s.cfg.TTL(r)
+		}
+	}
+	l, rec, err := s.eng.Acquire(&c)
+	switch {
+	case l != nil:
+		return s.run(ctx, req, handler, l)
+	case rec != nil:
+		return s.replay(ctx, rec)
+	case errors.Is(err, core.ErrKeyReused):
+		return nil, s.reused
+	case errors.Is(err, core.ErrInFlight):
+		return nil, s.inFlight
+	default:
+		return nil, s.unavailable
+	}
+}
+
+// keyed reports whether the call carries a key entry or keys are required:
+// the others pass at the cost of two map look-ups.
+func (s *server) keyed(ctx context.Context) bool {
+	return s.cfg.Required || metadata.ValueFromIncomingContext(ctx, s.keyName) != nil ||
+		s.legacyName != "" && metadata.ValueFromIncomingContext(ctx, s.legacyName) != nil
+}
+
+func (s *server) invalidKey(ctx context.Context, info *grpc.UnaryServerInfo, start time.Time, key string, err error, reason, msg string) error {
+	if s.cfg.Observer != nil {
+		s.cfg.Observer(core.Event{Context: ctx, Outcome: core.OutcomeInvalidKey, Key: key,
+			Method: info.FullMethod, Route: info.FullMethod, Status: int(codes.InvalidArgument),
+			Duration: time.Since(start), Err: err})
+	}
+	return refusal(codes.InvalidArgument, reason, msg)
+}
+
+// incoming is the core.HeaderGetter of the incoming metadata: names are
+// matched lower-case.
+type incoming struct {
+	ctx context.Context
+	s   *server
+}
+
+func (m *incoming) Values(name string) []string {
+	switch name {
+	case m.s.cfg.KeyHeader:
+		name = m.s.keyName
+	case m.s.cfg.LegacyKeyHeader:
+		name = m.s.legacyName
+	default:
+		name = strings.ToLower(name)
+	}
+	return metadata.ValueFromIncomingContext(m.ctx, name)
+}
+
+func (m *incoming) Get(name string) string {
+	if v := m.Values(name); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+var fingerprintBuf = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// fingerprint is the SHA-256 of the full method, a NUL and the
+// deterministic encoding of the request.
+func fingerprint(method string, m proto.Message) ([32]byte, error) {
+	bp := fingerprintBuf.Get().(*[]byte)
+	b := append(append((*bp)[:0], method...), 0)
+	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, m)
+	sum := sha256.Sum256(b)
+	if cap(b) <= 64<<10 {
+		*bp = b[:0]
+		fingerprintBuf.Put(bp)
+	}
+	return sum, err
+}
+
+// run runs the handler under the lease and stores its reply if the policy
+// accepts it. A panic releases the key and goes on up.
+func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, l *core.Lease) (any, error) {
+	if !l.Protected() { // fail-open: the store failed
+		return handler(ctx, req)
+	}
+	defer l.Release(0, errPanicked) // a no-op once the lease ended
+	c := &capture{}
+	if st := grpc.ServerTransportStreamFromContext(ctx); st != nil {
+		c.ServerTransportStream = st
+		ctx = grpc.NewContextWithServerTransportStream(ctx, c)
+	}
+	resp, err := handler(ctx, req)
+	st, ok := status.FromError(err)
+	if !ok {
+		st = status.FromContextError(err) // as the server answers it
+	}
+	code := st.Code()
+	if !s.opts.storable(code) {
+		l.Release(int(code), nil)
+		return resp, err
+	}
+	rec := &core.Record{Code: int(code), Header: c.record(s)}
+	var merr error
+	if code == codes.OK {
+		m, ok := resp.(proto.Message)
+		if !ok || m == nil || !m.ProtoReflect().IsValid() {
+			l.Release(int(code), errNotProto)
+			return resp, err
+		}
+		rec.Header[recordMessage] = []string{string(m.ProtoReflect().Descriptor().FullName())}
+		rec.Body, merr = proto.Marshal(m)
+	} else {
+		rec.Body, merr = proto.Marshal(st.Proto())
+	}
+	if merr != nil {
+		l.Release(int(code), merr)
+		return resp, err
+	}
+	if len(rec.Body) > s.cfg.MaxStoredBodyBytes {
+		rec.BodyOmitted, rec.BodySize, rec.BodySHA256 = true, int64(len(rec.Body)), sha256.Sum256(rec.Body)
+		rec.Body = nil
+	}
+	l.Complete(rec)
+	return resp, err
+}
+
+// capture is the handler's ServerTransportStream: it passes the metadata
+// the handler sets on and keeps a copy to store.
+type capture struct {
+	grpc.ServerTransportStream
+	mu              sync.Mutex
+	header, trailer metadata.MD
+}
+
+func (c *capture) SetHeader(md metadata.MD) error {
+	return c.keep(&c.header, md, c.ServerTransportStream.SetHeader(md))
+}
+
+func (c *capture) SendHeader(md metadata.MD) error {
+	return c.keep(&c.header, md, c.ServerTransportStream.SendHeader(md))
+}
+
+func (c *capture) SetTrailer(md metadata.MD) error {
+	return c.keep(&c.trailer, md, c.ServerTransportStream.SetTrailer(md))
+}
+
+func (c *capture) keep(into *metadata.MD, md metadata.MD, err error) error {
+	if err == nil {
+		c.mu.Lock()
+		*into = metadata.Join(*into, md)
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// record returns the metadata to store: neither the denied names nor
+// gRPC's reserved ones.
+func (c *capture) record(s *server) map[string][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := make(map[string][]string, len(c.header)+len(c.trailer)+1)
+	add := func(prefix string, md metadata.MD) {
+		for k, v := range md {
+			k = strings.ToLower(k)
+			if !s.denied[k] && !strings.HasPrefix(k, "grpc-") && k != ReplayMetadata {
+				h[prefix+k] = v
+			}
+		}
+	}
+	add("", c.header)
+	add(recordTrailer, c.trailer)
+	return h
+}
+
+// replay answers with a stored record: its metadata, marked, and its reply
+// or error.
+func (s *server) replay(ctx context.Context, rec *core.Record) (any, error) {
+	header := metadata.MD{ReplayMetadata: {"true"}}
+	var trailer metadata.MD
+	var message string
+	for k, v := range rec.Header {
+		switch {
+		case k == recordMessage:
+			if len(v) > 0 {
+				message = v[0]
+			}
+		case strings.HasPrefix(k, recordTrailer):
+			if trailer == nil {
+				trailer = metadata.MD{}
+			}
+			trailer[k[len(recordTrailer):]] = v
+		default:
+			header[k] = v
+		}
+	}
+	if s.cfg.ReplayTimestamp {
+		header[originalTimestampMetadata] = []string{rec.RequestedAt.UTC().Format(time.RFC3339)}
+	}
+	if rec.BodyOmitted {
+		header[bodyOmittedMetadata] = []string{"sha256=" + hex.EncodeToString(rec.BodySHA256[:]) +
+			"; size=" + strconv.FormatInt(rec.BodySize, 10)}
+	}
+	// Errors only outside a server (no stream): nothing to send them on.
+	_ = grpc.SetHeader(ctx, header)
+	if trailer != nil {
+		_ = grpc.SetTrailer(ctx, trailer)
+	}
+	code := codes.Code(rec.Code)
+	switch {
+	case rec.BodyOmitted:
+		return nil, refusal(codes.FailedPrecondition, ReasonReplyOmitted, fmt.Sprintf(
+			"the call with this idempotency key completed with code %s, but its reply (%d bytes) was too large to store",
+			code, rec.BodySize))
+	case code != codes.OK:
+		p := &spb.Status{}
+		if err := proto.Unmarshal(rec.Body, p); err != nil || p.Code != int32(code) {
+			return nil, status.Errorf(codes.Internal, "grpcidem: stored status of code %s cannot be decoded", code)
+		}
+		return nil, status.ErrorProto(p)
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(message))
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "grpcidem: stored reply of type %q: %v", message, err)
+	}
+	m := mt.New().Interface()
+	if err := proto.Unmarshal(rec.Body, m); err != nil {
+		return nil, status.Errorf(codes.Internal, "grpcidem: stored reply of type %q: %v", message, err)
+	}
+	return m, nil
+}

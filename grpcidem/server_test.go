@@ -1,0 +1,630 @@
+package grpcidem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
+	"github.com/idem-go/idem/grpcidem"
+	"github.com/idem-go/idem/grpcidem/internal/testpb"
+	"github.com/idem-go/idem/redislock"
+)
+
+// service is the test service. Create and Update count their runs, set
+// header and trailer metadata, and answer by item: "panic" panics on the
+// first run, "invalid" fails with InvalidArgument and a BadRequest detail,
+// "internal" with Internal, "big" returns a 2 KiB note; anything else gets
+// an order whose id is its run's number, so a second run shows.
+type service struct {
+	testpb.UnimplementedOrdersServer
+	runs    atomic.Int64
+	started chan struct{} // if not nil, told when a run starts
+	hold    chan struct{} // if not nil, a run waits for it to close
+}
+
+func (s *service) Create(ctx context.Context, req *testpb.CreateRequest) (*testpb.Order, error) {
+	n := s.runs.Add(1)
+	if s.started != nil {
+		s.started <- struct{}{}
+	}
+	if s.hold != nil {
+		<-s.hold
+	}
+	switch req.Item {
+	case "panic":
+		if n == 1 {
+			panic("the handler failed")
+		}
+	case "invalid":
+		st, _ := status.New(codes.InvalidArgument, "qty must be positive").WithDetails(&errdetails.BadRequest{
+			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "qty", Description: "must be positive"}}})
+		return nil, st.Err()
+	case "internal":
+		return nil, status.Error(codes.Internal, "database down")
+	}
+	id := "ord_" + strconv.FormatInt(n, 10)
+	grpc.SetHeader(ctx, metadata.Pairs("x-order-id", id, "x-request-id", "req-"+id)) //nolint:errcheck
+	grpc.SetTrailer(ctx, metadata.Pairs("x-trailer", id))                           //nolint:errcheck
+	o := &testpb.Order{Id: id, Item: req.Item, Qty: req.Qty}
+	if req.Item == "big" {
+		o.Note = make([]byte, 2048)
+	}
+	return o, nil
+}
+
+func (s *service) Update(ctx context.Context, req *testpb.CreateRequest) (*testpb.Order, error) {
+	return s.Create(ctx, req)
+}
+
+func (s *service) Watch(req *testpb.CreateRequest, stream grpc.ServerStreamingServer[testpb.Order]) error {
+	n := s.runs.Add(1)
+	return stream.Send(&testpb.Order{Id: "ord_" + strconv.FormatInt(n, 10), Item: req.Item})
+}
+
+// recoverUnary is the recovery interceptor an application puts outside
+// grpcidem's: a panic becomes Internal.
+func recoverUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = status.Errorf(codes.Internal, "panic: %v", r)
+		}
+	}()
+	return handler(ctx, req)
+}
+
+// harness is a test server on a loopback TCP port, with its client.
+type harness struct {
+	t      *testing.T
+	svc    *service
+	client testpb.OrdersClient
+}
+
+// serve starts a gRPC server on 127.0.0.1 with the interceptors (the
+// recovery interceptor first) and returns a client connection to it.
+func serve(t testing.TB, svc testpb.OrdersServer, interceptors ...grpc.UnaryServerInterceptor) *grpc.ClientConn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{recoverUnary}, interceptors...)...))
+	testpb.RegisterOrdersServer(srv, svc)
+	go srv.Serve(ln) //nolint:errcheck
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// start serves a fresh service through the interceptor on an Engine of
+// cfg.
+func start(t *testing.T, cfg core.Config, opts ...grpcidem.Option) *harness {
+	t.Helper()
+	eng, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &service{}
+	conn := serve(t, svc, grpcidem.UnaryServerInterceptor(eng, opts...))
+	return &harness{t: t, svc: svc, client: testpb.NewOrdersClient(conn)}
+}
+
+// result is what a call got.
+type result struct {
+	reply           *testpb.Order
+	err             error
+	header, trailer metadata.MD
+}
+
+// call calls Create with the metadata pairs md (a key: "idempotency-key", k).
+func (h *harness) call(req *testpb.CreateRequest, md ...string) result {
+	return h.callMethod(h.client.Create, req, md...)
+}
+
+func (h *harness) callMethod(m func(context.Context, *testpb.CreateRequest, ...grpc.CallOption) (*testpb.Order, error), req *testpb.CreateRequest, md ...string) result {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var r result
+	r.reply, r.err = m(metadata.AppendToOutgoingContext(ctx, md...), req, grpc.Header(&r.header), grpc.Trailer(&r.trailer))
+	return r
+}
+
+func (h *harness) wantRuns(want int64) {
+	h.t.Helper()
+	if got := h.svc.runs.Load(); got != want {
+		h.t.Fatalf("handler ran %d times, want %d", got, want)
+	}
+}
+
+func key(k string) []string { return []string{grpcidem.KeyMetadata, k} }
+
+func order(item string, qty int32) *testpb.CreateRequest {
+	return &testpb.CreateRequest{Item: item, Qty: qty}
+}
+
+func wantOK(t *testing.T, r result) {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("call failed: %v", r.err)
+	}
+}
+
+// wantReplayOf checks that r replays first: same reply and metadata, marked.
+func wantReplayOf(t *testing.T, r, first result) {
+	t.Helper()
+	wantOK(t, r)
+	if !proto.Equal(r.reply, first.reply) {
+		t.Fatalf("replay %v, want %v", r.reply, first.reply)
+	}
+	if !grpcidem.Replayed(r.header) {
+		t.Fatalf("replay header %v, want %s: true", r.header, grpcidem.ReplayMetadata)
+	}
+	if got, want := r.header.Get("x-order-id"), first.header.Get("x-order-id"); len(got) != 1 || got[0] != want[0] {
+		t.Fatalf("replayed x-order-id %v, want %v", got, want)
+	}
+	if got, want := r.trailer.Get("x-trailer"), first.trailer.Get("x-trailer"); len(got) != 1 || got[0] != want[0] {
+		t.Fatalf("replayed trailer x-trailer %v, want %v", got, want)
+	}
+	if got := r.header.Get("x-request-id"); got != nil {
+		t.Fatalf("replay has x-request-id %v: a denied header was stored", got)
+	}
+}
+
+func wantNotReplay(t *testing.T, r result) {
+	t.Helper()
+	if grpcidem.Replayed(r.header) {
+		t.Fatalf("call marked as a replay: %v", r.header)
+	}
+}
+
+// wantRefusal checks r's code and the ErrorInfo reason of the interceptor,
+// and whether a RetryInfo came with it.
+func wantRefusal(t *testing.T, r result, code codes.Code, reason string, retry bool) {
+	t.Helper()
+	st := status.Convert(r.err)
+	if st.Code() != code {
+		t.Fatalf("code %s (%v), want %s", st.Code(), r.err, code)
+	}
+	var gotReason string
+	var gotRetry bool
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			if d.Domain != grpcidem.ErrorDomain {
+				t.Fatalf("ErrorInfo domain %q", d.Domain)
+			}
+			gotReason = d.Reason
+		case *errdetails.RetryInfo:
+			gotRetry = d.RetryDelay.AsDuration() > 0
+		}
+	}
+	if gotReason != reason || gotRetry != retry {
+		t.Fatalf("details %v: reason %q, RetryInfo %v; want %q, %v", st.Details(), gotReason, gotRetry, reason, retry)
+	}
+}
+
+// testServer runs the server's suite on the stores newStore returns.
+func testServer(t *testing.T, newStore func(t *testing.T) core.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, newStore func(*testing.T) core.Store)
+	}{
+		{"Replay", testReplay},
+		{"Mismatch", testMismatch},
+		{"DeterministicFingerprint", testDeterministicFingerprint},
+		{"ConcurrentDuplicates", testConcurrentDuplicates},
+		{"ConcurrentDuplicatesHeld", testConcurrentDuplicatesHeld},
+		{"ConcurrentDuplicatesWait", testConcurrentDuplicatesWait},
+		{"PanicReleasesKey", testPanicReleasesKey},
+		{"StoredError", testStoredError},
+		{"InternalNotStored", testInternalNotStored},
+		{"StorePolicy", testStorePolicy},
+		{"Keys", testKeys},
+		{"Scope", testScope},
+		{"ReplyOmitted", testReplyOmitted},
+		{"Skip", testSkip},
+		{"StreamsPassThrough", testStreams},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.fn(t, newStore)
+		})
+	}
+}
+
+func TestServerMemory(t *testing.T) {
+	t.Parallel()
+	testServer(t, func(*testing.T) core.Store { return core.NewMemoryStore(0) })
+}
+
+func TestServerMiniredis(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr(), PoolSize: 64})
+	t.Cleanup(func() { c.Close() })
+	testServer(t, func(t *testing.T) core.Store {
+		return redislock.New(c, &redislock.Options{Prefix: "t" + strconv.FormatInt(rnd.Add(1), 10)})
+	})
+}
+
+var rnd atomic.Int64
+
+func testReplay(t *testing.T, newStore func(*testing.T) core.Store) {
+	h := start(t, core.Config{Store: newStore(t)})
+	k := idemtest.Key(t)
+	first := h.call(order("book", 2), key(k)...)
+	wantOK(t, first)
+	wantNotReplay(t, first)
+	if first.reply.Id != "ord_1" || first.header.Get("x-order-id")[0] != "ord_1" {
+		t.Fatalf("first call: %v, header %v", first.reply, first.header)
+	}
+	for range 2 {
+		wantReplayOf(t, h.call(order("book", 2), key(k)...), first)
+	}
+	// The legacy name reaches the same record.
+	wantReplayOf(t, h.call(order("book", 2), grpcidem.LegacyKeyMetadata, k), first)
+	h.wantRuns(1)
+}
+
+func testMismatch(t *testing.T, newStore func(*testing.T) core.Store) {
+	h := start(t, core.Config{Store: newStore(t)})
+	k := idemtest.Key(t)
+	wantOK(t, h.call(order("book", 2), key(k)...))
+	wantRefusal(t, h.call(order("book", 3), key(k)...), codes.AlreadyExists, grpcidem.ReasonKeyReused, false)
+	// The same message to another method is another request.
+	wantRefusal(t, h.callMethod(h.client.Update, order("book", 2), key(k)...), codes.AlreadyExists, grpcidem.ReasonKeyReused, false)
+	h.wantRuns(1)
+}
+
+func testDeterministicFingerprint(t *testing.T, newStore func(*testing.T) core.Store) {
+	h := start(t, core.Config{Store: newStore(t)})
+	labels := func() map[string]string {
+		m := make(map[string]string)
+		for i := range 50 {
+			m["label-"+strconv.Itoa(i)] = strconv.Itoa(i)
+		}
+		return m
+	}
+	k := idemtest.Key(t)
+	first := h.call(&testpb.CreateRequest{Item: "book", Qty: 1, Labels: labels()}, key(k)...)
+	wantOK(t, first)
+	for range 3 { // maps are encoded in key order, whatever Go's iteration order
+		wantReplayOf(t, h.call(&testpb.CreateRequest{Item: "book", Qty: 1, Labels: labels()}, key(k)...), first)
+	}
+	h.wantRuns(1)
+}
+
+// concurrently makes n calls of one key at once and returns their results.
+func concurrently(h *harness, n int, k string) []result {
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = h.call(order("book", 1), key(k)...)
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+func testConcurrentDuplicates(t *testing.T, newStore func(*testing.T) core.Store) {
+	h := start(t, core.Config{Store: newStore(t)})
+	results := concurrently(h, 200, idemtest.Key(t))
+	h.wantRuns(1)
+	var ok int
+	for _, r := range results {
+		switch status.Code(r.err) {
+		case codes.OK:
+			if r.reply.Id != "ord_1" {
+				t.Fatalf("reply %v, want ord_1", r.reply)
+			}
+			ok++
+		case codes.Aborted:
+			wantRefusal(t, r, codes.Aborted, grpcidem.ReasonKeyInFlight, true)
+		default:
+			t.Fatalf("call: %v", r.err)
+		}
+	}
+	if ok == 0 {
+		t.Fatal("no call got the reply")
+	}
+}
+
+// testConcurrentDuplicatesHeld holds the first call in the handler until
+// every duplicate has its answer: all of them are Aborted, in flight.
+func testConcurrentDuplicatesHeld(t *testing.T, newStore func(*testing.T) core.Store) {
+	h := start(t, core.Config{Store: newStore(t)})
+	h.svc.hold = make(chan struct{})
+	const n = 200
+	k := idemtest.Key(t)
+	results := make(chan result, n)
+	for range n {
+		go func() { results <- h.call(order("book", 1), key(k)...) }()
+	}
+	for range n - 1 {
+		wantRefusal(t, <-results, codes.Aborted, grpcidem.ReasonKeyInFlight, true)
+	}
+	close(h.svc.hold)
+	r := <-results
+	wantOK(t, r)
+	wantNotReplay(t, r)
+	h.wantRuns(1)
+}
+
+func testConcurrentDuplicatesWait(t *testing.T, newStore func(*testing.T) core.Store) {
+	h := start(t, core.Config{Store: newStore(t), Wait: time.Minute})
+	h.svc.started, h.svc.hold = make(chan struct{}, 1), make(chan struct{})
+	go func() { <-h.svc.started; close(h.svc.hold) }()
+	for _, r := range concurrently(h, 200, idemtest.Key(t)) {
+		wantOK(t, r)
+		if r.reply.Id != "ord_1" {
+			t.Fatalf("reply %v, want ord_1: every waiting call gets the first one's", r.reply)
+		}
+	}
+	h.wantRuns(1)
+}
+
+func testPanicReleasesKey(t *testing.T, newStore func(*testing.T) core.Store) {
+	h := start(t, core.Config{Store: newStore(t)})
+	k := idemtest.Key(t)
+	r := h.call(order("panic", 1), key(k)...)
+	if status.Code(r.err) != codes.Internal || !strings.Contains(r.err.Error(), "the handler failed") {
+		t.Fatalf("panicking call: %v, want the recovery interceptor's Internal", r.err)
+	}
+	retry := h.call(order("panic", 1), key(k)...)
+	wantOK(t, retry)
+	wantNotReplay(t, retry)
+	h.wantRuns(2)
+	wantReplayOf(t, h.call(order("panic", 1), key(k)...), retry)
+	h.wantRuns(2)
+}
+
+func testStoredError(t *testing.T, newStore func(*testing.T) core.Store) {
+	h := start(t, core.Config{Store: newStore(t)})
+	k := idemtest.Key(t)
+	first := h.call(order("invalid", 1), key(k)...)
+	second := h.call(order("invalid", 1), key(k)...)
+	h.wantRuns(1)
+	st1, st2 := status.Convert(first.err), status.Convert(second.err)
+	if st1.Code() != codes.InvalidArgument || !proto.Equal(st1.Proto(), st2.Proto()) {
+		t.Fatalf("replayed status %v, want %v", st2.Proto(), st1.Proto())
+	}
+	if len(st2.Details()) != 1 {
+		t.Fatalf("replayed details %v, want the BadRequest", st2.Details())
+	}
+	wantNotReplay(t, first)
+	if !grpcidem.Replayed(second.header) {
+		t.Fatalf("replayed error's header %v, want %s", second.header, grpcidem.ReplayMetadata)
+	}
+}
+
+func testInternalNotStored(t *testing.T, newStore func(*testing.T) core.Store) {
+	h := start(t, core.Config{Store: newStore(t)})
+	k := idemtest.Key(t)
+	for range 2 {
+		r := h.call(order("internal", 1), key(k)...)
+		if status.Code(r.err) != codes.Internal {
+			t.Fatalf("call: %v, want Internal", r.err)
+		}
+		wantNotReplay(t, r)
+	}
+	h.wantRuns(2)
+}
+
+func testStorePolicy(t *testing.T, newStore func(*testing.T) core.Store) {
+	// A policy that stores nothing: every call runs.
+	h := start(t, core.Config{Store: newStore(t)}, grpcidem.WithStorable(func(codes.Code) bool { return false }))
+	k := idemtest.Key(t)
+	for range 2 {
+		r := h.call(order("book", 1), key(k)...)
+		wantOK(t, r)
+		wantNotReplay(t, r)
+	}
+	h.wantRuns(2)
+}
+
+func testKeys(t *testing.T, newStore func(*testing.T) core.Store) {
+	var invalid atomic.Int64
+	observer := func(ev core.Event) {
+		if ev.Outcome == core.OutcomeInvalidKey && ev.Status == int(codes.InvalidArgument) && ev.Method == "/idem.grpcidem.testpb.Orders/Create" {
+			invalid.Add(1)
+		}
+	}
+	t.Run("optional", func(t *testing.T) {
+		h := start(t, core.Config{Store: newStore(t), Observer: observer})
+		for range 2 {
+			r := h.call(order("book", 1))
+			wantOK(t, r)
+			wantNotReplay(t, r)
+		}
+		h.wantRuns(2)
+		long := strings.Repeat("k", core.DefaultMaxKeyLength+1)
+		for name, md := range map[string][]string{
+			"too long":     key(long),
+			"empty":        key(""),
+			"two":          {grpcidem.KeyMetadata, "a", grpcidem.KeyMetadata, "b"},
+			"legacy other": {grpcidem.KeyMetadata, "a", grpcidem.LegacyKeyMetadata, "b"},
+		} {
+			wantRefusal(t, h.call(order("book", 1), md...), codes.InvalidArgument, grpcidem.ReasonInvalidKey, false)
+			_ = name
+		}
+		h.wantRuns(2)
+	})
+	t.Run("required", func(t *testing.T) {
+		h := start(t, core.Config{Store: newStore(t), Required: true, ValidateKey: core.ValidateUUIDv4, Observer: observer})
+		wantRefusal(t, h.call(order("book", 1)), codes.InvalidArgument, grpcidem.ReasonMissingKey, false)
+		wantRefusal(t, h.call(order("book", 1), key("not-a-uuid")...), codes.InvalidArgument, grpcidem.ReasonInvalidKey, false)
+		wantOK(t, h.call(order("book", 1), key("0b7f8e9c-7d4a-4b7e-9c1d-2f3a4b5c6d7e")...))
+		h.wantRuns(1)
+	})
+	if got := invalid.Load(); got != 6 {
+		t.Fatalf("%d invalid key events with the method and InvalidArgument, want 6", got)
+	}
+}
+
+func testScope(t *testing.T, newStore func(*testing.T) core.Store) {
+	h := start(t, core.Config{Store: newStore(t), Scope: func(r *core.Request) string {
+		if r.Method != "/idem.grpcidem.testpb.Orders/Create" || r.Route != r.Method {
+			return "unexpected request " + r.Method
+		}
+		return r.Header.Get("X-User-ID")
+	}})
+	k := idemtest.Key(t)
+	alice := h.call(order("book", 1), grpcidem.KeyMetadata, k, "x-user-id", "alice")
+	bob := h.call(order("book", 1), grpcidem.KeyMetadata, k, "x-user-id", "bob")
+	wantOK(t, alice)
+	wantOK(t, bob)
+	wantNotReplay(t, bob)
+	h.wantRuns(2)
+	wantReplayOf(t, h.call(order("book", 1), grpcidem.KeyMetadata, k, "x-user-id", "alice"), alice)
+	h.wantRuns(2)
+}
+
+func testReplyOmitted(t *testing.T, newStore func(*testing.T) core.Store) {
+	h := start(t, core.Config{Store: newStore(t), MaxStoredBodyBytes: 1024})
+	k := idemtest.Key(t)
+	first := h.call(order("big", 1), key(k)...)
+	wantOK(t, first)
+	if len(first.reply.Note) != 2048 {
+		t.Fatalf("first call's note has %d bytes", len(first.reply.Note))
+	}
+	r := h.call(order("big", 1), key(k)...)
+	wantRefusal(t, r, codes.FailedPrecondition, grpcidem.ReasonReplyOmitted, false)
+	if v := r.header.Get("x-idempotency-body-omitted"); len(v) != 1 || !strings.HasPrefix(v[0], "sha256=") {
+		t.Fatalf("omitted reply's header %v", r.header)
+	}
+	h.wantRuns(1)
+}
+
+func testSkip(t *testing.T, newStore func(*testing.T) core.Store) {
+	h := start(t, core.Config{Store: newStore(t)}, grpcidem.WithSkip(func(_ context.Context, m string) bool {
+		return m == testpb.Orders_Update_FullMethodName
+	}))
+	k := idemtest.Key(t)
+	for range 2 {
+		r := h.callMethod(h.client.Update, order("book", 1), key(k)...)
+		wantOK(t, r)
+		wantNotReplay(t, r)
+	}
+	h.wantRuns(2)
+}
+
+func testStreams(t *testing.T, newStore func(*testing.T) core.Store) {
+	h := start(t, core.Config{Store: newStore(t), Required: true})
+	k := idemtest.Key(t)
+	for range 2 {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), key(k)...)
+		stream, err := h.client.Watch(ctx, order("book", 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.wantRuns(2)
+}
+
+// downStore fails every operation.
+type downStore struct{}
+
+var errDown = errors.New("store down")
+
+func (downStore) Acquire(context.Context, string, time.Duration) ([]byte, string, error) {
+	return nil, "", errDown
+}
+func (downStore) Complete(context.Context, string, string, []byte, time.Duration) error {
+	return errDown
+}
+func (downStore) Release(context.Context, string, string) error { return errDown }
+func (downStore) Refresh(context.Context, string, string, time.Duration) error {
+	return errDown
+}
+
+func TestStoreDown(t *testing.T) {
+	t.Parallel()
+	t.Run("fail-closed", func(t *testing.T) {
+		h := start(t, core.Config{Store: downStore{}, FailClosed: true, RetryAfter: 3 * time.Second})
+		r := h.call(order("book", 1), key("k")...)
+		wantRefusal(t, r, codes.Unavailable, grpcidem.ReasonStoreUnavailable, true)
+		for _, d := range status.Convert(r.err).Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok && ri.RetryDelay.AsDuration() != 3*time.Second {
+				t.Fatalf("RetryInfo %v, want Config.RetryAfter", ri.RetryDelay.AsDuration())
+			}
+		}
+		h.wantRuns(0)
+	})
+	t.Run("fail-open", func(t *testing.T) {
+		h := start(t, core.Config{Store: downStore{}})
+		for range 2 {
+			r := h.call(order("book", 1), key("k")...)
+			wantOK(t, r)
+			wantNotReplay(t, r)
+		}
+		h.wantRuns(2)
+	})
+}
+
+// TestOutsideServer calls the interceptor directly, with no server stream
+// in the context: the replay still works, without metadata to send.
+func TestOutsideServer(t *testing.T) {
+	t.Parallel()
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	icpt := grpcidem.UnaryServerInterceptor(eng)
+	info := &grpc.UnaryServerInfo{FullMethod: testpb.Orders_Create_FullMethodName}
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcidem.KeyMetadata, "k"))
+	var runs int
+	handler := func(context.Context, any) (any, error) {
+		runs++
+		return &testpb.Order{Id: fmt.Sprint("ord_", runs)}, nil
+	}
+	first, err := icpt(ctx, order("book", 1), info, handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := icpt(ctx, order("book", 1), info, handler)
+	if err != nil || !proto.Equal(first.(proto.Message), second.(*testpb.Order)) || runs != 1 {
+		t.Fatalf("replay %v, %v after %d runs; want %v", second, err, runs, first)
+	}
+	if _, err := icpt(ctx, "not a message", info, handler); status.Code(err) != codes.Internal {
+		t.Fatalf("a request that is not a proto.Message: %v, want Internal", err)
+	}
+}
+
+func TestNilEngine(t *testing.T) {
+	t.Parallel()
+	defer func() {
+		if recover() == nil {
+			t.Fatal("no panic")
+		}
+	}()
+	grpcidem.UnaryServerInterceptor(nil)
+}
