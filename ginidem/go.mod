@@ -8,6 +8,7 @@ require (
 )
 
 require (
+	github.com/bsm/redislock v0.9.4 // indirect
 	github.com/bytedance/gopkg v0.1.3 // indirect
 	github.com/bytedance/sonic v1.15.0 // indirect
 	github.com/bytedance/sonic/loader v0.5.0 // indirect

@@ -71,8 +71,9 @@
 //
 // bsm/redislock is the usual Redis lock for go-redis, and this store keeps
 // its conventions: the lock key holds nothing but an owner token (a random
-// per-process prefix and a counter: unique, and cheaper than a crypto/rand
-// read on every request, replays included), released and refreshed by the
+// per-process prefix, the time in milliseconds and a counter: unique, and
+// cheaper than a crypto/rand read on every request, replays included; the
+// time is the lock's age for operators), released and refreshed by the
 // same get-compare-del and get-compare-pexpire scripts. Its API cannot be
 // used as such, though:
 //
@@ -90,7 +91,18 @@
 //     after a duplicate had completed it, and overwrite that record. That
 //     breaks fencing.
 //
-// Hence the store's own scripts, and no import of bsm/redislock.
+// Hence the store's own scripts. Purge, an operator's exclusive section
+// on a key rather than a request's, does use Obtain (see Operators).
+//
+// # Operators
+//
+// The Store implements core.Admin, for the idemctl command and the admin
+// package's HTTP handler: Inspect and Unlock are one script each; Purge
+// obtains the key's own lock key with bsm/redislock (core.ErrInFlight if a
+// request holds it, so no request starts on the key while it is purged),
+// deletes the record if it still holds that lock, and releases it; InFlight
+// SCANs the lock keys (per master on a Cluster) and reads each lock's age
+// from its token.
 //
 // # Waiting (Config.Wait)
 //

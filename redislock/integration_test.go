@@ -818,6 +818,11 @@ func TestIntegrationCluster(t *testing.T) {
 	t.Run("conformance", func(t *testing.T) {
 		idemtest.TestStore(t, func(*testing.T) core.Store { return redislock.New(client, nil) })
 	})
+	t.Run("admin", func(t *testing.T) { // InFlight SCANs every master
+		idemtest.TestAdmin(t, func(t *testing.T) core.Store {
+			return redislock.New(client, &redislock.Options{Prefix: "admin" + idemtest.Key(t)[:8]})
+		})
+	})
 	t.Run("conformance-unbatched", func(t *testing.T) {
 		idemtest.TestStore(t, func(*testing.T) core.Store {
 			return redislock.New(client, &redislock.Options{DisableBatching: true})

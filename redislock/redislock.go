@@ -339,9 +339,27 @@ var (
 // newToken returns a fresh owner token. Every Acquire sends one, replays
 // included, so it is a counter behind a random per-process prefix rather
 // than a read of crypto/rand per request: fencing needs tokens that never
-// repeat, not tokens that cannot be guessed.
+// repeat, not tokens that cannot be guessed. Between the two, the time in
+// milliseconds: the lock's LockedAt for InFlight and Inspect (tokenTime).
 func newToken() string {
-	return tokenPrefix + strconv.FormatUint(tokenSeq.Add(1), 36)
+	var buf [64]byte
+	b := append(buf[:0], tokenPrefix...)
+	b = strconv.AppendInt(b, time.Now().UnixMilli(), 36)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, tokenSeq.Add(1), 36)
+	return string(b)
+}
+
+// tokenTime returns the time a token of newToken was made, or zero for a
+// token of another form (an older release's, or not this store's).
+func tokenTime(token string) time.Time {
+	_, rest, _ := strings.Cut(token, ".")
+	ms, _, ok := strings.Cut(rest, ".")
+	n, err := strconv.ParseInt(ms, 36, 64)
+	if !ok || err != nil || n <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
 }
 
 // defaultDialTimeout is go-redis's default Options.DialTimeout.
