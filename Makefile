@@ -85,8 +85,25 @@ swagger:
 		 GOWORK=off $(GO) run github.com/idem-go/idem/swagger/cmd/idemswag -dir docs -op "POST /orders"); \
 	done
 
+## rules: check idemprom's alert rules and run their unit tests with promtool
+## (installed into .tools/ if it is not on the PATH).
+PROMTOOL ?= $(shell command -v promtool 2>/dev/null || echo $(TOOLS)/promtool)
+.PHONY: rules
+rules: $(PROMTOOL)
+	cd idemprom && $(PROMTOOL) check rules alerts.yml && $(PROMTOOL) test rules alerts_test.yml
+
 fmt:
 	gofmt -w .
+
+# promtool alone, from Debian's prometheus package: installing the package
+# would also install, and start, a Prometheus server.
+$(TOOLS)/promtool:
+	@mkdir -p $(TOOLS)/deb
+	cd $(TOOLS)/deb && { DEBIAN_FRONTEND=noninteractive apt-get download prometheus 2>/dev/null || \
+		{ DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get download prometheus; }; }
+	dpkg-deb --fsys-tarfile $(TOOLS)/deb/prometheus_*.deb | tar -xO ./usr/bin/promtool > $@.tmp
+	chmod +x $@.tmp && mv $@.tmp $@ && rm -rf $(TOOLS)/deb
+	$@ --version
 
 $(STATICCHECK):
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
