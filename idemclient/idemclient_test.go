@@ -446,6 +446,10 @@ func TestBodyReplayed(t *testing.T) {
 			c := &closeCounter{Reader: strings.NewReader(big)}
 			return c, c, int64(len(big)), true
 		}, 0, big, 3},
+		{"GetBody, over MaxBufferBytes: not buffered, retried", func() (io.ReadCloser, *closeCounter, int64, bool) {
+			c := &closeCounter{Reader: strings.NewReader(big)}
+			return c, c, int64(len(big)), true
+		}, 10, big, 3},
 		{"buffered, length known", func() (io.ReadCloser, *closeCounter, int64, bool) {
 			c := &closeCounter{Reader: strings.NewReader(big)}
 			return c, c, int64(len(big)), false
