@@ -2,7 +2,8 @@
 // would, per the examples contract of DESIGN.md: it builds each server,
 // starts it on a loopback port and checks replays, conflicts, bad keys,
 // concurrency and the served OpenAPI spec. The integration variant
-// (-tags integration) runs three instances of each on one real Redis.
+// (-tags integration) runs three instances of each on one real Redis, and
+// two on one PostgreSQL database.
 package blackbox
 
 import (

@@ -1,6 +1,7 @@
 // Package exampleapp is the set-up the example servers share: the address,
-// the store (memory, or Redis when REDIS_URL is set), the idem Engine scoped
-// per user, and the order service.
+// the store (memory; Redis when REDIS_URL is set; PostgreSQL when
+// DATABASE_URL is set without REDIS_URL), the idem Engine scoped per user,
+// and the order service, whose orders live beside the store's records.
 package exampleapp
 
 import (
@@ -14,11 +15,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/swaggo/swag"
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/examples/internal/orders"
+	"github.com/idem-go/idem/pgstore"
 	"github.com/idem-go/idem/redislock"
 	"github.com/idem-go/idem/swagger"
 )
@@ -40,6 +43,8 @@ type App struct {
 	Orders *orders.Service
 	Logger *slog.Logger
 	rdb    redis.UniversalClient
+	pool   *pgxpool.Pool
+	pg     *pgstore.Store
 }
 
 // Setup reads the environment and builds the App.
@@ -63,16 +68,48 @@ func Setup() (*App, error) {
 		a.rdb = rdb
 		cfg.Store = redislock.New(rdb, nil)
 		a.Logger.Info("store: redis", "url", redacted(redisURL))
+		a.Orders = orders.NewService(rdb)
+	} else if dbURL := os.Getenv("DATABASE_URL"); dbURL != "" {
+		if err := a.setupPostgres(dbURL); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("DATABASE_URL: %w", err)
+		}
+		cfg.Store = a.pg
+		a.Logger.Info("store: postgres", "url", redacted(dbURL))
 	} else {
-		a.Logger.Info("store: memory (set REDIS_URL to share keys between instances)")
+		a.Logger.Info("store: memory (set REDIS_URL or DATABASE_URL to share keys between instances)")
+		a.Orders = orders.NewService(nil)
 	}
 	eng, err := core.New(cfg)
 	if err != nil {
+		a.Close()
 		return nil, err
 	}
 	a.Engine = eng
-	a.Orders = orders.NewService(a.rdb)
 	return a, nil
+}
+
+// setupPostgres connects to dbURL, migrates idem's table and creates the
+// orders' table.
+func (a *App) setupPostgres(dbURL string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	a.pool = pool
+	if err := pool.Ping(ctx); err != nil {
+		return err
+	}
+	if err := pgstore.Migrate(ctx, pool, nil); err != nil {
+		return err
+	}
+	if a.pg, err = pgstore.New(pool, &pgstore.Options{Logger: a.Logger}); err != nil {
+		return err
+	}
+	a.Orders, err = orders.NewPostgresService(ctx, pool)
+	return err
 }
 
 // Document adds the Idempotency-Key header and idem's responses to the
@@ -88,8 +125,15 @@ func (a *App) Document(spec *swag.Spec, ops []swagger.Operation) error {
 	return nil
 }
 
-// Close releases the Redis client, if any.
+// Close stops the PostgreSQL store's janitor and releases the Redis client
+// or the PostgreSQL pool, if any.
 func (a *App) Close() error {
+	if a.pg != nil {
+		a.pg.Close()
+	}
+	if a.pool != nil {
+		a.pool.Close()
+	}
 	if a.rdb != nil {
 		return a.rdb.Close()
 	}

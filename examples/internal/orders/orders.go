@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -50,16 +52,40 @@ var (
 )
 
 // Service creates and lists orders, in memory or, when several instances
-// share a Redis, in Redis, so that GET /orders on any instance shows what
-// was really created.
+// share a Redis or a PostgreSQL database, there, so that GET /orders on any
+// instance shows what was really created.
 type Service struct {
-	rdb redis.UniversalClient // nil: in memory
-	mu  sync.Mutex
-	mem []Order
+	rdb  redis.UniversalClient // nil: in memory, or PostgreSQL
+	pool *pgxpool.Pool         // nil: in memory, or Redis
+	mu   sync.Mutex
+	mem  []Order
 }
 
 // NewService returns a Service on rdb, or in memory if rdb is nil.
 func NewService(rdb redis.UniversalClient) *Service { return &Service{rdb: rdb} }
+
+// PostgresTable holds the orders of a Service on PostgreSQL.
+const PostgresTable = "idem_example_orders"
+
+// NewPostgresService returns a Service on PostgreSQL, creating its table
+// if needed (under an advisory lock: instances may start together).
+func NewPostgresService(ctx context.Context, pool *pgxpool.Pool) (*Service, error) {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", PostgresTable); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+PostgresTable+` (
+	id         bigserial PRIMARY KEY,
+	item       text NOT NULL,
+	qty        integer NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT now())`)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("orders table: %w", err)
+	}
+	return &Service{pool: pool}, nil
+}
 
 const (
 	redisList = "idem-example:orders"
@@ -99,6 +125,15 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Order, error) 
 		return Order{}, ErrBoom
 	}
 	o := Order{Item: req.Item, Qty: req.Qty}
+	if s.pool != nil {
+		var id int64
+		err := s.pool.QueryRow(ctx, "INSERT INTO "+PostgresTable+" (item, qty) VALUES ($1, $2) RETURNING id", o.Item, o.Qty).Scan(&id)
+		if err != nil {
+			return Order{}, err
+		}
+		o.ID = "ord_" + strconv.FormatInt(id, 10)
+		return o, nil
+	}
 	if s.rdb == nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -120,6 +155,20 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Order, error) 
 
 // List returns every order created so far.
 func (s *Service) List(ctx context.Context) (List, error) {
+	if s.pool != nil {
+		rows, err := s.pool.Query(ctx, "SELECT 'ord_' || id, item, qty FROM "+PostgresTable+" ORDER BY id")
+		if err != nil {
+			return List{}, err
+		}
+		orders, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Order, error) {
+			var o Order
+			return o, r.Scan(&o.ID, &o.Item, &o.Qty)
+		})
+		if err != nil {
+			return List{}, err
+		}
+		return List{Count: len(orders), Orders: append([]Order{}, orders...)}, nil
+	}
 	if s.rdb == nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()
