@@ -17,6 +17,9 @@ const (
 	DefaultResponseTTL        = 24 * time.Hour
 	DefaultLockTTL            = 5 * time.Minute
 	DefaultRetryAfter         = time.Second
+	DefaultStoreTimeout       = time.Second
+	DefaultBreakerFailures    = 5
+	DefaultBreakerCooldown    = time.Second
 )
 
 // Headers the Engine adds to a replayed response.
@@ -144,6 +147,20 @@ type Config struct {
 	// the types of the Problem constants and no Link.
 	ProblemDocsURL string
 
+	// StoreTimeout bounds each store call; past it the call fails and the
+	// policy (FailClosed) applies. The store's client must honour the
+	// context's deadline (redislock.NewClient's and pgx's do).
+	// Default: DefaultStoreTimeout.
+	StoreTimeout time.Duration
+	// BreakerFailures is how many failed Store.Acquire calls in a row open
+	// the circuit breaker: for BreakerCooldown, requests do not call the
+	// store and fail at once with ErrCircuitOpen (the policy applies); then
+	// one request probes it. Default: DefaultBreakerFailures; negative disables it.
+	BreakerFailures int
+	// BreakerCooldown is how long the breaker stays open before a probe.
+	// Default: DefaultBreakerCooldown.
+	BreakerCooldown time.Duration
+
 	// FailClosed answers 503 when the store fails. Default: false: the
 	// request runs unprotected and an OutcomeStoreError is reported
 	// (fail-open), as a store outage should not take the API down. A full
@@ -201,6 +218,15 @@ func (c *Config) setDefaults() error {
 	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter
 	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.BreakerFailures == 0 {
+		c.BreakerFailures = DefaultBreakerFailures
+	}
+	if c.BreakerCooldown == 0 {
+		c.BreakerCooldown = DefaultBreakerCooldown
+	}
 	if c.ReplayHeader == "" {
 		c.ReplayHeader = HeaderReplay
 	}
@@ -208,7 +234,7 @@ func (c *Config) setDefaults() error {
 	switch {
 	case c.MaxKeyLength < 0, c.MaxBodyBytes < 0, c.MaxStoredBodyBytes < 0:
 		return errors.New("idem: negative size limit in Config")
-	case c.ResponseTTL < 0, c.LockTTL < 0, c.Wait < 0, c.RetryAfter < 0:
+	case c.ResponseTTL < 0, c.LockTTL < 0, c.Wait < 0, c.RetryAfter < 0, c.StoreTimeout < 0, c.BreakerCooldown < 0:
 		return errors.New("idem: negative duration in Config")
 	case c.LockTTL < 3*time.Millisecond:
 		return errors.New("idem: LockTTL must be at least 3ms")

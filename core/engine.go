@@ -1,7 +1,9 @@
 package core
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -15,7 +17,12 @@ type Engine struct {
 	cfg    Config
 	denied map[string]bool // canonical names of Config.DeniedHeaders
 	kept   map[string]bool // canonical names of Config.KeepHeaders; nil keeps all
-	retry  string          // Retry-After, in seconds
+	brk    *breaker
+	// initialLease is the TTL of a new lock, extended to LockTTL by the
+	// first refresh: a lock that a stalled store takes after the request
+	// gave up on it refuses retries for this long, not LockTTL.
+	initialLease time.Duration
+	retry        string // Retry-After, in seconds
 }
 
 // initialBodyBuffer bounds the buffer allocated for a request body before
@@ -39,6 +46,9 @@ func New(cfg Config) (*Engine, error) {
 		denied: make(map[string]bool, len(cfg.DeniedHeaders)),
 		retry:  strconv.Itoa(int((cfg.RetryAfter + time.Second - 1) / time.Second)),
 	}
+	e.initialLease = min(cfg.LockTTL, max(minInitialLease, 3*cfg.StoreTimeout))
+	e.brk = &breaker{failures: cfg.BreakerFailures, cooldown: cfg.BreakerCooldown, now: time.Now,
+		changed: func(s BreakerState) { e.observe(Event{Outcome: OutcomeBreaker, Breaker: s}, time.Now()) }}
 	for _, h := range cfg.DeniedHeaders {
 		e.denied[http.CanonicalHeaderKey(h)] = true
 	}
@@ -64,10 +74,21 @@ func (e *Engine) Config() Config {
 	return cfg
 }
 
+// minInitialLease is the shortest initial lease (see Engine.initialLease).
+const minInitialLease = 10 * time.Second
+
 func (e *Engine) observe(ev Event, start time.Time) {
+	ev.Duration = time.Since(start)
 	if e.cfg.Observer != nil {
-		ev.Duration = time.Since(start)
 		e.cfg.Observer(ev)
+		return
+	}
+	// No Observer: a store outage is never silent.
+	switch ev.Outcome {
+	case OutcomeStoreError, OutcomeLockLost, OutcomeBreaker, OutcomeFallback:
+		if !errors.Is(ev.Err, ErrCircuitOpen) { // the breaker's opening was logged
+			SlogObserver(slog.Default())(ev)
+		}
 	}
 }
 

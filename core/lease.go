@@ -124,7 +124,7 @@ func (e *Engine) acquire(c *Call, start time.Time, a *answers, l *Lease) (*Lease
 		// have taken the lock all the same (Redis ran the script, the reply
 		// was lost), leaving a lock nobody releases before it expires.
 		sent := time.Now() // the lock's TTL runs from about then
-		raw, token, err := e.cfg.Store.Acquire(l.ctx, l.id, e.cfg.LockTTL)
+		raw, token, err := e.storeAcquire(l.ctx, l.id)
 		switch {
 		case err == nil && token != "":
 			l.token = token
@@ -157,6 +157,19 @@ func (e *Engine) acquire(c *Call, start time.Time, a *answers, l *Lease) (*Lease
 		l.observe(OutcomeConflict, a.conflict)
 		return nil, nil, ErrInFlight
 	}
+}
+
+// storeAcquire calls Store.Acquire through the breaker, within
+// Config.StoreTimeout, taking the initial lease.
+func (e *Engine) storeAcquire(ctx context.Context, id string) ([]byte, string, error) {
+	if !e.brk.allow() {
+		return nil, "", ErrCircuitOpen
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
+	raw, token, err := e.cfg.Store.Acquire(ctx, id, e.initialLease)
+	cancel()
+	e.brk.done(err)
+	return raw, token, err
 }
 
 // wait blocks until the lock of id may have been released: through the
@@ -193,10 +206,11 @@ type Lease struct {
 
 	rec Record // a replayed record: the lease's memory, one allocation less
 
-	mu      sync.Mutex // guards done, held, expired and timer against the refresher
+	mu      sync.Mutex // guards done, held, lease, expired and timer against the refresher
 	done    bool
-	held    time.Time // when the lock was last known held for LockTTL: taken or refreshed
-	expired bool      // a refresh found the lock gone
+	held    time.Time     // when the lock was last known held for lease: taken or refreshed
+	lease   time.Duration // how long the lock lasts from held: the initial lease, then LockTTL
+	expired bool          // a refresh found the lock gone
 	timer   *time.Timer
 }
 
@@ -251,9 +265,9 @@ func (l *Lease) Complete(rec *Record) {
 		return
 	}
 	l.mu.Lock()
-	// Expired: a refresh found the lock gone, or none succeeded for LockTTL
-	// (they failed with other errors).
-	expired := l.expired || time.Since(l.held) >= l.e.cfg.LockTTL
+	// Expired: a refresh found the lock gone, or none succeeded for the
+	// lease (they failed with other errors).
+	expired := l.expired || time.Since(l.held) >= l.lease
 	l.mu.Unlock()
 	l.ev.Status = rec.Code
 	now := time.Now()
@@ -311,9 +325,9 @@ var errStoredLate = fmt.Errorf("%w (or may have been: no refresh confirmed the l
 
 // storeContext bounds a store call made after the work: the call's values,
 // no cancellation (the client may be gone, the lock must still be settled),
-// and at most LockTTL, past which the lock is gone anyway.
+// and at most Config.StoreTimeout.
 func (l *Lease) storeContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(l.ctx, l.e.cfg.LockTTL)
+	return context.WithTimeout(l.ctx, l.e.cfg.StoreTimeout)
 }
 
 // finish marks the lease done and stops the refresher; it reports whether
@@ -331,12 +345,13 @@ func (l *Lease) finish() bool {
 	return true
 }
 
-// startRefresh arms a timer that extends the lock every LockTTL/3 while the
-// work runs, so that slow work keeps its lock and is never run twice.
+// startRefresh arms a timer that extends the lock while the work runs, so
+// that slow work keeps its lock and is never run twice: a third into the
+// initial lease, then every LockTTL/3.
 func (l *Lease) startRefresh(taken time.Time) {
 	l.mu.Lock()
-	l.held = taken
-	l.timer = time.AfterFunc(l.e.cfg.LockTTL/3, l.refresh)
+	l.held, l.lease = taken, l.e.initialLease
+	l.timer = time.AfterFunc(l.lease/3, l.refresh)
 	l.mu.Unlock()
 }
 
@@ -361,12 +376,12 @@ func (l *Lease) refresh() {
 	}
 	// The store call runs without the mutex, so that Complete and Release
 	// never wait for a slow refresh; its result is ignored if the lease
-	// ended meanwhile. Half the period, so that a refresh that times out
-	// leaves time for another before the lock expires. Its context carries
-	// none of the call's values: the call may outlast the request, whose
-	// context a framework reuses once the adapter returns.
+	// ended meanwhile. At most half the period, so that a refresh that
+	// times out leaves time for another before the lock expires. Its
+	// context carries none of the call's values: the call may outlast the
+	// request, whose context a framework reuses once the adapter returns.
 	period := l.e.cfg.LockTTL / 3
-	ctx, cancel := context.WithTimeout(context.Background(), period/2)
+	ctx, cancel := context.WithTimeout(context.Background(), min(period/2, l.e.cfg.StoreTimeout))
 	sent := time.Now()
 	err := l.storeRefresh(ctx)
 	cancel()
@@ -375,7 +390,7 @@ func (l *Lease) refresh() {
 	defer l.mu.Unlock()
 	switch {
 	case err == nil:
-		l.held = sent
+		l.held, l.lease = sent, l.e.cfg.LockTTL
 	case errors.Is(err, ErrLockLost):
 		l.expired = true
 	}

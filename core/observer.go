@@ -21,6 +21,8 @@ const (
 	OutcomeBadBody                       // the request body could not be read: 400, or 500 if a middleware before idem had read it
 	OutcomeStoreError                    // the store failed: before the handler, the request ran unprotected (fail-open) or got 503 (fail-closed); after it, the response was not stored and the lock is left to expire
 	OutcomeLockLost                      // the lock expired while the handler ran, and the response was not stored (a duplicate took the key, a full memory store had no room, or it was to be released anyway); reported once, when the flight ends
+	OutcomeBreaker                       // the store's circuit breaker changed state (Event.Breaker); not a request
+	OutcomeFallback                      // a tiered store answered from its durable tier: the fast one failed (Err)
 )
 
 var outcomeNames = [...]string{
@@ -34,6 +36,8 @@ var outcomeNames = [...]string{
 	OutcomeBadBody:    "bad_body",
 	OutcomeStoreError: "store_error",
 	OutcomeLockLost:   "lock_lost",
+	OutcomeBreaker:    "breaker",
+	OutcomeFallback:   "fallback",
 }
 
 // String returns a short snake_case name, fit for a metric label.
@@ -61,6 +65,8 @@ type Event struct {
 	Status int
 	// Duration is the time from the start of the request to this outcome.
 	Duration time.Duration
+	// Breaker is the breaker's new state, in an OutcomeBreaker event.
+	Breaker BreakerState
 	// Err is the store or validation error behind the outcome, if any; for
 	// OutcomeStored, an error wrapping ErrLockLost if the response was
 	// stored after the lock expired, or may have (no refresh confirmed it
@@ -92,6 +98,8 @@ func SlogObserver(l *slog.Logger) func(Event) {
 		switch e.Outcome {
 		case OutcomeStoreError, OutcomeLockLost:
 			level = slog.LevelError
+		case OutcomeBreaker, OutcomeFallback:
+			level = slog.LevelWarn
 		case OutcomeConflict, OutcomeMismatch, OutcomeInvalidKey, OutcomeTooLarge, OutcomeBadBody:
 			level = slog.LevelWarn
 			if e.Status >= 500 {
@@ -115,6 +123,9 @@ func SlogObserver(l *slog.Logger) func(Event) {
 		}
 		if e.Scope != "" {
 			attrs = append(attrs, slog.String("scope", e.Scope))
+		}
+		if e.Outcome == OutcomeBreaker {
+			attrs = append(attrs, slog.String("breaker", e.Breaker.String()))
 		}
 		if e.Status != 0 {
 			attrs = append(attrs, slog.Int("status", e.Status))

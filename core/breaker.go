@@ -1,0 +1,113 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// ErrCircuitOpen is the store error of a call that the Engine did not make
+// because its circuit breaker is open: the store failed
+// Config.BreakerFailures times in a row, and Config.BreakerCooldown has not
+// passed since. The policy applies as to any store error.
+var ErrCircuitOpen = errors.New("idem: store circuit open")
+
+// BreakerState is the state of the Engine's circuit breaker around its
+// store, reported in events of OutcomeBreaker.
+type BreakerState int
+
+// States of the circuit breaker.
+const (
+	BreakerClosed   BreakerState = iota // the store is called
+	BreakerOpen                         // the store is not called: ErrCircuitOpen
+	BreakerHalfOpen                     // one call probes the store; the others get ErrCircuitOpen
+)
+
+// String returns "closed", "open" or "half_open".
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerOpen:
+		return "open"
+	case BreakerHalfOpen:
+		return "half_open"
+	}
+	return "closed"
+}
+
+// breaker is a consecutive-failure circuit breaker with a single half-open
+// probe. sony/gobreaker does the same but reads the wall clock, which its
+// transitions' tests would have to sleep through; see docs/design.md.
+type breaker struct {
+	failures int           // consecutive failures that open it; 0 disables it
+	cooldown time.Duration // open time before a probe
+	now      func() time.Time
+	changed  func(BreakerState) // called without the mutex
+
+	mu     sync.Mutex
+	state  BreakerState
+	count  int       // consecutive failures while closed
+	opened time.Time // when it last opened
+}
+
+// allow reports whether a call may go to the store; a call allowed while
+// half-open is the probe, and must report to done.
+func (b *breaker) allow() bool {
+	if b.failures <= 0 {
+		return true
+	}
+	b.mu.Lock()
+	switch b.state {
+	case BreakerClosed:
+		b.mu.Unlock()
+		return true
+	case BreakerOpen:
+		if b.now().Sub(b.opened) < b.cooldown {
+			b.mu.Unlock()
+			return false
+		}
+		b.state = BreakerHalfOpen
+		b.mu.Unlock()
+		b.changed(BreakerHalfOpen)
+		return true
+	}
+	b.mu.Unlock()
+	return false // half-open: its probe is on its way
+}
+
+// done reports the result of a store call: err is nil, a store failure, or
+// an answer of a working store (ErrInFlight, ErrLockLost, ...).
+func (b *breaker) done(err error) {
+	if b.failures <= 0 {
+		return
+	}
+	failed := err != nil && storeFailure(err)
+	b.mu.Lock()
+	var to BreakerState
+	switch {
+	case !failed && b.state == BreakerClosed:
+		b.count = 0
+		b.mu.Unlock()
+		return
+	case !failed:
+		b.state, b.count, to = BreakerClosed, 0, BreakerClosed
+	case b.state == BreakerHalfOpen, b.state == BreakerClosed && b.count+1 >= b.failures:
+		b.state, b.opened, to = BreakerOpen, b.now(), BreakerOpen
+	case b.state == BreakerClosed:
+		b.count++
+		b.mu.Unlock()
+		return
+	default: // open: a call made before it opened
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	b.changed(to)
+}
+
+// storeFailure reports whether err says the store is not working, as
+// opposed to an answer about a key or a bad record.
+func storeFailure(err error) bool {
+	return !errors.Is(err, ErrInFlight) && !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrStoreFull) &&
+		!errors.Is(err, ErrCorruptRecord) && !errors.Is(err, ErrCircuitOpen) && !errors.Is(err, context.Canceled)
+}

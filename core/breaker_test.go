@@ -1,0 +1,79 @@
+package core
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestBreakerTransitions(t *testing.T) {
+	now := time.Unix(0, 0)
+	var states []BreakerState
+	b := &breaker{failures: 3, cooldown: time.Second, now: func() time.Time { return now },
+		changed: func(s BreakerState) { states = append(states, s) }}
+	down := errors.New("dial tcp: connection refused")
+	step := func(want bool, err error) {
+		t.Helper()
+		if got := b.allow(); got != want {
+			t.Fatalf("allow = %v, want %v (state %v)", got, want, b.state)
+		}
+		if want {
+			b.done(err)
+		}
+	}
+	// Answers of a working store never count; a success resets the count.
+	step(true, down)
+	step(true, down)
+	step(true, ErrInFlight)
+	step(true, ErrLockLost)
+	step(true, down)
+	step(true, nil)
+	step(true, down)
+	step(true, down)
+	if len(states) != 0 {
+		t.Fatalf("opened after failures that were not in a row: %v", states)
+	}
+	step(true, down) // the third in a row
+	if b.state != BreakerOpen || len(states) != 1 {
+		t.Fatalf("state %v, changes %v; want open", b.state, states)
+	}
+	step(false, nil)
+	now = now.Add(999 * time.Millisecond)
+	step(false, nil)
+	now = now.Add(time.Millisecond)
+	// The cooldown is over: one probe, and nothing else while it is out.
+	if !b.allow() || b.state != BreakerHalfOpen {
+		t.Fatalf("no probe after the cooldown: state %v", b.state)
+	}
+	step(false, nil)
+	b.done(down) // the probe failed: open again, for a new cooldown
+	if b.state != BreakerOpen {
+		t.Fatalf("state %v after a failed probe, want open", b.state)
+	}
+	now = now.Add(500 * time.Millisecond)
+	step(false, nil)
+	now = now.Add(500 * time.Millisecond)
+	step(true, ErrInFlight) // the probe got an answer: the store works
+	if b.state != BreakerClosed {
+		t.Fatalf("state %v after a probe answered, want closed", b.state)
+	}
+	want := []BreakerState{BreakerOpen, BreakerHalfOpen, BreakerOpen, BreakerHalfOpen, BreakerClosed}
+	if len(states) != len(want) {
+		t.Fatalf("changes %v, want %v", states, want)
+	}
+	for i := range want {
+		if states[i] != want[i] {
+			t.Fatalf("changes %v, want %v", states, want)
+		}
+	}
+}
+
+func TestBreakerDisabled(t *testing.T) {
+	b := &breaker{failures: -1, now: time.Now, changed: func(BreakerState) { t.Fatal("a disabled breaker changed") }}
+	for range 100 {
+		if !b.allow() {
+			t.Fatal("a disabled breaker refused a call")
+		}
+		b.done(errors.New("down"))
+	}
+}

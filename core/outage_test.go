@@ -1,0 +1,116 @@
+package core_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/core"
+)
+
+// stalledStore never answers Acquire: it waits for the context, as a
+// client waits on a stalled Redis, and records the deadline it was given.
+type stalledStore struct {
+	core.Store
+	calls    atomic.Int32
+	deadline atomic.Int64 // of the last call, in ns from its start
+	lockTTL  atomic.Int64
+}
+
+func (s *stalledStore) Acquire(ctx context.Context, _ string, lockTTL time.Duration) ([]byte, string, error) {
+	s.calls.Add(1)
+	s.lockTTL.Store(int64(lockTTL))
+	if d, ok := ctx.Deadline(); ok {
+		s.deadline.Store(int64(time.Until(d)))
+	}
+	<-ctx.Done()
+	return nil, "", ctx.Err()
+}
+
+func TestStalledStoreBoundedThenBreakerOpens(t *testing.T) {
+	for _, failClosed := range []bool{false, true} {
+		var ev events
+		store := &stalledStore{Store: core.NewMemoryStore(0)}
+		eng, err := core.New(core.Config{Store: store, StoreTimeout: 20 * time.Millisecond, BreakerFailures: 3,
+			BreakerCooldown: time.Hour, FailClosed: failClosed, Observer: ev.observe})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.WriteHeader(http.StatusCreated)
+		}))
+		for i := range 10 {
+			w := post(t, h, "stalled", "{}")
+			want := http.StatusCreated
+			if failClosed {
+				want = http.StatusServiceUnavailable
+			}
+			if w.Code != want {
+				t.Fatalf("failClosed=%v request %d: status %d, want %d", failClosed, i, w.Code, want)
+			}
+		}
+		if d := time.Duration(store.deadline.Load()); d <= 0 || d > 20*time.Millisecond {
+			t.Fatalf("store call's deadline %v from its start, want StoreTimeout (20ms)", d)
+		}
+		// Three calls waited out the timeout; then the breaker kept the
+		// other seven from calling the store at all.
+		if n := store.calls.Load(); n != 3 {
+			t.Fatalf("store called %d times, want 3 before the breaker opened", n)
+		}
+		if ev.count(core.OutcomeBreaker) != 1 || ev.count(core.OutcomeStoreError) != 10 {
+			t.Fatalf("events %v: want 10 store errors and the breaker opening once", ev.all)
+		}
+		for _, e := range ev.all {
+			if e.Outcome == core.OutcomeBreaker && e.Breaker != core.BreakerOpen {
+				t.Fatalf("breaker event %v, want open", e.Breaker)
+			}
+		}
+		if failClosed && runs.Load() != 0 || !failClosed && runs.Load() != 10 {
+			t.Fatalf("failClosed=%v: handler ran %d times", failClosed, runs.Load())
+		}
+	}
+}
+
+// A new lock is taken for a short initial lease, not LockTTL: one that a
+// stalled store takes after the request gave up refuses retries briefly.
+func TestInitialLease(t *testing.T) {
+	for _, tt := range []struct {
+		lockTTL, storeTimeout, want time.Duration
+	}{
+		{core.DefaultLockTTL, 0, 10 * time.Second},
+		{core.DefaultLockTTL, 5 * time.Second, 15 * time.Second},
+		{2 * time.Second, 0, 2 * time.Second},
+	} {
+		store := &stalledStore{Store: core.NewMemoryStore(0)}
+		eng, _ := core.New(core.Config{Store: store, LockTTL: tt.lockTTL, StoreTimeout: tt.storeTimeout, BreakerFailures: -1})
+		eng.Acquire(&core.Call{Key: "k"}) //nolint:errcheck // the stalled store fails it
+		if got := time.Duration(store.lockTTL.Load()); got != tt.want {
+			t.Errorf("LockTTL %v, StoreTimeout %v: initial lease %v, want %v", tt.lockTTL, tt.storeTimeout, got, tt.want)
+		}
+	}
+}
+
+// Without an Observer, store trouble is logged through slog.Default.
+func TestStoreErrorsLoggedWithoutObserver(t *testing.T) {
+	var buf bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	eng, _ := core.New(core.Config{Store: failingStore{}, BreakerFailures: 2, BreakerCooldown: time.Hour})
+	for range 5 {
+		eng.Acquire(&core.Call{Key: "logged-key-123"}) //nolint:errcheck
+	}
+	out := buf.String()
+	if n := bytes.Count(buf.Bytes(), []byte("outcome=store_error")); n != 2 {
+		t.Fatalf("%d store errors logged, want the 2 before the breaker opened (the rest say circuit open):\n%s", n, out)
+	}
+	if !bytes.Contains(buf.Bytes(), []byte("breaker=open")) || bytes.Contains(buf.Bytes(), []byte("logged-key-123")) {
+		t.Fatalf("log lacks the breaker's opening, or shows the key unmasked:\n%s", out)
+	}
+}
