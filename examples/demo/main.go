@@ -1,8 +1,9 @@
 // Command demo drives an example server as a client would and prints a
 // readable transcript: a first request, its replay, a changed body (422),
-// a bad key (400), a failing handler (500, not stored), and 30 concurrent
-// duplicates that create one order. It exits 1 if the server does not
-// behave so.
+// a bad key (400), a failing handler (500, not stored), 30 concurrent
+// duplicates that create one order, then the same through the retrying
+// client idemclient: a lost response replayed, and 30 duplicates that each
+// end with the order. It exits 1 if the server does not behave so.
 //
 //	demo -exec ./bin/server-gin     # start the server on a free port, drive it, stop it
 //	demo -url http://127.0.0.1:8080 # drive a running server
@@ -13,6 +14,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,6 +26,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/idem-go/idem/idemclient"
 )
 
 func main() { os.Exit(run()) }
@@ -41,7 +45,13 @@ func run() int {
 		defer stop()
 		*baseURL = url
 	}
-	d := &demo{url: *baseURL, client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	base := &http.Transport{MaxIdleConnsPerHost: 64}
+	d := &demo{
+		url:      *baseURL,
+		client:   &http.Client{Timeout: 30 * time.Second, Transport: base},
+		retrying: &http.Client{Timeout: 30 * time.Second, Transport: &idemclient.Transport{Base: base}},
+		base:     base,
+	}
 	if err := d.waitReady(); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		return 1
@@ -89,15 +99,20 @@ func start(path string) (stop func(), url string, err error) {
 }
 
 type demo struct {
-	url    string
-	client *http.Client
-	failed bool
+	url      string
+	client   *http.Client // plain: shows each answer of the server
+	retrying *http.Client // idemclient.Transport over base
+	base     http.RoundTripper
+	failed   bool
 }
 
 type result struct {
-	status int
-	header http.Header
-	body   string
+	status   int
+	header   http.Header
+	body     string
+	key      string // the Idempotency-Key sent
+	attempts int    // sent by idemclient
+	replayed bool
 }
 
 func (d *demo) waitReady() error {
@@ -112,20 +127,41 @@ func (d *demo) waitReady() error {
 	return fmt.Errorf("server at %s not ready after 30s", d.url)
 }
 
-func (d *demo) post(key, user, body string) result {
+func (d *demo) post(key, user, body string) result { return d.send(d.client, key, user, body) }
+
+func (d *demo) send(client *http.Client, key, user, body string) result {
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, d.url+"/orders", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-User-ID", user)
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	resp, err := d.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return result{body: err.Error()}
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return result{status: resp.StatusCode, header: resp.Header, body: strings.TrimSpace(string(b))}
+	return result{status: resp.StatusCode, header: resp.Header, body: strings.TrimSpace(string(b)),
+		key: resp.Request.Header.Get("Idempotency-Key"), attempts: idemclient.Attempts(resp), replayed: idemclient.Replayed(resp)}
+}
+
+// loseFirst loses the response to its first request on the way back, as a
+// timeout or a dropped connection would: the server handled the request.
+type loseFirst struct {
+	base http.RoundTripper
+	lost string // the lost body
+}
+
+func (l *loseFirst) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := l.base.RoundTrip(r)
+	if err != nil || l.lost != "" {
+		return resp, err
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	l.lost = strings.TrimSpace(string(b))
+	return nil, errors.New("connection reset by peer")
 }
 
 func (d *demo) count() int {
@@ -210,18 +246,47 @@ func (d *demo) run() {
 	fmt.Println("\n7. 30 concurrent duplicates of a slow request (delay_ms 300)")
 	dupKey := newKey()
 	const n = 30
+	counts, created := d.duplicates(d.client, n, dupKey, user, `{"item": "pen", "qty": 1, "delay_ms": 300}`)
+	fmt.Printf("  <- %v\n", counts)
+	d.check(counts["201 first"] == 1 && counts["201 first"]+counts["201 replay"]+counts["409 in flight"] == n,
+		"one 201 from the handler, every other a 409 (Retry-After) or the replay")
+	after := d.post(dupKey, user, `{"item": "pen", "qty": 1, "delay_ms": 300}`)
+	d.check(after.body == created && after.header.Get("X-Idempotency-Replay") == "true", "a retry after the first finished gets the replay")
+
+	fmt.Println("\n8. The retrying client (idemclient.Transport), no key given; the first response is lost on its way back")
+	lost := &loseFirst{base: d.base}
+	lossy := &http.Client{Timeout: 30 * time.Second, Transport: &idemclient.Transport{Base: lost}}
+	mug := d.send(lossy, "", user, `{"item": "mug", "qty": 1}`)
+	show(mug)
+	fmt.Printf("     Idempotency-Key: %s (made by the client), %d attempts\n", mug.key, mug.attempts)
+	d.check(mug.status == http.StatusCreated && mug.replayed && mug.attempts == 2 && mug.body == lost.lost,
+		"the second attempt, with the same key, gets the lost 201 replayed: one order")
+
+	fmt.Println("\n9. 30 concurrent duplicates through the retrying client: each 409 is sent again after its Retry-After")
+	counts, _ = d.duplicates(d.retrying, n, newKey(), user, `{"item": "cup", "qty": 1, "delay_ms": 300}`)
+	fmt.Printf("  <- %v\n", counts)
+	d.check(counts["201 first"] == 1 && counts["201 replay"] == n-1, "one 201 from the handler, every other the replay")
+
+	fmt.Println("\n10. GET /orders: what was really created")
+	got := d.count() - before
+	fmt.Printf("  <- %d new orders\n", got)
+	d.check(got == 5, "5 orders: alice's book, bob's book, one pen, one mug, one cup; no duplicates")
+}
+
+// duplicates sends n copies of one request with one key at once and counts
+// the answers; created is the body of the one the handler made.
+func (d *demo) duplicates(client *http.Client, n int, key, user, body string) (counts map[string]int, created string) {
 	results := make([]result, n)
 	var wg sync.WaitGroup
 	for i := range results {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = d.post(dupKey, user, `{"item": "pen", "qty": 1, "delay_ms": 300}`)
+			results[i] = d.send(client, key, user, body)
 		}()
 	}
 	wg.Wait()
-	counts := map[string]int{}
-	var created string
+	counts = map[string]int{}
 	for _, r := range results {
 		switch {
 		case r.status == http.StatusCreated && r.header.Get("X-Idempotency-Replay") == "":
@@ -235,14 +300,5 @@ func (d *demo) run() {
 			counts[fmt.Sprintf("%d other", r.status)]++
 		}
 	}
-	fmt.Printf("  <- %v\n", counts)
-	d.check(counts["201 first"] == 1 && counts["201 first"]+counts["201 replay"]+counts["409 in flight"] == n,
-		"one 201 from the handler, every other a 409 (Retry-After) or the replay")
-	after := d.post(dupKey, user, `{"item": "pen", "qty": 1, "delay_ms": 300}`)
-	d.check(after.body == created && after.header.Get("X-Idempotency-Replay") == "true", "a retry after the first finished gets the replay")
-
-	fmt.Println("\n8. GET /orders: what was really created")
-	got := d.count() - before
-	fmt.Printf("  <- %d new orders\n", got)
-	d.check(got == 3, "3 orders: alice's book, bob's book, one pen; no duplicates")
+	return counts, created
 }
