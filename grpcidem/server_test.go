@@ -63,7 +63,7 @@ func (s *service) Create(ctx context.Context, req *testpb.CreateRequest) (*testp
 	}
 	id := "ord_" + strconv.FormatInt(n, 10)
 	grpc.SetHeader(ctx, metadata.Pairs("x-order-id", id, "x-request-id", "req-"+id)) //nolint:errcheck
-	grpc.SetTrailer(ctx, metadata.Pairs("x-trailer", id))                           //nolint:errcheck
+	grpc.SetTrailer(ctx, metadata.Pairs("x-trailer", id))                            //nolint:errcheck
 	o := &testpb.Order{Id: id, Item: req.Item, Qty: req.Qty}
 	if req.Item == "big" {
 		o.Note = make([]byte, 2048)
