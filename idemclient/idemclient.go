@@ -156,9 +156,9 @@ func Replayed(resp *http.Response) bool {
 }
 
 // Attempts returns how many requests a Transport sent to get resp, or 0 if
-// its method passed through untouched. It reads resp.Request, which the Base
-// must set to the request it was given or one derived from it, as
-// net/http's Transport does.
+// its method passed through untouched. Like Replayed, it reads the context of
+// resp.Request: the last attempt's request, which also carries the key sent
+// (a Base that sets resp.Request must derive it from the request it got).
 func Attempts(resp *http.Response) int {
 	if o := outcomeOf(resp); o != nil {
 		return o.attempts
