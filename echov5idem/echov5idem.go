@@ -1,0 +1,150 @@
+package echov5idem
+
+import (
+	"errors"
+
+	"github.com/labstack/echo/v5"
+	"github.com/labstack/echo/v5/middleware"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/internal/httpadapt"
+)
+
+// Config configures the middleware. Idempotency itself (keys, scope, TTLs,
+// store, wait mode…) is configured on the core.Engine; Config only holds
+// what is Echo's.
+type Config struct {
+	// Skipper skips the middleware for a request: it runs unprotected.
+	// Optional. Default: middleware.DefaultSkipper.
+	Skipper middleware.Skipper
+
+	// Engine decides what to do with each request. Required.
+	Engine *core.Engine
+
+	// ErrorHandler renders the Engine's refusals (400, 409, 413, 422, 500,
+	// 503; docs/problems.md) with their other headers, such as Retry-After,
+	// already set; its error is returned up the chain, to the app's
+	// HTTPErrorHandler. To render them the app's way:
+	//
+	//	ErrorHandler: func(c *echo.Context, p *core.Problem) error {
+	//		return echo.NewHTTPError(p.Status, p.Title).Wrap(p)
+	//	},
+	//
+	// Optional. Default: nil, the problem is sent as the Engine built it,
+	// application/problem+json (RFC 9457).
+	ErrorHandler func(c *echo.Context, p *core.Problem) error
+}
+
+// DefaultConfig is the default configuration, less the Engine, which has no
+// default.
+var DefaultConfig = Config{Skipper: middleware.DefaultSkipper}
+
+// ErrNoEngine is the error of a Config without an Engine.
+var ErrNoEngine = errors.New("echov5idem: Config.Engine is required")
+
+// New returns the middleware on eng with the DefaultConfig. It panics if
+// eng is nil, as NewWithConfig does.
+func New(eng *core.Engine) echo.MiddlewareFunc {
+	cfg := DefaultConfig
+	cfg.Engine = eng
+	return NewWithConfig(cfg)
+}
+
+// NewWithConfig returns the middleware for cfg. Like Echo v5's own
+// middleware it panics on an invalid Config, when the app is set up; use
+// cfg.ToMiddleware for the error instead.
+func NewWithConfig(cfg Config) echo.MiddlewareFunc {
+	mw, err := cfg.ToMiddleware()
+	if err != nil {
+		panic(err)
+	}
+	return mw
+}
+
+// ToMiddleware returns the middleware for cfg (echo.MiddlewareConfigurator),
+// or ErrNoEngine. Its nil fields take the values of DefaultConfig.
+func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
+	if cfg.Engine == nil {
+		return nil, ErrNoEngine
+	}
+	if cfg.Skipper == nil {
+		cfg.Skipper = DefaultConfig.Skipper
+	}
+	eng := cfg.Engine
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c *echo.Context) error {
+			req := c.Request()
+			if cfg.Skipper(c) || !eng.Keyed(req.Method, req.Header) {
+				return next(c)
+			}
+			route, routed := routeOf(c)
+			if !routed {
+				return next(c) // the router's 404 or 405: the key stays free for the right URL
+			}
+			w := c.Response()
+			st := &httpadapt.Protected{}
+			f, resp := st.Begin(eng, req, route, c, w)
+			switch {
+			case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
+				httpadapt.ProblemHeaders(w.Header(), resp)
+				return cfg.ErrorHandler(c, resp.Problem)
+			case resp != nil:
+				resp.Write(w) // a replay or a refusal: next does not run
+				return nil
+			case f == nil:
+				return next(c)
+			}
+			c.SetResponse(st.Capture(f, w, req))
+			defer func() {
+				c.SetResponse(w)
+				f.Abort() // after a panic; a no-op once Finish ran
+			}()
+			err := next(c)
+			if err != nil {
+				// Rendered now, by the app's HTTPErrorHandler, so that what
+				// the client gets is what is stored.
+				renderError(c, err)
+			}
+			if unrouted(err) {
+				return nil // the deferred Abort releases the key
+			}
+			st.W.Finish()
+			return nil
+		}
+	}, nil
+}
+
+func renderError(c *echo.Context, err error) {
+	if e := c.Echo(); e != nil && e.HTTPErrorHandler != nil {
+		e.HTTPErrorHandler(c, err)
+		return
+	}
+	echo.DefaultHTTPErrorHandler(false)(c, err) // a context from echo.NewContext has no Echo
+}
+
+// routeOf returns the route template of c's request, and false if Echo's
+// router matched no route: its own 404 or 405 (a RouteInfo with a name but
+// no method), or a RouteNotFound route (a group's catch-all,
+// e.RouteNotFound), which pass through untouched. A context not routed yet
+// (under e.Pre, or from NewContext in a test; no RouteInfo at all) is
+// routed on a context of its own to tell.
+func routeOf(c *echo.Context) (string, bool) {
+	ri := c.RouteInfo()
+	if ri.Method == "" && ri.Name == "" {
+		e := c.Echo()
+		if e == nil {
+			return c.Path(), true // cannot tell: protected
+		}
+		probe := e.NewContext(c.Request(), nil)
+		e.Router().Route(probe)
+		ri, c = probe.RouteInfo(), probe
+	}
+	return c.Path(), ri.Method != "" && ri.Method != echo.RouteNotFound
+}
+
+// unrouted reports whether a handler returned Echo's own not-found errors
+// (echo.ErrNotFound, echo.ErrMethodNotAllowed): sent, not stored, so that a
+// retry runs again.
+func unrouted(err error) bool {
+	return errors.Is(err, echo.ErrNotFound) || errors.Is(err, echo.ErrMethodNotAllowed)
+}
