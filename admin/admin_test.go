@@ -1,0 +1,225 @@
+package admin_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/admin"
+	"github.com/idem-go/idem/core"
+)
+
+// complete runs one call of (scope, key) on eng to completion with rec.
+func complete(t *testing.T, eng *core.Engine, scope, key string, rec *core.Record) {
+	t.Helper()
+	l, _, err := eng.Acquire(&core.Call{Scope: scope, Key: key, Route: "/orders", Fingerprint: sha256.Sum256([]byte(key))})
+	if err != nil || l == nil {
+		t.Fatalf("Acquire(%s, %s): %v", scope, key, err)
+	}
+	l.Complete(rec)
+}
+
+// lock starts a call of (scope, key) on eng and returns its lease.
+func lock(t *testing.T, eng *core.Engine, scope, key string) *core.Lease {
+	t.Helper()
+	l, _, err := eng.Acquire(&core.Call{Scope: scope, Key: key, Route: "/orders", Fingerprint: sha256.Sum256([]byte(key))})
+	if err != nil || l == nil {
+		t.Fatalf("Acquire(%s, %s): %v", scope, key, err)
+	}
+	return l
+}
+
+func newEngine(t *testing.T, store core.Store) *core.Engine {
+	t.Helper()
+	eng, err := core.New(core.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+func TestTargetStoreKey(t *testing.T) {
+	t.Parallel()
+	id := core.ID("alice", "k1", "")
+	tests := []struct {
+		name   string
+		target admin.Target
+		want   string
+		err    error
+	}{
+		{"scope and key", admin.Target{Scope: "alice", Key: "k1"}, id, nil},
+		{"no scope", admin.Target{Key: "k1"}, core.ID("", "k1", ""), nil},
+		{"route joined", admin.Target{Scope: "alice", Key: "k1", Route: "/orders"}, core.ID("alice", "k1", "/orders"), nil},
+		{"id", admin.Target{ID: id}, id, nil},
+		{"nothing", admin.Target{}, "", admin.ErrNoKey},
+		{"scope alone", admin.Target{Scope: "alice"}, "", admin.ErrNoKey},
+		{"id and key", admin.Target{ID: id, Key: "k1"}, "", admin.ErrBadTarget},
+		{"short id", admin.Target{ID: id[:63]}, "", admin.ErrBadTarget},
+		{"upper-case id", admin.Target{ID: strings.ToUpper(id)}, "", admin.ErrBadTarget},
+		{"id with a brace", admin.Target{ID: id[:62] + "{}"}, "", admin.ErrBadTarget},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.target.StoreKey()
+			if got != tt.want || !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
+				t.Fatalf("StoreKey = %q, %v; want %q, %v", got, err, tt.want, tt.err)
+			}
+		})
+	}
+}
+
+func TestInspect(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := core.NewMemoryStore(0)
+	eng := newEngine(t, store)
+	before := time.Now()
+	complete(t, eng, "alice", "k-text", &core.Record{Code: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`)})
+	complete(t, eng, "alice", "k-bin", &core.Record{Code: 200, Body: []byte{0xff, 0, 1}})
+	after := time.Now()
+
+	k, err := admin.Inspect(ctx, store, core.ID("alice", "k-text", ""), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.ID != core.ID("alice", "k-text", "") || k.Status != admin.StatusCompleted || k.Scope != "alice" || k.Key != "k-text" ||
+		k.Code != 201 || k.Size != 8 || k.Body != "" || k.Header != nil || k.LockedAt != (time.Time{}) {
+		t.Fatalf("Inspect = %+v", k)
+	}
+	for name, tm := range map[string]time.Time{"created": k.Created, "completed": k.Completed} {
+		if tm.Before(before) || tm.After(after) {
+			t.Errorf("%s = %v, want between %v and %v", name, tm, before, after)
+		}
+	}
+	if want := k.Completed.Add(core.DefaultResponseTTL); k.Expires.Sub(want).Abs() > time.Second {
+		t.Errorf("expires = %v, want about %v", k.Expires, want)
+	}
+
+	k, err = admin.Inspect(ctx, store, core.ID("alice", "k-text", ""), true)
+	if err != nil || k.Body != `{"id":1}` || k.BodyBase64 || k.Header["Content-Type"][0] != "application/json" {
+		t.Fatalf("Inspect with the body = %+v, %v", k, err)
+	}
+	k, err = admin.Inspect(ctx, store, core.ID("alice", "k-bin", ""), true)
+	if err != nil || k.Body != "/wAB" || !k.BodyBase64 || k.Size != 3 {
+		t.Fatalf("Inspect of a binary body = %+v, %v", k, err)
+	}
+	if _, err := admin.Inspect(ctx, store, core.ID("bob", "k-text", ""), false); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("Inspect of another scope's key: %v, want ErrNotFound", err)
+	}
+}
+
+func TestInspectOddRecords(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := core.NewMemoryStore(0)
+	eng := newEngine(t, store)
+	complete(t, eng, "", "big", &core.Record{Code: 200, BodyOmitted: true, BodySize: 10})
+	k, err := admin.Inspect(ctx, store, core.ID("", "big", ""), true)
+	if err != nil || !k.BodyOmitted || k.Size != 10 || k.Body != "" {
+		t.Fatalf("Inspect of an omitted body = %+v, %v", k, err)
+	}
+	// A record that is not the Engine's is shown as such.
+	id := core.ID("", "odd", "")
+	_, token, _ := store.Acquire(ctx, id, time.Minute)
+	store.Complete(ctx, id, token, []byte("not a record"), time.Minute)
+	k, err = admin.Inspect(ctx, store, id, true)
+	if err != nil || k.Status != admin.StatusCompleted || k.Size != 12 || !strings.Contains(k.Error, "corrupt") {
+		t.Fatalf("Inspect of a foreign record = %+v, %v", k, err)
+	}
+}
+
+func TestInFlightAndOldest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := core.NewMemoryStore(0)
+	eng := newEngine(t, store)
+	if d, err := admin.OldestInFlight(ctx, store); d != 0 || err != nil {
+		t.Fatalf("OldestInFlight of an empty store = %v, %v", d, err)
+	}
+	start := time.Now()
+	first := lock(t, eng, "alice", "k1")
+	defer first.Release(0, nil)
+	second := lock(t, eng, "bob", "k2")
+	defer second.Release(0, nil)
+	complete(t, eng, "carol", "k3", &core.Record{Code: 201})
+
+	keys, err := admin.InFlight(ctx, store, 10)
+	if err != nil || len(keys) != 2 || keys[0].ID != core.ID("alice", "k1", "") || keys[1].ID != core.ID("bob", "k2", "") {
+		t.Fatalf("InFlight = %+v, %v", keys, err)
+	}
+	for _, k := range keys {
+		if k.Status != admin.StatusInFlight || k.LockedAt.Before(start) || k.AgeSeconds < 0 || k.Expires.IsZero() {
+			t.Fatalf("in-flight key %+v", k)
+		}
+	}
+	if keys, err := admin.InFlight(ctx, store, 0); err != nil || len(keys) != 0 {
+		t.Fatalf("InFlight(0) = %+v, %v", keys, err)
+	}
+	d, err := admin.OldestInFlight(ctx, store)
+	if err != nil || d < 0 || d > time.Since(start) {
+		t.Fatalf("OldestInFlight = %v, %v; want at most %v", d, err, time.Since(start))
+	}
+}
+
+func TestWriteKey(t *testing.T) {
+	t.Parallel()
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	var b bytes.Buffer
+	err := admin.WriteKey(&b, admin.Key{
+		ID: "abc", Status: admin.StatusCompleted, Scope: "alice", Key: "k1", Code: 201,
+		Created: created, Completed: created.Add(time.Second), Expires: time.Now().Add(time.Hour + 30*time.Second),
+		Size: 8, Header: map[string][]string{"Location": {"/orders/1"}, "Content-Type": {"application/json"}}, Body: `{"id":1}`,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"id         abc\n",
+		"status     completed\n",
+		"scope      alice\n",
+		"key        k1\n",
+		"code       201\n",
+		"created    2026-01-02T03:04:05Z (",
+		"completed  2026-01-02T03:04:06Z (",
+		"(in 1h0m30s)\n",
+		"size       8 bytes\n",
+		"header     Content-Type: application/json\nheader     Location: /orders/1\n",
+		"\nbody:\n{\"id\":1}\n",
+	}
+	for _, w := range want {
+		if !strings.Contains(b.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "locked at") {
+		t.Errorf("a record's output shows a lock time:\n%s", b.String())
+	}
+}
+
+func TestWriteKeys(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	if err := admin.WriteKeys(&b, nil); err != nil || b.String() != "no keys in flight\n" {
+		t.Fatalf("WriteKeys(nil) = %q, %v", b.String(), err)
+	}
+	b.Reset()
+	locked := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	err := admin.WriteKeys(&b, []admin.Key{
+		{ID: "aaa", Status: admin.StatusInFlight, LockedAt: locked, AgeSeconds: 125.4, Expires: locked.Add(5 * time.Minute)},
+		{ID: "bbbbbb", Status: admin.StatusInFlight},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) != 3 ||
+		!strings.HasPrefix(lines[0], "ID      STATUS     LOCKED AT             AGE      EXPIRES") ||
+		!strings.HasPrefix(lines[1], "aaa     in_flight  2026-01-02T03:04:05Z  2m5s     2026-01-02T03:09:05Z (") ||
+		lines[2] != "bbbbbb  in_flight  unknown               unknown  " {
+		t.Fatalf("WriteKeys:\n%s", b.String())
+	}
+}
