@@ -33,7 +33,7 @@ type Telemetry struct {
 	storeDur  metric.Float64Histogram
 	storeErrs metric.Int64Counter
 	inflight  metric.Int64UpDownCounter
-	fallbacks metric.Int64Counter
+	fallbacks metric.Int64Counter // 0 until core reports fallbacks (issue 17)
 
 	ops [numOps]opOptions
 

@@ -39,7 +39,7 @@ type Collector struct {
 	storeDur  *prometheus.HistogramVec
 	storeErrs *prometheus.CounterVec
 	inflight  prometheus.Gauge
-	fallbacks prometheus.Counter
+	fallbacks prometheus.Counter // 0 until core reports fallbacks (issue 17)
 
 	ops [numOps]opMetrics // resolved once: the store wrapper does no label lookup
 
