@@ -120,7 +120,7 @@ func points(t *testing.T, r sdkmetric.Reader, name string) map[string]int64 {
 	key := func(s attribute.Set) string {
 		var kv []string
 		for _, a := range s.ToSlice() {
-			kv = append(kv, string(a.Key)+"="+a.Value.Emit())
+			kv = append(kv, string(a.Key)+"="+a.Value.String())
 		}
 		sort.Strings(kv)
 		return strings.Join(kv, ",")
@@ -250,7 +250,7 @@ func TestScriptedRequests(t *testing.T) {
 		s := steps[i]
 		attrs := map[string]string{}
 		for _, a := range span.Attributes() {
-			attrs[string(a.Key)] = a.Value.Emit()
+			attrs[string(a.Key)] = a.Value.String()
 		}
 		want := map[string]string{}
 		if s.outcome != "" {
