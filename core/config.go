@@ -19,7 +19,7 @@ const (
 	DefaultRetryAfter         = time.Second
 	DefaultStoreTimeout       = time.Second
 	DefaultBreakerFailures    = 5
-	DefaultBreakerCooldown    = time.Second
+	DefaultBreakerCooldown    = 50 * time.Millisecond
 )
 
 // Headers the Engine adds to a replayed response.

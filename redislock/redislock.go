@@ -383,14 +383,16 @@ const defaultDialTimeout = 5 * time.Second
 // protocol and so on. The client connects lazily: NewClient does no I/O.
 // Close the client when done.
 //
-// Two defaults differ from go-redis's:
+// Three defaults differ from go-redis's:
 //
 //   - ContextTimeoutEnabled is set (unless a sentinel URL sets
 //     context_timeout_enabled), so that a command gives up at its
-//     context's deadline, which the Engine sets on its lock refreshes (a
-//     sixth of LockTTL) and on Complete and Release (LockTTL): a refresh
-//     stuck on a stalled connection for read_timeout would otherwise keep
-//     the next one from running before the lock expired;
+//     context's deadline, which the Engine sets on every store call
+//     (Config.StoreTimeout);
+//   - a dial that Redis refuses (a restart) is dialled again every 10 ms
+//     until the command's deadline, and go-redis's own dial retries are
+//     off (dialer_retries=1 unless the URL sets it): protection resumes
+//     within milliseconds of Redis accepting connections;
 //   - a sentinel URL without dial_timeout gets go-redis's default of 5 s for
 //     the master's connections too (go-redis leaves them without one, which
 //     over TLS meant a handshake the master never answers was waited on for
@@ -420,6 +422,7 @@ func NewClient(redisURL string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("redislock: %w", err)
 		}
 		opt.ContextTimeoutEnabled = true
+		setRedial(&opt.Dialer, &opt.DialerRetries, opt)
 		return redis.NewClient(opt), nil
 	case "cluster":
 		opt, err := redis.ParseClusterURL(base + "://" + rest)
@@ -427,6 +430,10 @@ func NewClient(redisURL string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("redislock: %w", err)
 		}
 		opt.ContextTimeoutEnabled = true
+		if opt.DialTimeout == 0 {
+			opt.DialTimeout = defaultDialTimeout
+		}
+		setRedial(&opt.Dialer, &opt.DialerRetries, &redis.Options{DialTimeout: opt.DialTimeout, TLSConfig: opt.TLSConfig})
 		return redis.NewClusterClient(opt), nil
 	case "sentinel":
 		opt, err := redis.ParseFailoverURL(base + "://" + rest)
@@ -445,6 +452,7 @@ func NewClient(redisURL string) (redis.UniversalClient, error) {
 			// deadline at all.
 			opt.DialTimeout = defaultDialTimeout
 		}
+		setRedial(&opt.Dialer, &opt.DialerRetries, &redis.Options{DialTimeout: opt.DialTimeout, TLSConfig: opt.TLSConfig})
 		return redis.NewFailoverClient(opt), nil
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnsupportedURL, scheme)
