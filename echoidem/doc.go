@@ -97,14 +97,14 @@
 //
 // # OpenAPI
 //
-// Config.Operations lists the routes the middleware covers, from Echo's
-// route table, for package swagger to document the Idempotency-Key header
-// and idem's responses on them: the routes whose method the Engine covers
-// and that the Skipper does not skip (asked with a synthetic context, as
-// Config.Operations explains). GET routes stay as they are. Call it once
-// every route is registered, on the Config the middleware was made of:
+// Operations lists the routes the middleware covers, from Echo's route
+// table, for package swagger to document the Idempotency-Key header and
+// idem's responses on them: the routes whose method the Engine covers and
+// that the Skipper does not skip (asked with a synthetic context, as
+// Operations explains). GET routes stay as they are. Call it once every
+// route is registered, with the Config the middleware was made of:
 //
-//	ops := echoidem.Config{Engine: eng}.Operations(e.Routes()) // for New(eng)
+//	ops := echoidem.Operations(echoidem.Config{Engine: eng}, e.Routes()) // for New(eng)
 //	opts := swagger.OptionsFor(eng.Config(), ops...)
 //	opts.BasePath = docs.SwaggerInfo.BasePath
 //	tmpl, err := swagger.InjectTemplate(docs.SwaggerInfo.SwaggerTemplate, opts)

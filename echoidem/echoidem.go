@@ -1,7 +1,6 @@
 package echoidem
 
 import (
-	"context"
 	"errors"
 	"reflect"
 
@@ -9,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/internal/httpadapt"
 )
 
 // Config configures the middleware. Idempotency itself (keys, scope, TTLs,
@@ -68,44 +68,26 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 			if cfg.Skipper(c) || !eng.Keyed(req.Method, req.Header) || routerAnswer(c) {
 				return next(c)
 			}
-			st := &state{ctx: scopeContext{Context: req.Context(), c: c}}
-			st.req = core.Request{
-				Context:        &st.ctx,
-				Method:         req.Method,
-				Route:          c.Path(),
-				Path:           req.URL.EscapedPath(),
-				Query:          req.URL.RawQuery,
-				Header:         req.Header,
-				Body:           req.Body,
-				ContentLength:  req.ContentLength,
-				ResponseHeader: c.Response().Header(),
-			}
-			f, resp := eng.Begin(&st.req)
+			res := c.Response()
+			st := &httpadapt.Protected{}
+			f, resp := st.Begin(eng, req, c.Path(), c, res)
 			switch {
 			case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
-				h := c.Response().Header()
-				for k, v := range resp.Header {
-					if k != echo.HeaderContentType {
-						h[k] = v
-					}
-				}
+				httpadapt.ProblemHeaders(res.Header(), resp)
 				return cfg.ErrorHandler(c, resp.Problem)
 			case resp != nil:
-				resp.Write(c.Response()) // a replay is not a handler result: next does not run
+				resp.Write(res) // a replay is not a handler result: next does not run
 				return nil
 			case f == nil:
 				return next(c)
 			}
 
-			res := c.Response()
-			st.w = core.CaptureWriter{ResponseWriter: res.Writer, Flight: f}
-			res.Writer = &st.w
+			w := res.Writer
+			res.Writer = st.Capture(f, w, req)
 			defer func() {
-				res.Writer = st.w.ResponseWriter
-				f.Abort() // after a panic; a no-op once Complete ran
+				res.Writer = w
+				f.Abort() // after a panic; a no-op once Finish ran
 			}()
-			st.body.Reset(f.Body())
-			req.Body = &st.body
 
 			err := next(c)
 			if err != nil {
@@ -116,35 +98,10 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 			if unrouted(err) {
 				return nil // the deferred Abort releases the key
 			}
-			st.w.Finish()
+			st.W.Finish()
 			return nil
 		}
 	}
-}
-
-// state is what one protected request needs, in one allocation.
-type state struct {
-	req  core.Request
-	ctx  scopeContext
-	w    core.CaptureWriter
-	body core.BodyReader
-}
-
-// scopeContext is the request's context whose Value(string) also reads
-// the values stored with c.Set, such as the "user" of echo-jwt, for
-// core.Config.Scope.
-type scopeContext struct {
-	context.Context
-	c echo.Context
-}
-
-func (s *scopeContext) Value(key any) any {
-	if k, ok := key.(string); ok {
-		if v := s.c.Get(k); v != nil {
-			return v
-		}
-	}
-	return s.Context.Value(key)
 }
 
 // routerAnswer reports whether Echo's router found no route for c's request
@@ -158,6 +115,10 @@ func (s *scopeContext) Value(key any) any {
 // then the request is routed again on a context of our own, so that a
 // routable request is never taken for a 404 and left unprotected. That
 // costs a route lookup and a context on 404s only.
+//
+// Echo v4 has no public way to tell these handlers (v5's c.RouteInfo()
+// came later): the function pointers are compared by reflection, and
+// TestRouterAnswers fails if a release stops setting them.
 func routerAnswer(c echo.Context) bool {
 	switch p := reflect.ValueOf(c.Handler()).Pointer(); p {
 	case reflect.ValueOf(echo.MethodNotAllowedHandler).Pointer():

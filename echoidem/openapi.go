@@ -3,51 +3,41 @@ package echoidem
 import (
 	"context"
 	"net/http"
+	"slices"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/swagger"
 )
 
 // Operations returns the operations of routes that the middleware of cfg
-// covers, for swagger.OptionsFor: the routes whose API description
-// documents the Idempotency-Key header. A route is covered when
-// cfg.Engine covers its method (core.Config.Methods) and cfg.Skipper does
-// not skip it. Paths are converted to OpenAPI syntax (/orders/:id →
-// /orders/{id}); the result is sorted by path and method, and never nil:
-// with no covered route it is empty and documents nothing (a nil
+// covers, for swagger.OptionsFor: those whose method the Engine covers
+// (core.DefaultMethods without an Engine) and that cfg.Skipper does not
+// skip. Paths are in OpenAPI syntax (/orders/:id → /orders/{id}), sorted by
+// path and method, without duplicates; the result is never nil (a nil
 // swagger.Options.Operations would document every operation).
 //
-// Call it with e.Routes() once every route is registered, with the Config
-// given to NewWithConfig (or echoidem.Config{Engine: eng} for New):
+// Call it once every route is registered, with the Config given to
+// NewWithConfig (Config{Engine: eng} for New) and e.Routes(), or only the
+// routes of the group the middleware is used on: Echo's route table does
+// not say which middleware a route runs.
 //
-//	cfg := echoidem.Config{Engine: eng, Skipper: skipHealth}
-//	e.Use(echoidem.NewWithConfig(cfg))
-//	e.POST("/orders", createOrder)
-//	ops := cfg.Operations(e.Routes())
-//
-// When the middleware is used on a group or on single routes, pass only
-// those routes: Echo's route table does not say which middleware a route
-// runs.
-//
-// The Skipper is called once per route with a context made for the
-// occasion: a request with the route's method and its path as URL (the
-// path template itself, such as /orders/:id, with no parameter values),
-// c.Path() set to the route's path, and nothing else: no headers, no body,
-// no values set by other middleware, and the Echo of c.Echo() is a new
-// one. A Skipper that decides on more of the request than its method and
-// path cannot be evaluated here; for it, such a route counts as not
-// skipped, and as not skipped too if the Skipper panics: the middleware
-// may cover it.
-func (cfg Config) Operations(routes []*echo.Route) []swagger.Operation {
-	if cfg.Engine == nil {
-		panic("echoidem: Config.Engine is required")
+// cfg.Skipper is called once per route with a context made for the
+// occasion (of an echo.New(), not yours): the route's method, its path
+// template as URL (/orders/:id) and as c.Path(), nothing else. A Skipper
+// that decides on more than that, or panics, counts as not skipping: the
+// route may be covered.
+func Operations(cfg Config, routes []*echo.Route) []swagger.Operation {
+	covers := func(method string) bool { return slices.Contains(core.DefaultMethods, method) }
+	if cfg.Engine != nil {
+		covers = cfg.Engine.Covers
 	}
 	var e *echo.Echo
 	ops := make([]swagger.Operation, 0, len(routes))
 	for _, rt := range routes {
-		if !cfg.Engine.Covers(rt.Method) {
+		if !covers(rt.Method) {
 			continue
 		}
 		if cfg.Skipper != nil {

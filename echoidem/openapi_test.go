@@ -60,7 +60,7 @@ func TestOperations(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []string
-			for _, op := range tc.cfg.Operations(routes) {
+			for _, op := range echoidem.Operations(tc.cfg, routes) {
 				got = append(got, op.Method+" "+op.Path)
 			}
 			if !slices.Equal(got, tc.want) {
@@ -72,7 +72,7 @@ func TestOperations(t *testing.T) {
 	// The covered POST gets the header in a document, the GET and the
 	// skipped POST do not.
 	cfg := echoidem.Config{Engine: eng, Skipper: skipInternal}
-	documented := injected(t, eng, cfg.Operations(routes), routes)
+	documented := injected(t, eng, echoidem.Operations(cfg, routes), routes)
 	for op, want := range map[string]bool{
 		"POST /orders":           true,
 		"PUT /orders/{id}":       true,
@@ -98,7 +98,7 @@ func TestOperationsNothingCovered(t *testing.T) {
 	e := echo.New()
 	e.GET("/orders", func(echo.Context) error { return nil })
 	eng := newEngine(t, core.Config{})
-	ops := echoidem.Config{Engine: eng}.Operations(e.Routes())
+	ops := echoidem.Operations(echoidem.Config{Engine: eng}, e.Routes())
 	if ops == nil || len(ops) != 0 {
 		t.Fatalf("Operations = %#v, want an empty, non-nil slice", ops)
 	}
@@ -113,10 +113,10 @@ func TestOperationsSkipperSeesRoute(t *testing.T) {
 	e := echo.New()
 	e.PUT("/orders/:id", func(echo.Context) error { return nil })
 	var seen []string
-	echoidem.Config{Engine: newEngine(t, core.Config{}), Skipper: func(c echo.Context) bool {
+	echoidem.Operations(echoidem.Config{Engine: newEngine(t, core.Config{}), Skipper: func(c echo.Context) bool {
 		seen = append(seen, c.Request().Method+" "+c.Request().URL.Path+" "+c.Path())
 		return false
-	}}.Operations(e.Routes())
+	}}, e.Routes())
 	if want := []string{"PUT /orders/:id /orders/:id"}; !slices.Equal(seen, want) {
 		t.Fatalf("Skipper saw %q, want %q", seen, want)
 	}
@@ -124,12 +124,13 @@ func TestOperationsSkipperSeesRoute(t *testing.T) {
 
 func TestOperationsWithoutEngine(t *testing.T) {
 	t.Parallel()
-	defer func() {
-		if recover() == nil {
-			t.Fatal("no panic without an Engine")
-		}
-	}()
-	echoidem.Config{}.Operations(nil)
+	e := echo.New()
+	e.POST("/orders", func(echo.Context) error { return nil })
+	e.GET("/orders", func(echo.Context) error { return nil })
+	ops := echoidem.Operations(echoidem.Config{}, e.Routes())
+	if len(ops) != 1 || ops[0] != (swagger.Operation{Method: http.MethodPost, Path: "/orders"}) {
+		t.Fatalf("Operations = %v, want core's default methods: [{POST /orders}]", ops)
+	}
 }
 
 // injected documents ops in a Swagger 2.0 document holding every route and
@@ -144,7 +145,7 @@ func injected(t *testing.T, eng *core.Engine, ops []swagger.Operation, routes []
 	return swaggertest.Documented(t, rs, swagger.OptionsFor(eng.Config(), ops...))
 }
 
-func ExampleConfig_Operations() {
+func ExampleOperations() {
 	eng, err := core.New(core.Config{})
 	if err != nil {
 		log.Fatal(err)
@@ -161,7 +162,7 @@ func ExampleConfig_Operations() {
 	e.POST("/internal/reindex", func(echo.Context) error { return nil })
 
 	// After the routes: the covered operations, to document the header on.
-	ops := cfg.Operations(e.Routes())
+	ops := echoidem.Operations(cfg, e.Routes())
 	fmt.Println(ops)
 	// With the spec swag generated (package docs):
 	//

@@ -51,7 +51,7 @@ func main() {
 
 	// Once every route is registered: the served spec documents the header
 	// on the routes echoidem covers, read from Echo's route table.
-	if err := app.Document(docs.SwaggerInfo, idem.Operations(e.Routes())); err != nil {
+	if err := app.Document(docs.SwaggerInfo, echoidem.Operations(idem, e.Routes())); err != nil {
 		log.Fatal(err)
 	}
 
