@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"syscall"
@@ -38,12 +39,16 @@ func redial(dial func(ctx context.Context, network, addr string) (net.Conn, erro
 	}
 }
 
-// setRedial gives opt's dials the redial loop; go-redis's own retries of a
-// failed dial (five, 100 ms apart) are then left out.
-func setRedial(dialer *func(context.Context, string, string) (net.Conn, error), retries *int, base *redis.Options) {
+// setRedial gives a client's dials the redial loop; go-redis's own retries
+// of a failed dial (five, 100 ms apart) are then left out. Its dial timeout
+// gets go-redis's default if it has none.
+func setRedial(dialer *func(context.Context, string, string) (net.Conn, error), retries *int, timeout *time.Duration, tlsConfig *tls.Config) {
+	if *timeout == 0 {
+		*timeout = defaultDialTimeout
+	}
 	d := *dialer
 	if d == nil {
-		d = redis.NewDialer(base)
+		d = redis.NewDialer(&redis.Options{DialTimeout: *timeout, TLSConfig: tlsConfig})
 	}
 	*dialer = redial(d)
 	if *retries == 0 {

@@ -422,7 +422,7 @@ func NewClient(redisURL string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("redislock: %w", err)
 		}
 		opt.ContextTimeoutEnabled = true
-		setRedial(&opt.Dialer, &opt.DialerRetries, opt)
+		setRedial(&opt.Dialer, &opt.DialerRetries, &opt.DialTimeout, opt.TLSConfig)
 		return redis.NewClient(opt), nil
 	case "cluster":
 		opt, err := redis.ParseClusterURL(base + "://" + rest)
@@ -430,10 +430,7 @@ func NewClient(redisURL string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("redislock: %w", err)
 		}
 		opt.ContextTimeoutEnabled = true
-		if opt.DialTimeout == 0 {
-			opt.DialTimeout = defaultDialTimeout
-		}
-		setRedial(&opt.Dialer, &opt.DialerRetries, &redis.Options{DialTimeout: opt.DialTimeout, TLSConfig: opt.TLSConfig})
+		setRedial(&opt.Dialer, &opt.DialerRetries, &opt.DialTimeout, opt.TLSConfig)
 		return redis.NewClusterClient(opt), nil
 	case "sentinel":
 		opt, err := redis.ParseFailoverURL(base + "://" + rest)
@@ -446,13 +443,10 @@ func NewClient(redisURL string) (redis.UniversalClient, error) {
 		if u, err := url.Parse(redisURL); err == nil && !u.Query().Has("context_timeout_enabled") {
 			opt.ContextTimeoutEnabled = true
 		}
-		if opt.DialTimeout == 0 {
-			// go-redis's default, which it gives the sentinels' connections
-			// but not the master's: over TLS, the master's handshake had no
-			// deadline at all.
-			opt.DialTimeout = defaultDialTimeout
-		}
-		setRedial(&opt.Dialer, &opt.DialerRetries, &redis.Options{DialTimeout: opt.DialTimeout, TLSConfig: opt.TLSConfig})
+		// setRedial gives the master's connections go-redis's default dial
+		// timeout, which go-redis gives the sentinels' only: over TLS, the
+		// master's handshake had no deadline at all.
+		setRedial(&opt.Dialer, &opt.DialerRetries, &opt.DialTimeout, opt.TLSConfig)
 		return redis.NewFailoverClient(opt), nil
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnsupportedURL, scheme)
