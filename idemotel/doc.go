@@ -17,11 +17,14 @@
 //	idempotency.store.errors{operation}                     counter, {error}
 //	idempotency.inflight_requests                           updowncounter, {request}
 //	idempotency.store.fallbacks                             counter, {request}
+//	idempotency.store.breaker.state{state}                  gauge
 //
 // They are idemprom's metrics: an OpenTelemetry Prometheus exporter names
 // them idempotency_requests_total and so on, with the same labels, so the
 // alert rules of idemprom (idemprom/alerts.yml) apply unchanged. The store
-// metrics and the in-flight count need InstrumentStore; the rest Observe.
+// metrics and the in-flight count need InstrumentStore; the rest Observe,
+// where events that are no request's count fallbacks (core.OutcomeFallback)
+// and set the breaker's state (core.OutcomeBreaker).
 // See docs/metrics.md.
 //
 // Observe also sets, on the span of core.Event.Context (the request's, as

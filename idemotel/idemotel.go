@@ -33,9 +33,11 @@ type Telemetry struct {
 	storeDur  metric.Float64Histogram
 	storeErrs metric.Int64Counter
 	inflight  metric.Int64UpDownCounter
-	fallbacks metric.Int64Counter // 0 until core reports fallbacks (issue 17)
+	fallbacks metric.Int64Counter
+	breaker   metric.Int64Gauge
 
-	ops [numOps]opOptions
+	ops    [numOps]opOptions
+	states [len(breakerStates)]seriesOptions
 
 	mu     sync.RWMutex
 	series map[seriesKey]seriesOptions // attribute sets built once per label set
@@ -62,7 +64,7 @@ func New(mp metric.MeterProvider) (*Telemetry, error) {
 	}
 	m := mp.Meter(ScopeName)
 	t := &Telemetry{series: make(map[seriesKey]seriesOptions)}
-	var errs [6]error
+	var errs [7]error
 	t.requests, errs[0] = m.Int64Counter("idempotency.requests", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests with an idempotency key, by outcome (replay, stored, conflict, ...), method and route template."))
 	t.duration, errs[1] = m.Float64Histogram("idempotency.request.duration", metric.WithUnit("s"),
@@ -77,6 +79,8 @@ func New(mp metric.MeterProvider) (*Telemetry, error) {
 		metric.WithDescription("Requests of this process that hold their idempotency key's lock: their handler is running."))
 	t.fallbacks, errs[5] = m.Int64Counter("idempotency.store.fallbacks", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests that the fallback store served because the primary store failed."))
+	t.breaker, errs[6] = m.Int64Gauge("idempotency.store.breaker.state",
+		metric.WithDescription("State of the circuit breaker around the idempotency store: 1 for the current state (closed, open, half_open), 0 for the others."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("idemotel: %w", err)
 	}
@@ -87,6 +91,10 @@ func New(mp metric.MeterProvider) (*Telemetry, error) {
 	}
 	t.fallbacks.Add(ctx, 0)
 	t.inflight.Add(ctx, 0)
+	for i, s := range breakerStates {
+		t.states[i] = options(attribute.NewSet(attribute.String("state", s.String())))
+	}
+	t.setBreaker(ctx, core.BreakerClosed)
 	return t, nil
 }
 
@@ -103,6 +111,14 @@ func (t *Telemetry) Observe(e core.Event) {
 	ctx := e.Context
 	if ctx == nil {
 		ctx = context.Background()
+	}
+	switch e.Outcome { // events that are no request's outcome
+	case core.OutcomeFallback:
+		t.fallbacks.Add(ctx, 1)
+		return
+	case core.OutcomeBreaker:
+		t.setBreaker(ctx, e.Breaker)
+		return
 	}
 	k := seriesKey{e.Outcome, e.Method, e.Route}
 	t.mu.RLock()
@@ -133,5 +149,17 @@ func (t *Telemetry) Observe(e core.Event) {
 	}
 	if e.Err != nil {
 		span.RecordError(e.Err)
+	}
+}
+
+var breakerStates = [...]core.BreakerState{core.BreakerClosed, core.BreakerOpen, core.BreakerHalfOpen}
+
+func (t *Telemetry) setBreaker(ctx context.Context, state core.BreakerState) {
+	for i, s := range breakerStates {
+		var v int64
+		if s == state {
+			v = 1
+		}
+		t.breaker.Record(ctx, v, t.states[i].record...)
 	}
 }

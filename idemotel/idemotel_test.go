@@ -108,8 +108,8 @@ func newTelemetry(t *testing.T) (*idemotel.Telemetry, *sdkmetric.ManualReader) {
 }
 
 // points returns each data point of the instrument name by its attributes
-// ("method=POST,outcome=stored,route=/orders"): a sum's value, or a
-// histogram's count.
+// ("method=POST,outcome=stored,route=/orders"): a sum's or a gauge's value,
+// or a histogram's count.
 func points(t *testing.T, r sdkmetric.Reader, name string) map[string]int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
@@ -135,6 +135,10 @@ func points(t *testing.T, r sdkmetric.Reader, name string) map[string]int64 {
 			}
 			switch d := m.Data.(type) {
 			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					got[key(p.Attributes)] = p.Value
+				}
+			case metricdata.Gauge[int64]:
 				for _, p := range d.DataPoints {
 					got[key(p.Attributes)] = p.Value
 				}
@@ -239,6 +243,7 @@ func TestScriptedRequests(t *testing.T) {
 	})
 	wantPoints(t, reader, "idempotency.inflight_requests", map[string]int64{"": 0})
 	wantPoints(t, reader, "idempotency.store.fallbacks", map[string]int64{"": 0})
+	wantPoints(t, reader, "idempotency.store.breaker.state", map[string]int64{"state=closed": 1, "state=half_open": 0, "state=open": 0})
 
 	ended := spans.Ended()
 	if len(ended) != len(steps) {
@@ -356,4 +361,43 @@ func TestNewDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	tel.Observe(core.Event{Outcome: core.OutcomeStored})
+}
+
+// TestBreaker: the Engine's breaker opens after BreakerFailures store
+// errors in a row; its event sets the gauge and counts no request, and the
+// calls it spares the store are no store calls.
+func TestBreaker(t *testing.T) {
+	t.Parallel()
+	tel, reader := newTelemetry(t)
+	eng := newEngine(t, core.Config{Store: tel.InstrumentStore(downStore{}), Observer: tel.Observe,
+		BreakerFailures: 2, BreakerCooldown: time.Hour})
+	h := eng.Middleware(newOrders())
+	for i := range 5 {
+		if got := send(h, i, "POST", "/orders", fmt.Sprintf("key-%08d", i), `{}`); got != http.StatusCreated {
+			t.Errorf("request %d: status %d, want 201 (fail-open)", i, got)
+		}
+	}
+	wantPoints(t, reader, "idempotency.requests", map[string]int64{"method=POST,outcome=store_error,route=/orders": 5})
+	wantPoints(t, reader, "idempotency.store.errors", map[string]int64{
+		"operation=acquire": 2, "operation=complete": 0, "operation=refresh": 0, "operation=release": 0,
+	})
+	wantPoints(t, reader, "idempotency.store.breaker.state", map[string]int64{"state=closed": 0, "state=half_open": 0, "state=open": 1})
+}
+
+// TestStoreEvents: fallback and breaker events count as what they are,
+// not as requests.
+func TestStoreEvents(t *testing.T) {
+	t.Parallel()
+	tel, reader := newTelemetry(t)
+	for _, e := range []core.Event{
+		{Outcome: core.OutcomeFallback, Err: errDown},
+		{Outcome: core.OutcomeBreaker, Breaker: core.BreakerOpen},
+		{Outcome: core.OutcomeFallback, Err: errDown},
+		{Outcome: core.OutcomeBreaker, Breaker: core.BreakerHalfOpen},
+	} {
+		tel.Observe(e)
+	}
+	wantPoints(t, reader, "idempotency.store.fallbacks", map[string]int64{"": 2})
+	wantPoints(t, reader, "idempotency.store.breaker.state", map[string]int64{"state=closed": 0, "state=half_open": 1, "state=open": 0})
+	wantPoints(t, reader, "idempotency.requests", map[string]int64{})
 }

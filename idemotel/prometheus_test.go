@@ -42,6 +42,7 @@ func TestPrometheusNames(t *testing.T) {
 		"idempotency_store_errors_total":               "COUNTER [operation]",
 		"idempotency_inflight_requests":                "GAUGE []",
 		"idempotency_store_fallbacks_total":            "COUNTER []",
+		"idempotency_store_breaker_state":              "GAUGE [state]",
 	}
 	mfs, err := reg.Gather()
 	if err != nil {

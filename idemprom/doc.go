@@ -19,13 +19,17 @@
 //	idempotency_store_errors_total{operation}                        counter
 //	idempotency_inflight_requests                                    gauge
 //	idempotency_store_fallbacks_total                                counter
+//	idempotency_store_breaker_state{state}                           gauge
 //
 // outcome is core.Outcome's name (replay, stored, not_stored, conflict,
 // mismatch, invalid_key, too_large, bad_body, store_error, lock_lost);
 // route is the route template, so mount the middleware inside the router
 // (core.Engine.Middleware): without a template the path stands in, one
-// series per URL. The key and the scope are never labels. The store
-// metrics and the in-flight gauge need InstrumentStore; the rest Observe.
+// series per URL. The key and the scope are never labels. Events that are
+// no request's count fallbacks (core.OutcomeFallback) and set the breaker's
+// state (core.OutcomeBreaker; the last reported wins when Engines with
+// breakers of their own share a Collector). The store metrics and the
+// in-flight gauge need InstrumentStore; the rest Observe.
 //
 // docs/metrics.md maps each metric to the names of the systems idem
 // replaces (hits, misses, conflicts, fallbacks, retries), and alerts.yml

@@ -39,7 +39,8 @@ type Collector struct {
 	storeDur  *prometheus.HistogramVec
 	storeErrs *prometheus.CounterVec
 	inflight  prometheus.Gauge
-	fallbacks prometheus.Counter // 0 until core reports fallbacks (issue 17)
+	fallbacks prometheus.Counter
+	breaker   *prometheus.GaugeVec
 
 	ops [numOps]opMetrics // resolved once: the store wrapper does no label lookup
 
@@ -107,8 +108,13 @@ func New(reg prometheus.Registerer, opts *Options) (*Collector, error) {
 			Name: "idempotency_store_fallbacks_total",
 			Help: "Requests that the fallback store served because the primary store failed.",
 		}),
+		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "idempotency_store_breaker_state",
+			Help: "State of the circuit breaker around the idempotency store: 1 for the current state (closed, open, half_open), 0 for the others.",
+		}, []string{"state"}),
 		series: make(map[seriesKey]series),
 	}
+	c.setBreaker(core.BreakerClosed)
 	for op := range numOps {
 		c.ops[op] = opMetrics{
 			duration: c.storeDur.WithLabelValues(op.String()),
@@ -143,6 +149,14 @@ func increasing(b []float64) bool {
 
 // Observe counts e; use it as core.Config.Observer (Observer: c.Observe).
 func (c *Collector) Observe(e core.Event) {
+	switch e.Outcome { // events that are no request's outcome
+	case core.OutcomeFallback:
+		c.fallbacks.Inc()
+		return
+	case core.OutcomeBreaker:
+		c.setBreaker(e.Breaker)
+		return
+	}
 	k := seriesKey{e.Outcome, e.Method, e.Route}
 	c.mu.RLock()
 	s, ok := c.series[k]
@@ -161,6 +175,18 @@ func (c *Collector) Observe(e core.Event) {
 	s.duration.Observe(e.Duration.Seconds())
 }
 
+var breakerStates = [...]core.BreakerState{core.BreakerClosed, core.BreakerOpen, core.BreakerHalfOpen}
+
+func (c *Collector) setBreaker(state core.BreakerState) {
+	for _, s := range breakerStates {
+		v := 0.0
+		if s == state {
+			v = 1
+		}
+		c.breaker.WithLabelValues(s.String()).Set(v)
+	}
+}
+
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.metrics() {
@@ -175,6 +201,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *Collector) metrics() [6]prometheus.Collector {
-	return [...]prometheus.Collector{c.requests, c.duration, c.storeDur, c.storeErrs, c.inflight, c.fallbacks}
+func (c *Collector) metrics() [7]prometheus.Collector {
+	return [...]prometheus.Collector{c.requests, c.duration, c.storeDur, c.storeErrs, c.inflight, c.fallbacks, c.breaker}
 }

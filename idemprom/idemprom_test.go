@@ -198,9 +198,15 @@ idempotency_inflight_requests 0
 # HELP idempotency_store_fallbacks_total Requests that the fallback store served because the primary store failed.
 # TYPE idempotency_store_fallbacks_total counter
 idempotency_store_fallbacks_total 0
+# HELP idempotency_store_breaker_state State of the circuit breaker around the idempotency store: 1 for the current state (closed, open, half_open), 0 for the others.
+# TYPE idempotency_store_breaker_state gauge
+idempotency_store_breaker_state{state="closed"} 1
+idempotency_store_breaker_state{state="half_open"} 0
+idempotency_store_breaker_state{state="open"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idempotency_requests_total",
-		"idempotency_store_errors_total", "idempotency_inflight_requests", "idempotency_store_fallbacks_total"); err != nil {
+		"idempotency_store_errors_total", "idempotency_inflight_requests", "idempotency_store_fallbacks_total",
+		"idempotency_store_breaker_state"); err != nil {
 		t.Error(err)
 	}
 	wantCounts(t, "idempotency_request_duration_seconds", histCounts(t, reg, "idempotency_request_duration_seconds"), map[string]uint64{
@@ -395,8 +401,8 @@ func TestLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
-	if n := testutil.CollectAndCount(c); n != 4+2*4 { // the store metrics: one series per operation
-		t.Errorf("%d series, want 12", n)
+	if n := testutil.CollectAndCount(c); n != 4+2*4+3 { // one series per store operation, per breaker state
+		t.Errorf("%d series, want 15", n)
 	}
 }
 
@@ -425,5 +431,70 @@ func TestAlertRulesNames(t *testing.T) {
 		if !exported[name] {
 			t.Errorf("alerts.yml reads %s, which idemprom does not export", name)
 		}
+	}
+}
+
+// TestBreaker: the Engine's breaker opens after BreakerFailures store
+// errors in a row; its event sets the gauge and counts no request, and the
+// calls it spares the store are no store calls.
+func TestBreaker(t *testing.T) {
+	t.Parallel()
+	m, _ := idemprom.New(nil, nil)
+	eng := newEngine(t, core.Config{Store: m.InstrumentStore(downStore{}), Observer: m.Observe,
+		BreakerFailures: 2, BreakerCooldown: time.Hour})
+	h := eng.Middleware(newOrders())
+	for i := range 5 {
+		if got := send(h, "POST", "/orders", fmt.Sprintf("key-%08d", i), `{}`); got != http.StatusCreated {
+			t.Errorf("request %d: status %d, want 201 (fail-open)", i, got)
+		}
+	}
+	const want = `
+# HELP idempotency_requests_total Requests with an idempotency key, by outcome (replay, stored, conflict, ...), method and route template.
+# TYPE idempotency_requests_total counter
+idempotency_requests_total{method="POST",outcome="store_error",route="/orders"} 5
+# HELP idempotency_store_errors_total Idempotency store calls that failed, by operation; a key in flight or a lost lock is no failure.
+# TYPE idempotency_store_errors_total counter
+idempotency_store_errors_total{operation="acquire"} 2
+idempotency_store_errors_total{operation="complete"} 0
+idempotency_store_errors_total{operation="refresh"} 0
+idempotency_store_errors_total{operation="release"} 0
+# HELP idempotency_store_breaker_state State of the circuit breaker around the idempotency store: 1 for the current state (closed, open, half_open), 0 for the others.
+# TYPE idempotency_store_breaker_state gauge
+idempotency_store_breaker_state{state="closed"} 0
+idempotency_store_breaker_state{state="half_open"} 0
+idempotency_store_breaker_state{state="open"} 1
+`
+	if err := testutil.CollectAndCompare(m, strings.NewReader(want), "idempotency_requests_total",
+		"idempotency_store_errors_total", "idempotency_store_breaker_state"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestStoreEvents: fallback and breaker events count as what they are,
+// not as requests.
+func TestStoreEvents(t *testing.T) {
+	t.Parallel()
+	m, _ := idemprom.New(nil, nil)
+	for _, e := range []core.Event{
+		{Outcome: core.OutcomeFallback, Err: errDown},
+		{Outcome: core.OutcomeBreaker, Breaker: core.BreakerOpen},
+		{Outcome: core.OutcomeFallback, Err: errDown},
+		{Outcome: core.OutcomeBreaker, Breaker: core.BreakerHalfOpen},
+	} {
+		m.Observe(e)
+	}
+	const want = `
+# HELP idempotency_store_fallbacks_total Requests that the fallback store served because the primary store failed.
+# TYPE idempotency_store_fallbacks_total counter
+idempotency_store_fallbacks_total 2
+# HELP idempotency_store_breaker_state State of the circuit breaker around the idempotency store: 1 for the current state (closed, open, half_open), 0 for the others.
+# TYPE idempotency_store_breaker_state gauge
+idempotency_store_breaker_state{state="closed"} 0
+idempotency_store_breaker_state{state="half_open"} 1
+idempotency_store_breaker_state{state="open"} 0
+`
+	if err := testutil.CollectAndCompare(m, strings.NewReader(want), "idempotency_store_fallbacks_total",
+		"idempotency_store_breaker_state", "idempotency_requests_total"); err != nil {
+		t.Error(err)
 	}
 }
