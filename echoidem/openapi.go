@@ -3,12 +3,10 @@ package echoidem
 import (
 	"context"
 	"net/http"
-	"slices"
 
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 
-	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/internal/routedoc"
 	"github.com/idem-go/idem/swagger"
 )
 
@@ -30,45 +28,29 @@ import (
 // that decides on more than that, or panics, counts as not skipping: the
 // route may be covered.
 func Operations(cfg Config, routes []*echo.Route) []swagger.Operation {
-	covers := func(method string) bool { return slices.Contains(core.DefaultMethods, method) }
+	var methods []string
 	if cfg.Engine != nil {
-		covers = cfg.Engine.Covers
+		methods = cfg.Engine.Config().Methods
 	}
-	var e *echo.Echo
-	ops := make([]swagger.Operation, 0, len(routes))
-	for _, rt := range routes {
-		if !covers(rt.Method) {
-			continue
-		}
-		if cfg.Skipper != nil {
-			if e == nil {
-				e = echo.New()
+	rs := make([]routedoc.Route, len(routes))
+	for i, rt := range routes {
+		rs[i] = routedoc.Route{Method: rt.Method, Path: rt.Path}
+	}
+	var skipped func(int, string) bool
+	if cfg.Skipper != nil {
+		e := echo.New()
+		skipped = func(i int, method string) bool {
+			req, err := http.NewRequestWithContext(context.Background(), method, "http://localhost/", http.NoBody)
+			if err != nil {
+				return false
 			}
-			if skipped(e, cfg.Skipper, rt) {
-				continue
-			}
+			req.URL.Path, req.RequestURI = routes[i].Path, routes[i].Path
+			c := e.NewContext(req, discard{})
+			c.SetPath(routes[i].Path)
+			return routedoc.Safely(func() bool { return cfg.Skipper(c) })
 		}
-		ops = append(ops, swagger.Operation{Method: rt.Method, Path: swagger.NormalizePath(rt.Path)})
 	}
-	return swagger.SortOperations(ops)
-}
-
-// skipped reports whether skip skips a request to rt, asked with a
-// synthetic context; a panic counts as not skipped.
-func skipped(e *echo.Echo, skip middleware.Skipper, rt *echo.Route) (s bool) {
-	defer func() {
-		if recover() != nil {
-			s = false
-		}
-	}()
-	req, err := http.NewRequestWithContext(context.Background(), rt.Method, "http://localhost/", http.NoBody)
-	if err != nil {
-		return false
-	}
-	req.URL.Path, req.RequestURI = rt.Path, rt.Path
-	c := e.NewContext(req, discard{})
-	c.SetPath(rt.Path)
-	return skip(c)
+	return routedoc.Operations(rs, methods, "", skipped)
 }
 
 // discard is the ResponseWriter of the synthetic context.

@@ -5,9 +5,8 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v5"
-	"github.com/labstack/echo/v5/middleware"
 
-	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/internal/routedoc"
 	"github.com/idem-go/idem/swagger"
 )
 
@@ -31,49 +30,30 @@ import (
 // else. A Skipper that decides on more than that, or panics, counts as not
 // skipping: the route may be covered.
 func Operations(cfg Config, routes echo.Routes) []swagger.Operation {
-	methods := core.DefaultMethods
+	var methods []string
 	if cfg.Engine != nil {
 		methods = cfg.Engine.Config().Methods
 	}
-	var e *echo.Echo
-	ops := make([]swagger.Operation, 0, len(routes))
-	add := func(method string, rt echo.RouteInfo) {
-		if cfg.Skipper != nil {
-			if e == nil {
-				e = echo.New()
-			}
-			if skipped(e, cfg.Skipper, method, rt) {
-				return
-			}
-		}
-		ops = append(ops, swagger.Operation{Method: method, Path: swagger.NormalizePath(rt.Path)})
+	rs := make([]routedoc.Route, len(routes))
+	for i, rt := range routes {
+		rs[i] = routedoc.Route{Method: rt.Method, Path: rt.Path}
 	}
-	for _, rt := range routes {
-		for _, m := range methods {
-			if m == rt.Method || rt.Method == echo.RouteAny {
-				add(m, rt)
+	var skipped func(int, string) bool
+	if cfg.Skipper != nil {
+		e := echo.New()
+		skipped = func(i int, method string) bool {
+			req, err := http.NewRequestWithContext(context.Background(), method, "http://localhost/", http.NoBody)
+			if err != nil {
+				return false
 			}
+			req.URL.Path, req.RequestURI = routes[i].Path, routes[i].Path
+			c := e.NewContext(req, discard{})
+			ri := routes[i]
+			c.InitializeRoute(&ri, &echo.PathValues{})
+			return routedoc.Safely(func() bool { return cfg.Skipper(c) })
 		}
 	}
-	return swagger.SortOperations(ops)
-}
-
-// skipped reports whether skip skips a request to rt with method, asked
-// with a synthetic context; a panic counts as not skipped.
-func skipped(e *echo.Echo, skip middleware.Skipper, method string, rt echo.RouteInfo) (s bool) {
-	defer func() {
-		if recover() != nil {
-			s = false
-		}
-	}()
-	req, err := http.NewRequestWithContext(context.Background(), method, "http://localhost/", http.NoBody)
-	if err != nil {
-		return false
-	}
-	req.URL.Path, req.RequestURI = rt.Path, rt.Path
-	c := e.NewContext(req, discard{})
-	c.InitializeRoute(&rt, &echo.PathValues{})
-	return skip(c)
+	return routedoc.Operations(rs, methods, echo.RouteAny, skipped)
 }
 
 // discard is the ResponseWriter of the synthetic context.

@@ -1,12 +1,10 @@
 package fiberidem
 
 import (
-	"slices"
-
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 
-	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/internal/routedoc"
 	"github.com/idem-go/idem/swagger"
 )
 
@@ -28,41 +26,25 @@ import (
 // more than that, or panics, counts as not skipping: the route may be
 // covered.
 func Operations(cfg Config, routes []fiber.Route) []swagger.Operation {
-	covers := func(method string) bool { return slices.Contains(core.DefaultMethods, method) }
+	var methods []string
 	if cfg.Engine != nil {
-		covers = cfg.Engine.Covers
+		methods = cfg.Engine.Config().Methods
 	}
-	var app *fiber.App
-	ops := make([]swagger.Operation, 0, len(routes))
-	for _, rt := range routes {
-		if !covers(rt.Method) {
-			continue
-		}
-		if cfg.Next != nil {
-			if app == nil {
-				app = fiber.New()
-			}
-			if skipped(app, cfg.Next, rt) {
-				continue
-			}
-		}
-		ops = append(ops, swagger.Operation{Method: rt.Method, Path: swagger.NormalizePath(rt.Path)})
+	rs := make([]routedoc.Route, len(routes))
+	for i, rt := range routes {
+		rs[i] = routedoc.Route{Method: rt.Method, Path: rt.Path}
 	}
-	return swagger.SortOperations(ops) // also drops a route registered twice
-}
-
-// skipped reports whether next skips a request to rt, asked with a
-// synthetic context; a panic counts as not skipped.
-func skipped(app *fiber.App, next func(*fiber.Ctx) bool, rt fiber.Route) (s bool) {
-	var fctx fasthttp.RequestCtx
-	fctx.Request.Header.SetMethod(rt.Method)
-	fctx.Request.SetRequestURI(rt.Path)
-	c := app.AcquireCtx(&fctx)
-	defer func() {
-		app.ReleaseCtx(c)
-		if recover() != nil {
-			s = false
+	var skipped func(int, string) bool
+	if cfg.Next != nil {
+		app := fiber.New()
+		skipped = func(i int, method string) bool {
+			var fctx fasthttp.RequestCtx
+			fctx.Request.Header.SetMethod(method)
+			fctx.Request.SetRequestURI(routes[i].Path)
+			c := app.AcquireCtx(&fctx)
+			defer app.ReleaseCtx(c)
+			return routedoc.Safely(func() bool { return cfg.Next(c) })
 		}
-	}()
-	return next(c)
+	}
+	return routedoc.Operations(rs, methods, "", skipped)
 }
