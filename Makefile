@@ -85,6 +85,22 @@ swagger:
 		 GOWORK=off $(GO) run github.com/idem-go/idem/swagger/cmd/idemswag -dir docs -op "POST /orders"); \
 	done
 
+## proto: regenerate the gRPC code of grpcidem's tests and of examples/grpc
+## with protoc (Debian's protobuf-compiler, installed if missing) and the
+## pinned protoc-gen-go and protoc-gen-go-grpc (installed into .tools/).
+PROTOC_GEN_GO_VERSION      := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+.PHONY: proto
+proto:
+	@command -v protoc >/dev/null 2>&1 || { DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler; }
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	cd grpcidem && PATH=$(TOOLS):$$PATH protoc --go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative internal/testpb/testpb.proto
+	cd examples/grpc && PATH=$(TOOLS):$$PATH protoc -I proto --go_out=proto --go_opt=paths=source_relative \
+		--go-grpc_out=proto --go-grpc_opt=paths=source_relative proto/idem/examples/orders/v1/orders.proto
+
 ## rules: check idemprom's alert rules and run their unit tests with promtool
 ## (installed into .tools/ if it is not on the PATH).
 PROMTOOL ?= $(shell command -v promtool 2>/dev/null || echo $(TOOLS)/promtool)
