@@ -6,15 +6,17 @@
 //	eng, err := core.New(core.Config{Store: redislock.New(rdb, nil)})
 //	...
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
-//		recovery.UnaryServerInterceptor(), // outside: a panic releases the key
+//		recovery.UnaryServerInterceptor(), // go-grpc-middleware's, outside: a panic releases the key
 //		grpcidem.UnaryServerInterceptor(eng),
 //	))
 //	conn, err := grpc.NewClient(target, grpc.WithUnaryInterceptor(grpcidem.UnaryClientInterceptor()))
 //
 // # Server
 //
-// Every unary method is covered (WithSkip leaves some out); core.Config's
-// Methods, MaxBodyBytes and CriticalHeaders are HTTP's and not used. The key
+// Every unary method is covered (WithSkip leaves some out: with
+// core.Config.Required, health checks need a key otherwise); core.Config's
+// Methods, MaxBodyBytes and CriticalHeaders are HTTP's and not used (the
+// server's grpc.MaxRecvMsgSize bounds a request). The key
 // is the metadata entry KeyMetadata (or LegacyKeyMetadata), read and
 // validated by core.Engine.Key. The fingerprint is the SHA-256 of the full
 // method and the deterministic encoding of the request message. For
@@ -31,8 +33,8 @@
 // released so that a retry runs the handler again; put a recovery
 // interceptor outside this one. A replay answers with the stored metadata,
 // ReplayMetadata "true", and the reply decoded into its message type (found
-// by name in protoregistry.GlobalTypes, where generated code registers it)
-// or the stored status. A reply encoded larger than
+// by name in protoregistry.GlobalTypes, where generated code registers it;
+// Internal if it is not there) or the stored status. A reply encoded larger than
 // core.Config.MaxStoredBodyBytes is not kept: its replay is
 // FailedPrecondition (ReasonReplyOmitted), not a second run.
 //
