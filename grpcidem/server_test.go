@@ -21,6 +21,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/core/idemtest"
@@ -627,4 +631,42 @@ func TestNilEngine(t *testing.T) {
 		}
 	}()
 	grpcidem.UnaryServerInterceptor(nil)
+}
+
+// TestUnregisteredReplyType: a reply whose type is not in
+// protoregistry.GlobalTypes (a dynamic message) is stored, but its replay is
+// Internal rather than a second run.
+func TestUnregisteredReplyType(t *testing.T) {
+	t.Parallel()
+	fd, err := protodesc.NewFile(&descriptorpb.FileDescriptorProto{
+		Name: proto.String("unregistered.proto"), Package: proto.String("idem.grpcidem.unregistered"), Syntax: proto.String("proto3"),
+		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("Reply"), Field: []*descriptorpb.FieldDescriptorProto{{
+			Name: proto.String("id"), JsonName: proto.String("id"), Number: proto.Int32(1),
+			Type: descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum(), Label: descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum(),
+		}}}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	icpt := grpcidem.UnaryServerInterceptor(eng)
+	info := &grpc.UnaryServerInfo{FullMethod: testpb.Orders_Create_FullMethodName}
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcidem.KeyMetadata, "k"))
+	var runs int
+	handler := func(context.Context, any) (any, error) {
+		runs++
+		m := dynamicpb.NewMessage(fd.Messages().Get(0))
+		m.Set(fd.Messages().Get(0).Fields().Get(0), protoreflect.ValueOfString("ord_1"))
+		return m, nil
+	}
+	if _, err := icpt(ctx, order("book", 1), info, handler); err != nil {
+		t.Fatal(err)
+	}
+	_, err = icpt(ctx, order("book", 1), info, handler)
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "idem.grpcidem.unregistered.Reply") || runs != 1 {
+		t.Fatalf("replay: %v after %d runs; want Internal naming the type, one run", err, runs)
+	}
 }
