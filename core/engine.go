@@ -49,6 +49,17 @@ func New(cfg Config) (*Engine, error) {
 	e.initialLease = min(cfg.LockTTL, max(minInitialLease, 3*cfg.StoreTimeout))
 	e.brk = &breaker{failures: cfg.BreakerFailures, cooldown: cfg.BreakerCooldown, now: time.Now,
 		changed: func(s BreakerState) { e.observe(Event{Outcome: OutcomeBreaker, Breaker: s}, time.Now()) }}
+	for s := cfg.Store; s != nil; {
+		if n, ok := s.(Notifier); ok {
+			n.SetObserver(func(ev Event) { e.observe(ev, time.Now()) })
+			break
+		}
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			break
+		}
+		s = u.Unwrap()
+	}
 	for _, h := range cfg.DeniedHeaders {
 		e.denied[http.CanonicalHeaderKey(h)] = true
 	}

@@ -43,6 +43,10 @@ func (t *Telemetry) InstrumentStore(s core.Store) core.Store {
 	return is
 }
 
+// Unwrap returns the measured store, so that core.New finds a
+// core.Notifier behind it.
+func (s *store) Unwrap() core.Store { return s.Store }
+
 type lock struct{ key, token string }
 
 type store struct {

@@ -1,0 +1,308 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
+)
+
+// tier is a store that can be taken down, emptied (data lost) or stalled,
+// and counts its calls.
+type tier struct {
+	mu    sync.Mutex
+	s     *core.MemoryStore
+	down  bool
+	stall bool
+	calls atomic.Int32
+}
+
+var errTierDown = errors.New("tier down")
+
+func newTier() *tier { return &tier{s: core.NewMemoryStore(0)} }
+
+func (t *tier) get(ctx context.Context) (*core.MemoryStore, error) {
+	t.calls.Add(1)
+	t.mu.Lock()
+	s, down, stall := t.s, t.down, t.stall
+	t.mu.Unlock()
+	if stall {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if down {
+		return nil, errTierDown
+	}
+	return s, nil
+}
+
+func (t *tier) set(down, stall bool) {
+	t.mu.Lock()
+	t.down, t.stall = down, stall
+	t.mu.Unlock()
+}
+
+func (t *tier) lose() {
+	t.mu.Lock()
+	t.s = core.NewMemoryStore(0)
+	t.mu.Unlock()
+}
+
+func (t *tier) Acquire(ctx context.Context, key string, ttl time.Duration) ([]byte, string, error) {
+	s, err := t.get(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	return s.Acquire(ctx, key, ttl)
+}
+
+func (t *tier) Complete(ctx context.Context, key, token string, rec []byte, ttl time.Duration) error {
+	s, err := t.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Complete(ctx, key, token, rec, ttl)
+}
+
+func (t *tier) Release(ctx context.Context, key, token string) error {
+	s, err := t.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Release(ctx, key, token)
+}
+
+func (t *tier) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
+	s, err := t.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Refresh(ctx, key, token, ttl)
+}
+
+func (t *tier) Inspect(ctx context.Context, key string) (core.KeyState, error) {
+	s, err := t.get(ctx)
+	if err != nil {
+		return core.KeyState{}, err
+	}
+	return s.Inspect(ctx, key)
+}
+
+func (t *tier) Purge(ctx context.Context, key string) error {
+	s, err := t.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Purge(ctx, key)
+}
+
+func (t *tier) Unlock(ctx context.Context, key string) error {
+	s, err := t.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Unlock(ctx, key)
+}
+
+func (t *tier) InFlight(ctx context.Context, limit int) ([]core.KeyState, error) {
+	s, err := t.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.InFlight(ctx, limit)
+}
+
+func TestTieredConformance(t *testing.T) {
+	newStore := func(*testing.T) core.Store { return core.NewTiered(newTier(), newTier()) }
+	idemtest.TestStore(t, newStore)
+	idemtest.TestLease(t, newStore)
+	idemtest.TestAdmin(t, newStore)
+}
+
+// tieredEngine returns an Engine on a tiered store and its tiers.
+func tieredEngine(t *testing.T, ev *events) (*core.Engine, *tier, *tier) {
+	t.Helper()
+	fast, durable := newTier(), newTier()
+	cfg := core.Config{Store: core.NewTiered(fast, durable), StoreTimeout: 100 * time.Millisecond, BreakerFailures: -1}
+	if ev != nil {
+		cfg.Observer = ev.observe
+	}
+	eng, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng, fast, durable
+}
+
+// run makes one call of key whose work counts its runs and stores "done".
+func run(t *testing.T, eng *core.Engine, key string, runs *atomic.Int32) (*core.Record, error) {
+	t.Helper()
+	l, rec, err := eng.Acquire(&core.Call{Key: key})
+	if l == nil {
+		return rec, err
+	}
+	if !l.Protected() {
+		t.Errorf("key %s ran unprotected", key)
+	}
+	runs.Add(1)
+	l.Complete(&core.Record{Code: 200, Body: []byte("done")})
+	return &core.Record{Code: 200, Body: []byte("done")}, nil
+}
+
+func TestTieredRoundTrips(t *testing.T) {
+	eng, fast, durable := tieredEngine(t, nil)
+	var runs atomic.Int32
+	run(t, eng, "k", &runs) //nolint:errcheck
+	if f, d := fast.calls.Load(), durable.calls.Load(); f != 2 || d != 2 {
+		t.Fatalf("first request: %d fast and %d durable calls, want 2 and 2", f, d)
+	}
+	fast.calls.Store(0)
+	durable.calls.Store(0)
+	if rec, err := run(t, eng, "k", &runs); err != nil || string(rec.Body) != "done" {
+		t.Fatalf("replay: %v, %v", rec, err)
+	}
+	if f, d := fast.calls.Load(), durable.calls.Load(); f != 1 || d != 0 {
+		t.Fatalf("replay: %d fast and %d durable calls, want 1 and 0", f, d)
+	}
+}
+
+// The fast tier loses its data (FLUSHALL, a restart without persistence):
+// every completed key still replays, and is written back to it.
+func TestTieredFastTierDataLost(t *testing.T) {
+	eng, fast, durable := tieredEngine(t, nil)
+	var runs atomic.Int32
+	for _, k := range []string{"a", "b", "c"} {
+		run(t, eng, k, &runs) //nolint:errcheck
+	}
+	fast.lose()
+	for _, k := range []string{"a", "b", "c"} {
+		if rec, err := run(t, eng, k, &runs); err != nil || rec == nil || string(rec.Body) != "done" {
+			t.Fatalf("%s after the fast tier lost its data: %v, %v", k, rec, err)
+		}
+	}
+	if runs.Load() != 3 {
+		t.Fatalf("handlers ran %d times, want 3", runs.Load())
+	}
+	durable.calls.Store(0)
+	run(t, eng, "a", &runs) //nolint:errcheck
+	if durable.calls.Load() != 0 {
+		t.Fatal("the record was not written back to the fast tier")
+	}
+}
+
+// The fast tier down, then stalled: calls go to the durable tier, still
+// protected, each fallback reported; the fast tier back: no key runs twice.
+func TestTieredFastTierDownAndBack(t *testing.T) {
+	for _, stall := range []bool{false, true} {
+		var ev events
+		eng, fast, _ := tieredEngine(t, &ev)
+		var runs atomic.Int32
+		run(t, eng, "before", &runs) //nolint:errcheck
+		// A key in flight when the fast tier goes.
+		inflight, _, err := eng.Acquire(&core.Call{Key: "switch"})
+		if err != nil || inflight == nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		fast.set(!stall, stall)
+		if _, _, err := eng.Acquire(&core.Call{Key: "switch"}); !errors.Is(err, core.ErrInFlight) {
+			t.Fatalf("stall=%v: a duplicate of a key in flight while the fast tier is down: %v, want ErrInFlight", stall, err)
+		}
+		if rec, err := run(t, eng, "before", &runs); err != nil || rec == nil {
+			t.Fatalf("stall=%v: a key completed before the outage: %v, %v", stall, rec, err)
+		}
+		run(t, eng, "during", &runs) //nolint:errcheck
+		if ev.count(core.OutcomeFallback) == 0 || ev.count(core.OutcomeStoreError) != 0 {
+			t.Fatalf("stall=%v: events %v: want fallbacks and no store error", stall, ev.all)
+		}
+		fast.set(false, false)
+		if _, _, err := eng.Acquire(&core.Call{Key: "switch"}); !errors.Is(err, core.ErrInFlight) {
+			t.Fatalf("stall=%v: a duplicate once the fast tier is back: %v, want ErrInFlight", stall, err)
+		}
+		inflight.Complete(&core.Record{Code: 200, Body: []byte("done")})
+		for _, k := range []string{"before", "during", "switch"} {
+			if rec, err := run(t, eng, k, &runs); err != nil || rec == nil || string(rec.Body) != "done" {
+				t.Fatalf("stall=%v: %s after the fast tier came back: %v, %v", stall, k, rec, err)
+			}
+		}
+		if runs.Load() != 2 {
+			t.Fatalf("stall=%v: handlers ran %d times, want 2", stall, runs.Load())
+		}
+	}
+}
+
+// The durable tier down: the fast tier alone protects, and says so.
+func TestTieredDurableTierDown(t *testing.T) {
+	var ev events
+	eng, _, durable := tieredEngine(t, &ev)
+	durable.set(true, false)
+	var runs atomic.Int32
+	run(t, eng, "k", &runs) //nolint:errcheck
+	if rec, err := run(t, eng, "k", &runs); err != nil || rec == nil || runs.Load() != 1 {
+		t.Fatalf("replay with the durable tier down: %v, %v, %d runs", rec, err, runs.Load())
+	}
+	if ev.count(core.OutcomeFallback) == 0 {
+		t.Fatalf("events %v: want a fallback", ev.all)
+	}
+}
+
+// Many duplicates of many keys while the fast tier flaps: each key runs once.
+func TestTieredConcurrentFlapping(t *testing.T) {
+	eng, fast, _ := tieredEngine(t, nil)
+	var runs [20]atomic.Int32
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				fast.set(false, false)
+				return
+			default:
+				fast.set(i%2 == 1, false)
+				if i%3 == 0 {
+					fast.lose()
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	for k := range runs {
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					rec, err := run(t, eng, string(rune('a'+k)), &runs[k])
+					if err == nil && rec != nil {
+						return
+					}
+					if !errors.Is(err, core.ErrInFlight) {
+						t.Errorf("key %d: %v", k, err)
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(stop)
+	for k := range runs {
+		if n := runs[k].Load(); n != 1 {
+			t.Errorf("key %d ran %d times, want 1", k, n)
+		}
+	}
+}
+
+func (t *tier) Wait(ctx context.Context, key string) error {
+	s, err := t.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Wait(ctx, key)
+}
