@@ -79,7 +79,7 @@ lint: $(STATICCHECK)
 ## swagger: regenerate the examples' OpenAPI docs from their annotations with
 ## swag, then document the Idempotency-Key header with idemswag.
 swagger:
-	@set -e; for fw in nethttp gin echo fiber; do \
+	@set -e; for fw in nethttp gin echo echov5 fiber fiberv3; do \
 		echo "==> swagger examples/$$fw"; \
 		(cd examples/$$fw && $(SWAG) init -q -g main.go -d ./,../internal/orders -o docs && \
 		 GOWORK=off $(GO) run github.com/idem-go/idem/swagger/cmd/idemswag -dir docs -op "POST /orders"); \

@@ -24,7 +24,7 @@ import (
 )
 
 // frameworks are the example servers, one folder each under examples/.
-var frameworks = []string{"nethttp", "gin", "echo", "fiber"}
+var frameworks = []string{"nethttp", "gin", "echo", "echov5", "fiber", "fiberv3"}
 
 // build compiles examples/<name> into a temporary binary.
 func build(t *testing.T, name string) string {

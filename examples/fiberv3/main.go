@@ -1,0 +1,124 @@
+// Command fiberv3 is the order API of the examples on Fiber v3, protected by
+// idem's Fiber v3 middleware (fiberv3idem).
+//
+//	@title			idem example: orders (Fiber v3)
+//	@version		1.0
+//	@description	A small order API whose POST /orders is protected by idem: send an Idempotency-Key and retry safely.
+//	@BasePath		/
+package main
+
+import (
+	"errors"
+	"log"
+	"net"
+
+	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v3/middleware/adaptor"
+	"github.com/gofiber/fiber/v3/middleware/recover"
+	httpSwagger "github.com/swaggo/http-swagger/v2"
+
+	"github.com/idem-go/idem/examples/fiberv3/docs"
+	"github.com/idem-go/idem/examples/internal/exampleapp"
+	"github.com/idem-go/idem/examples/internal/orders"
+	"github.com/idem-go/idem/fiberv3idem"
+)
+
+func main() {
+	app, err := exampleapp.Setup()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer app.Close()
+
+	h := &handlers{svc: app.Orders}
+	f := fiber.New(fiber.Config{
+		ReadTimeout: exampleapp.ReadTimeout,
+		// Routes as in the other examples: /ORDERS and /orders/ are not
+		// /orders (Fiber matches them by default).
+		CaseSensitive: true,
+		StrictRouting: true,
+		// Handlers return errors; this renders them as {"error": …}. For a
+		// request with a key, fiberv3idem calls it itself, so that a 400 is
+		// stored and replayed like any 4xx, and a 500 is not stored.
+		ErrorHandler: renderError,
+	})
+	// recover.New() outside idem: a panic releases the key's lock, nothing
+	// is stored, and the client's retry runs the handler again.
+	f.Use(recover.New())
+	// Mounted on the route, where c.Route().Path is the route template for
+	// the Engine's events (under f.Use the path stands in for it).
+	idem := fiberv3idem.Config{Engine: app.Engine}
+	f.Post("/orders", fiberv3idem.New(idem), h.create)
+	f.Get("/orders", h.list)
+	// Swagger UI, and the spec at /swagger/doc.json (the net/http handler:
+	// Fiber's swag UI handler is not published for v3 yet).
+	f.Get("/swagger/*", adaptor.HTTPHandler(httpSwagger.Handler(httpSwagger.URL("/swagger/doc.json"))))
+
+	// Once every route is registered: the served spec documents the header
+	// on the routes fiberv3idem covers, read from Fiber's route table (every
+	// route but those of f.Use; each POST, PUT, PATCH and DELETE route here
+	// is mounted with fiberv3idem).
+	if err := app.Document(docs.SwaggerInfo, fiberv3idem.Operations(idem, f.GetRoutes(true))); err != nil {
+		log.Fatal(err)
+	}
+
+	serve := func(ln net.Listener) error {
+		return f.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true})
+	}
+	if err := app.Serve("fiberv3", serve, f.ShutdownWithContext); err != nil {
+		log.Fatal(err)
+	}
+}
+
+type handlers struct{ svc *orders.Service }
+
+// create godoc
+//
+//	@Summary	Create an order
+//	@Tags		orders
+//	@Accept		json
+//	@Produce	json
+//	@Param		X-User-ID	header		string					false	"user the request acts for"
+//	@Param		order		body		orders.CreateRequest	true	"the order"
+//	@Success	201			{object}	orders.Order
+//	@Failure	400			{object}	orders.Error
+//	@Failure	500			{object}	orders.Error
+//	@Router		/orders [post]
+func (h *handlers) create(c fiber.Ctx) error {
+	req, err := orders.Decode(c.Body())
+	if err != nil {
+		return fiber.NewError(fiber.StatusBadRequest, err.Error())
+	}
+	o, err := h.svc.Create(c.Context(), req)
+	if err != nil {
+		return err // 500
+	}
+	c.Location("/orders/" + o.ID)
+	return c.Status(fiber.StatusCreated).JSON(o)
+}
+
+// list godoc
+//
+//	@Summary	List the orders really created
+//	@Tags		orders
+//	@Produce	json
+//	@Success	200	{object}	orders.List
+//	@Router		/orders [get]
+func (h *handlers) list(c fiber.Ctx) error {
+	l, err := h.svc.List(c.Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(l)
+}
+
+// renderError is the app's ErrorHandler: the status of a *fiber.Error (500
+// for any other error) and the body {"error": message}.
+func renderError(c fiber.Ctx, err error) error {
+	status := fiber.StatusInternalServerError
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		status = fe.Code
+	}
+	return c.Status(status).JSON(orders.Error{Error: err.Error()})
+}
