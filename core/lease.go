@@ -61,6 +61,15 @@ func ID(scope, key, route string) string {
 	return string(out[:])
 }
 
+// Observe reports ev as the Engine reports its own events: to the Observer,
+// or, without one, to slog.Default if it is store trouble. Transports use it
+// for the refusals they make before Acquire, such as an invalid key; its
+// Duration is theirs to set.
+func (e *Engine) Observe(ev Event) {
+	d := ev.Duration
+	e.observe(ev, time.Now().Add(-d))
+}
+
 // Acquire runs the lease protocol for c. It returns:
 //
 //   - a Lease, nil, nil: run the work, then call Lease.Complete or

@@ -149,11 +149,9 @@ func (s *server) keyed(ctx context.Context) bool {
 }
 
 func (s *server) invalidKey(ctx context.Context, info *grpc.UnaryServerInfo, start time.Time, key string, err error, reason, msg string) error {
-	if s.cfg.Observer != nil {
-		s.cfg.Observer(core.Event{Context: ctx, Outcome: core.OutcomeInvalidKey, Key: key,
-			Method: info.FullMethod, Route: info.FullMethod, Status: int(codes.InvalidArgument),
-			Duration: time.Since(start), Err: err})
-	}
+	s.eng.Observe(core.Event{Context: ctx, Outcome: core.OutcomeInvalidKey, Key: key,
+		Method: info.FullMethod, Route: info.FullMethod, Status: int(codes.InvalidArgument),
+		Duration: time.Since(start), Err: err})
 	return refusal(codes.InvalidArgument, reason, msg)
 }
 
