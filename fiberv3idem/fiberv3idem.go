@@ -41,7 +41,7 @@ func New(config ...Config) fiber.Handler {
 			Path:           strings.Clone(c.Path()),
 			Query:          string(req.URI().QueryString()),
 			Header:         header,
-			Body:           httpadapt.FastBody(req),
+			Body:           st.Body(req),
 			ContentLength:  httpadapt.ContentLength(req.Header.ContentLength()),
 			ResponseHeader: preset.Header,
 		}

@@ -112,19 +112,6 @@ func copyAll(all [][]byte) []string {
 	return vs
 }
 
-// FastBody returns the request body for core.Request.Body: the stream of
-// Fiber's StreamRequestBody (Begin reads it once, bounded), or the bytes,
-// or nil if there are none.
-func FastBody(r FastRequest) io.Reader {
-	if r.IsBodyStream() {
-		return r.BodyStream()
-	}
-	if b := r.Body(); len(b) > 0 {
-		return bytes.NewReader(b)
-	}
-	return nil
-}
-
 // ContentLength converts fasthttp's Content-Length (negative when chunked or
 // unknown) to core.Request.ContentLength.
 func ContentLength(n int) int64 {
@@ -232,10 +219,26 @@ type Localer interface {
 }
 
 // FastState is what one request that Engine.Begin acts on needs, in one
-// allocation, for an adapter over fasthttp: set Req.Context to &Ctx.
+// allocation, for an adapter over fasthttp: set Req.Context to &Ctx, and
+// Req.Body to Body(req).
 type FastState struct {
-	Req core.Request
-	Ctx LocalsContext
+	Req  core.Request
+	Ctx  LocalsContext
+	body bytes.Reader
+}
+
+// Body returns the request body for core.Request.Body: the stream of
+// Fiber's StreamRequestBody (Begin reads it once, bounded), or the bytes,
+// or nil if there are none.
+func (s *FastState) Body(r FastRequest) io.Reader {
+	if r.IsBodyStream() {
+		return r.BodyStream()
+	}
+	if b := r.Body(); len(b) > 0 {
+		s.body.Reset(b)
+		return &s.body
+	}
+	return nil
 }
 
 // LocalsContext is a request's context whose Value reads Locals first, so

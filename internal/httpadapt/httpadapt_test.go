@@ -215,14 +215,15 @@ func (r *fakeRequest) Body() []byte          { return r.body }
 
 func TestFastBody(t *testing.T) {
 	t.Parallel()
-	if b := FastBody(&fakeRequest{}); b != nil {
+	var st FastState
+	if b := st.Body(&fakeRequest{}); b != nil {
 		t.Fatalf("no body: %v, want nil", b)
 	}
 	stream := strings.NewReader("streamed")
-	if b := FastBody(&fakeRequest{stream: stream}); b != stream {
+	if b := st.Body(&fakeRequest{stream: stream}); b != stream {
 		t.Fatalf("stream: %v", b)
 	}
-	b, _ := io.ReadAll(FastBody(&fakeRequest{body: []byte("bytes")}))
+	b, _ := io.ReadAll(st.Body(&fakeRequest{body: []byte("bytes")}))
 	if string(b) != "bytes" {
 		t.Fatalf("body %q", b)
 	}
