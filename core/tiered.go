@@ -227,9 +227,39 @@ func (t *Tiered) Inspect(ctx context.Context, key string) (KeyState, error) {
 	return st, err
 }
 
-// Purge implements Admin: the record goes from both tiers.
+// Purge implements Admin: the record goes from both tiers, under the fast
+// tier's lock of the key, so that no request writes the record back to
+// the fast tier meanwhile. With the fast tier down, the durable tier's
+// record goes, and the fast tier's copy, if it still has one when it comes
+// back, replays until it expires.
 func (t *Tiered) Purge(ctx context.Context, key string) error {
-	return t.adminBoth(func(a Admin) error { return a.Purge(ctx, key) })
+	d, f, err := t.admins()
+	if err != nil {
+		return err
+	}
+	purged := false // the fast tier's copy
+	for range 3 {
+		_, ft, err := t.fast.Acquire(ctx, key, minInitialLease)
+		switch {
+		case errors.Is(err, ErrInFlight):
+			return err
+		case err != nil:
+			return d.Purge(ctx, key)
+		case ft == "": // the fast tier's copy of the record
+			if err := f.Purge(ctx, key); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			purged = true
+			continue
+		}
+		err = d.Purge(ctx, key)
+		t.fast.Release(ctx, key, ft) //nolint:errcheck // it expires
+		if errors.Is(err, ErrNotFound) && purged {
+			return nil
+		}
+		return err
+	}
+	return ErrInFlight
 }
 
 // Unlock implements Admin: the lock goes from both tiers.
