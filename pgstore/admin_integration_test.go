@@ -1,0 +1,119 @@
+//go:build integration
+
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
+	"github.com/idem-go/idem/pgstore"
+	"github.com/idem-go/idem/pgstore/pgtest"
+)
+
+func TestAdmin(t *testing.T) {
+	idemtest.TestAdmin(t, pgtest.NewStore)
+}
+
+// TestAdminStaleRows: a row whose lock expired (left for the janitor) or
+// whose record expired is no key to the admin methods, as to Acquire.
+func TestAdminStaleRows(t *testing.T) {
+	ctx := context.Background()
+	s, pool, schema := newStore(t, nil)
+	table := pgx.Identifier{schema, pgstore.DefaultTable}.Sanitize()
+	stale, expired := idemtest.Key(t), idemtest.Key(t)
+	if _, err := pool.Exec(ctx, `INSERT INTO `+table+` (key, status, lock_token, locked_until, created_at)
+VALUES ($1, 'processing', 'gone', now() - interval '1 minute', now() - interval '10 minutes')`, stale); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+table+` (key, status, record, created_at, completed_at, expires_at)
+VALUES ($1, 'completed', 'r', now() - interval '2 days', now() - interval '2 days', now() - interval '1 day')`, expired); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{stale, expired} {
+		if _, err := s.Inspect(ctx, key); !errors.Is(err, core.ErrNotFound) {
+			t.Errorf("Inspect: %v", err)
+		}
+		if err := s.Purge(ctx, key); !errors.Is(err, core.ErrNotFound) {
+			t.Errorf("Purge: %v", err)
+		}
+		if err := s.Unlock(ctx, key); !errors.Is(err, core.ErrNotFound) {
+			t.Errorf("Unlock: %v", err)
+		}
+	}
+	if got, err := s.InFlight(ctx, 10); err != nil || len(got) != 0 {
+		t.Fatalf("InFlight = %+v, %v; want no stale lock", got, err)
+	}
+}
+
+// sqlTracer records the SQL of every query of a pool.
+type sqlTracer struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (tr *sqlTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	tr.mu.Lock()
+	tr.sql = append(tr.sql, d.SQL)
+	tr.mu.Unlock()
+	return ctx
+}
+
+func (*sqlTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestAdminInFlightUsesIndex: the planner can answer InFlight from the
+// partial index of the 'processing' rows (with sequential scans off, as on
+// a table too large for them).
+func TestAdminInFlightUsesIndex(t *testing.T) {
+	ctx := context.Background()
+	_, schema := pgtest.Pool(t)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &sqlTracer{}
+	cfg.ConnConfig.Tracer = tr
+	cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	opts := &pgstore.Options{Schema: schema, JanitorInterval: -1}
+	if err := pgstore.Migrate(ctx, pool, opts); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgstore.New(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tr.mu.Lock()
+	tr.sql = nil
+	tr.mu.Unlock()
+	if _, err := s.InFlight(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	tr.mu.Lock()
+	query := tr.sql[len(tr.sql)-1]
+	tr.mu.Unlock()
+	var plan []string
+	rows, err := pool.Query(ctx, "EXPLAIN "+query, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.Join(plan, "\n"); !strings.Contains(p, pgstore.DefaultTable+"_processing_idx") {
+		t.Fatalf("InFlight's plan does not use the processing index:\n%s\n%s", query, p)
+	}
+}
