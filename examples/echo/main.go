@@ -48,6 +48,8 @@ func main() {
 	e.POST("/orders", h.create)
 	e.GET("/orders", h.list)
 	e.GET("/swagger/*", echoSwagger.WrapHandler) // UI, and the spec at /swagger/doc.json
+	e.GET("/metrics", echo.WrapHandler(app.Ops))
+	e.Any("/admin/idempotency/*", echo.WrapHandler(app.Ops))
 
 	// Once every route is registered: the served spec documents the header
 	// on the routes echoidem covers, read from Echo's route table.

@@ -47,6 +47,8 @@ func main() {
 	// Swagger UI, and the spec at /swagger/doc.json (the net/http handler:
 	// echo-swagger is not published for v5 yet).
 	e.GET("/swagger/*", echo.WrapHandler(httpSwagger.Handler(httpSwagger.URL("/swagger/doc.json"))))
+	e.GET("/metrics", echo.WrapHandler(app.Ops))
+	e.Any("/admin/idempotency/*", echo.WrapHandler(app.Ops))
 
 	// Once every route is registered: the served spec documents the header
 	// on the routes echov5idem covers, read from Echo's route table.

@@ -12,6 +12,7 @@ import (
 	"log"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	fiberSwagger "github.com/gofiber/swagger"
 
@@ -51,6 +52,8 @@ func main() {
 	f.Post("/orders", fiberidem.New(idem), h.create)
 	f.Get("/orders", h.list)
 	f.Get("/swagger/*", fiberSwagger.HandlerDefault) // UI, and the spec at /swagger/doc.json
+	f.Get("/metrics", adaptor.HTTPHandler(app.Ops))
+	f.All("/admin/idempotency/*", adaptor.HTTPHandler(app.Ops))
 
 	// Once every route is registered: the served spec documents the header
 	// on the routes fiberidem covers, read from Fiber's route table (every

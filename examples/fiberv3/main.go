@@ -53,6 +53,8 @@ func main() {
 	// Swagger UI, and the spec at /swagger/doc.json (the net/http handler:
 	// Fiber's swag UI handler is not published for v3 yet).
 	f.Get("/swagger/*", adaptor.HTTPHandler(httpSwagger.Handler(httpSwagger.URL("/swagger/doc.json"))))
+	f.Get("/metrics", adaptor.HTTPHandler(app.Ops))
+	f.All("/admin/idempotency/*", adaptor.HTTPHandler(app.Ops))
 
 	// Once every route is registered: the served spec documents the header
 	// on the routes fiberv3idem covers, read from Fiber's route table (every

@@ -41,6 +41,8 @@ func main() {
 	r.POST("/orders", h.create)
 	r.GET("/orders", h.list)
 	r.GET("/swagger/*any", swaggerUI()) // the spec at /swagger/doc.json
+	r.GET("/metrics", gin.WrapH(app.Ops))
+	r.Any("/admin/idempotency/*any", gin.WrapH(app.Ops))
 
 	// Once every route is registered: the served spec documents the header
 	// on the routes ginidem covers, read from Gin's route table.

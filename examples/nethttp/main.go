@@ -41,6 +41,8 @@ func main() {
 		log.Fatal(err)
 	}
 	mux.Handle("GET /swagger/", httpSwagger.Handler(httpSwagger.URL("/swagger/doc.json")))
+	mux.Handle("GET /metrics", app.Ops)
+	mux.Handle("/admin/idempotency/", app.Ops)
 
 	srv := &http.Server{Addr: app.Addr, Handler: mux, ReadTimeout: exampleapp.ReadTimeout}
 	if err := app.Serve("net/http", srv.Serve, srv.Shutdown); err != nil {

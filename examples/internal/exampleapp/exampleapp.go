@@ -1,7 +1,8 @@
 // Package exampleapp is the set-up the example servers share: the address,
 // the store (memory; Redis when REDIS_URL is set; PostgreSQL when
-// DATABASE_URL is set without REDIS_URL), the idem Engine scoped per user,
-// and the order service, whose orders live beside the store's records.
+// DATABASE_URL is set; Redis in front of PostgreSQL when both are), the idem
+// Engine scoped per user, its metrics, and the order service, whose orders
+// live beside the store's records (in PostgreSQL when it is there).
 package exampleapp
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -16,11 +18,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/swaggo/swag"
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/examples/internal/orders"
+	"github.com/idem-go/idem/idemprom"
 	"github.com/idem-go/idem/pgstore"
 	"github.com/idem-go/idem/redislock"
 	"github.com/idem-go/idem/swagger"
@@ -42,9 +47,12 @@ type App struct {
 	Engine *core.Engine // scoped per user (UserHeader)
 	Orders *orders.Service
 	Logger *slog.Logger
-	rdb    redis.UniversalClient
-	pool   *pgxpool.Pool
-	pg     *pgstore.Store
+	// Ops serves GET /metrics (Prometheus) and the admin endpoints:
+	// mount it for those paths.
+	Ops  *http.ServeMux
+	rdb  redis.UniversalClient
+	pool *pgxpool.Pool
+	pg   *pgstore.Store
 }
 
 // Setup reads the environment and builds the App.
@@ -53,33 +61,54 @@ func Setup() (*App, error) {
 	if a.Addr == "" {
 		a.Addr = "127.0.0.1:8080"
 	}
+	reg := prometheus.NewRegistry()
+	metrics, err := idemprom.New(reg, nil)
+	if err != nil {
+		return nil, err
+	}
+	logs := core.SlogObserver(a.Logger)
 	cfg := core.Config{
 		Scope:    func(r *core.Request) string { return r.Header.Get(UserHeader) },
-		Observer: core.SlogObserver(a.Logger),
+		Observer: func(ev core.Event) { logs(ev); metrics.Observe(ev) },
 	}
-	if redisURL := os.Getenv("REDIS_URL"); redisURL != "" {
+	redisURL, dbURL := os.Getenv("REDIS_URL"), os.Getenv("DATABASE_URL")
+	if redisURL != "" {
 		rdb, err := redislock.NewClient(redisURL)
 		if err != nil {
 			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
-		if err := rdb.Ping(context.Background()).Err(); err != nil {
-			return nil, fmt.Errorf("REDIS_URL: %w", err)
-		}
 		a.rdb = rdb
 		cfg.Store = redislock.New(rdb, nil)
-		a.Logger.Info("store: redis", "url", redacted(redisURL))
 		a.Orders = orders.NewService(rdb)
-	} else if dbURL := os.Getenv("DATABASE_URL"); dbURL != "" {
+	}
+	if dbURL != "" {
 		if err := a.setupPostgres(dbURL); err != nil {
 			a.Close()
 			return nil, fmt.Errorf("DATABASE_URL: %w", err)
 		}
+	}
+	switch {
+	case redisURL != "" && dbURL != "":
+		// Redis may be down at start: the tiered store falls back.
+		cfg.Store = core.NewTiered(cfg.Store, a.pg)
+		a.Logger.Info("store: redis in front of postgres", "redis", redacted(redisURL), "postgres", redacted(dbURL))
+	case redisURL != "":
+		if err := a.rdb.Ping(context.Background()).Err(); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+		a.Logger.Info("store: redis", "url", redacted(redisURL))
+	case dbURL != "":
 		cfg.Store = a.pg
 		a.Logger.Info("store: postgres", "url", redacted(dbURL))
-	} else {
+	default:
 		a.Logger.Info("store: memory (set REDIS_URL or DATABASE_URL to share keys between instances)")
+		cfg.Store = core.NewMemoryStore(0)
 		a.Orders = orders.NewService(nil)
 	}
+	cfg.Store = metrics.InstrumentStore(cfg.Store)
+	a.Ops = http.NewServeMux()
+	a.Ops.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	eng, err := core.New(cfg)
 	if err != nil {
 		a.Close()
