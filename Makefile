@@ -26,20 +26,24 @@ demo:
 	cd examples && GOWORK=off $(GO) build -o ../bin/demo ./demo
 	./bin/demo -exec ./bin/server-$(FRAMEWORK)
 
-## test: unit tests of every module, with the race detector.
+## test: unit tests of every module, with the race detector; every module
+## runs, and the target fails at the end if any did.
 test:
-	@set -e; for m in $(MODULES); do \
+	@failed=; for m in $(MODULES); do \
 		echo "==> test $$m"; \
-		(cd $$m && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) test -race -count=1 ./...); \
-	done
+		(cd $$m && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) test -race -count=1 ./...) || failed="$$failed $$m"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
 
 ## test-integration: unit and integration tests against real services
-## (Redis at $(IDEM_REDIS_ADDR); redis-server processes the tests start themselves).
+## (Redis at $(IDEM_REDIS_ADDR), PostgreSQL at 127.0.0.1:5432; redis-server
+## and PostgreSQL processes the tests start themselves); every module runs.
 test-integration:
-	@set -e; for m in $(MODULES); do \
+	@failed=; for m in $(MODULES); do \
 		echo "==> test-integration $$m"; \
-		(cd $$m && GOWORK=off $(GO) test -race -count=1 -tags integration ./...); \
-	done
+		(cd $$m && GOWORK=off $(GO) test -race -count=1 -tags integration ./...) || failed="$$failed $$m"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
 
 ## bench: Go benchmarks of every module, with allocations; each case also
 ## as a throughput ratio to the "bare" baseline of the same run.
