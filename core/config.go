@@ -161,6 +161,12 @@ type Config struct {
 	// Default: DefaultBreakerCooldown.
 	BreakerCooldown time.Duration
 
+	// ReplayCache is how many bytes of completed records this process keeps,
+	// to replay them without a store call, each until it expires or, with a
+	// store that is an Invalidator (redislock), until an admin purges it.
+	// Default: 0, no cache. See docs/design.md, "Replay cache".
+	ReplayCache int64
+
 	// FailClosed answers 503 when the store fails. Default: false: the
 	// request runs unprotected and an OutcomeStoreError is reported
 	// (fail-open), as a store outage should not take the API down. A full
@@ -232,7 +238,7 @@ func (c *Config) setDefaults() error {
 	}
 	c.ReplayHeader = http.CanonicalHeaderKey(c.ReplayHeader)
 	switch {
-	case c.MaxKeyLength < 0, c.MaxBodyBytes < 0, c.MaxStoredBodyBytes < 0:
+	case c.MaxKeyLength < 0, c.MaxBodyBytes < 0, c.MaxStoredBodyBytes < 0, c.ReplayCache < 0:
 		return errors.New("idem: negative size limit in Config")
 	case c.ResponseTTL < 0, c.LockTTL < 0, c.Wait < 0, c.RetryAfter < 0, c.StoreTimeout < 0, c.BreakerCooldown < 0:
 		return errors.New("idem: negative duration in Config")

@@ -18,6 +18,7 @@ type Engine struct {
 	denied map[string]bool // canonical names of Config.DeniedHeaders
 	kept   map[string]bool // canonical names of Config.KeepHeaders; nil keeps all
 	brk    *breaker
+	cache  *replayCache // nil without Config.ReplayCache
 	// initialLease is the TTL of a new lock, extended to LockTTL by the
 	// first refresh: a lock that a stalled store takes after the request
 	// gave up on it refuses retries for this long, not LockTTL.
@@ -49,10 +50,15 @@ func New(cfg Config) (*Engine, error) {
 	e.initialLease = min(cfg.LockTTL, max(minInitialLease, 3*cfg.StoreTimeout))
 	e.brk = &breaker{failures: cfg.BreakerFailures, cooldown: cfg.BreakerCooldown, now: time.Now,
 		changed: func(s BreakerState) { e.observe(Event{Outcome: OutcomeBreaker, Breaker: s}, time.Now()) }}
+	if cfg.ReplayCache > 0 {
+		e.cache = newReplayCache(cfg.ReplayCache)
+	}
 	for s := cfg.Store; s != nil; {
 		if n, ok := s.(Notifier); ok {
 			n.SetObserver(func(ev Event) { e.observe(ev, time.Now()) })
-			break
+		}
+		if i, ok := s.(Invalidator); ok && e.cache != nil {
+			i.SetInvalidate(e.cache.drop)
 		}
 		u, ok := s.(interface{ Unwrap() Store })
 		if !ok {

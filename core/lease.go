@@ -171,6 +171,11 @@ func (e *Engine) acquire(c *Call, start time.Time, a *answers, l *Lease) (*Lease
 // storeAcquire calls Store.Acquire through the breaker, within
 // Config.StoreTimeout, taking the initial lease.
 func (e *Engine) storeAcquire(ctx context.Context, id string) ([]byte, string, error) {
+	if e.cache != nil {
+		if raw := e.cache.get(id); raw != nil {
+			return raw, "", nil
+		}
+	}
 	if !e.brk.allow() {
 		return nil, "", ErrCircuitOpen
 	}
@@ -178,6 +183,9 @@ func (e *Engine) storeAcquire(ctx context.Context, id string) ([]byte, string, e
 	raw, token, err := e.cfg.Store.Acquire(ctx, id, e.initialLease)
 	cancel()
 	e.brk.done(err)
+	if err == nil && token == "" && e.cache != nil {
+		e.cache.put(id, raw)
+	}
 	return raw, token, err
 }
 
@@ -294,6 +302,9 @@ func (l *Lease) Complete(rec *Record) {
 		l.ev.Outcome, l.ev.Err = OutcomeStored, errStoredLate
 	case err == nil:
 		l.ev.Outcome = OutcomeStored
+		if l.e.cache != nil {
+			l.e.cache.put(l.id, data)
+		}
 	case errors.Is(err, ErrLockLost):
 		l.ev.Outcome, l.ev.Err = OutcomeLockLost, err
 	default:
