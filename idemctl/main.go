@@ -1,0 +1,247 @@
+// Command idemctl inspects and repairs the idempotency keys of an idem store
+// on Redis or PostgreSQL:
+//
+//	idemctl (-redis URL | -postgres URL) <inspect|purge|unlock|inflight> [flags]
+//
+//	inspect   a key's status, stored status code, times, expiry and size (-body: the stored response too)
+//	purge     forget a completed key so that a corrected request runs again; refused while in flight
+//	unlock    drop the lock of a stuck key (needs -yes): a request still running may then run twice
+//	inflight  the keys in flight, the oldest first, with their age
+//
+// A key is named as the Engine stores it: -scope (what Config.Scope returns:
+// the examples use the X-User-ID header), -key (the Idempotency-Key) and
+// -route (only for an Engine with Config.ScopeRoute); or -id, the store key
+// that inflight lists. Flags may come before or after the command. -json
+// prints JSON (the admin package's Key and KeyList), otherwise a table.
+//
+// Exit codes: 0 done, 1 not found, 2 refused (in flight, or unlock without
+// -yes), 3 store error, 64 usage error.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/admin"
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/pgstore"
+	"github.com/idem-go/idem/redislock"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitNotFound = 1
+	exitRefused  = 2
+	exitStore    = 3
+	exitUsage    = 64 // EX_USAGE of sysexits.h
+)
+
+func main() {
+	redis.SetLogger(quiet{}) // its errors are the operation's, printed once
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: idemctl (-redis URL | -postgres URL) <inspect|purge|unlock|inflight> [flags]
+
+  inspect   -scope S -key K [-route R] | -id ID  [-body]
+  purge     -scope S -key K [-route R] | -id ID
+  unlock    -scope S -key K [-route R] | -id ID  -yes
+  inflight  [-limit N]
+
+exit codes: 0 done, 1 not found, 2 refused (in flight, no -yes), 3 store error, 64 usage
+
+flags:
+`
+
+type options struct {
+	redis, postgres       string
+	prefix, schema, table string
+	scope, key, route, id string
+	json, yes, body       bool
+	limit                 int
+	timeout               time.Duration
+}
+
+// run runs idemctl with args and returns its exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o options
+	fs := flag.NewFlagSet("idemctl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.redis, "redis", "", "Redis `URL` (redis://, rediss://, redis+cluster://, redis+sentinel://, unix://)")
+	fs.StringVar(&o.postgres, "postgres", "", "PostgreSQL `URL` (postgres://user@host:5432/db)")
+	fs.StringVar(&o.prefix, "prefix", redislock.DefaultPrefix, "Redis key prefix (redislock.Options.Prefix)")
+	fs.StringVar(&o.schema, "schema", "", "PostgreSQL schema of the table (default: the search_path)")
+	fs.StringVar(&o.table, "table", pgstore.DefaultTable, "PostgreSQL table")
+	fs.StringVar(&o.scope, "scope", "", "the key's scope (the examples: the X-User-ID header)")
+	fs.StringVar(&o.key, "key", "", "the client's Idempotency-Key")
+	fs.StringVar(&o.route, "route", "", "the route, only if the Engine sets Config.ScopeRoute")
+	fs.StringVar(&o.id, "id", "", "the store key (64 hex digits, as inflight lists it) instead of -scope, -key, -route")
+	fs.BoolVar(&o.json, "json", false, "print JSON")
+	fs.BoolVar(&o.yes, "yes", false, "confirm unlock")
+	fs.BoolVar(&o.body, "body", false, "inspect: print the stored headers and body too")
+	fs.IntVar(&o.limit, "limit", admin.DefaultInFlightLimit, "inflight: the most keys listed")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound on the whole operation")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+
+	// The command may come after global flags; its own flags follow it.
+	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	cmd := fs.Arg(0)
+	if err := fs.Parse(fs.Args()[1:]); err != nil {
+		return parseExit(err)
+	}
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "idemctl: "+format+"\n", a...)
+		return code
+	}
+	if fs.NArg() > 0 {
+		return fail(exitUsage, "unexpected argument %q (flags take -name value)", fs.Arg(0))
+	}
+	var id string
+	switch cmd {
+	case "inspect", "purge", "unlock":
+		var err error
+		if id, err = (admin.Target{Scope: o.scope, Key: o.key, Route: o.route, ID: o.id}).StoreKey(); err != nil {
+			return fail(exitUsage, "%s: %v", cmd, err)
+		}
+	case "inflight":
+		if o.limit < 1 {
+			return fail(exitUsage, "-limit must be at least 1")
+		}
+	default:
+		return fail(exitUsage, "unknown command %q (inspect, purge, unlock, inflight)", cmd)
+	}
+	if cmd == "unlock" && !o.yes {
+		return fail(exitRefused, "unlock drops the lock of a request that may still be running, which a retry may then run again: add -yes to confirm")
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	store, closeStore, err := open(ctx, &o)
+	if err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	defer closeStore()
+
+	out := func(v any, text func(io.Writer) error) int {
+		var err error
+		if o.json {
+			err = json.NewEncoder(stdout).Encode(v)
+		} else {
+			err = text(stdout)
+		}
+		if err != nil {
+			return fail(exitStore, "%v", err)
+		}
+		return exitOK
+	}
+	switch cmd {
+	case "inspect":
+		k, err := admin.Inspect(ctx, store, id, o.body)
+		if err != nil {
+			return storeExit(stderr, id, err)
+		}
+		return out(k, func(w io.Writer) error { return admin.WriteKey(w, k) })
+	case "purge", "unlock":
+		op, done := store.Purge, "purged"
+		if cmd == "unlock" {
+			op, done = store.Unlock, "unlocked"
+		}
+		if err := op(ctx, id); err != nil {
+			return storeExit(stderr, id, err)
+		}
+		return out(map[string]any{"id": id, done: true}, func(w io.Writer) error {
+			_, err := fmt.Fprintln(w, done, id)
+			return err
+		})
+	default: // inflight
+		keys, err := admin.InFlight(ctx, store, o.limit)
+		if err != nil {
+			return storeExit(stderr, "", err)
+		}
+		return out(admin.KeyList{Keys: keys}, func(w io.Writer) error { return admin.WriteKeys(w, keys) })
+	}
+}
+
+func parseExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	return exitUsage
+}
+
+// storeExit reports err of the operation on id and returns its exit code.
+func storeExit(stderr io.Writer, id string, err error) int {
+	switch {
+	case errors.Is(err, core.ErrNotFound):
+		fmt.Fprintf(stderr, "idemctl: not found: %s\n", id)
+		return exitNotFound
+	case errors.Is(err, core.ErrInFlight):
+		fmt.Fprintf(stderr, "idemctl: in flight: %s: a request holds its lock (retry when it is done; unlock -yes drops a stuck lock)\n", id)
+		return exitRefused
+	}
+	fmt.Fprintf(stderr, "idemctl: store error: %v\n", err)
+	return exitStore
+}
+
+// open returns the store o names and a function that closes it. Its errors
+// are usage errors: a bad URL or option (the store is reached only later).
+func open(ctx context.Context, o *options) (core.Admin, func(), error) {
+	switch {
+	case (o.redis == "") == (o.postgres == ""):
+		return nil, nil, errors.New("give one of -redis URL and -postgres URL")
+	case o.redis != "" && (o.schema != "" || o.table != pgstore.DefaultTable):
+		return nil, nil, errors.New("-schema and -table are for -postgres")
+	case o.postgres != "" && o.prefix != redislock.DefaultPrefix:
+		return nil, nil, errors.New("-prefix is for -redis")
+	case strings.ContainsAny(o.prefix, "{}") || o.prefix == "":
+		return nil, nil, fmt.Errorf("-prefix %q: empty or holding a brace", o.prefix)
+	}
+	if o.redis != "" {
+		client, err := redislock.NewClient(o.redis)
+		if err != nil {
+			return nil, nil, err
+		}
+		store := redislock.New(client, &redislock.Options{Prefix: o.prefix, DisableBatching: true})
+		return store, func() { client.Close() }, nil
+	}
+	cfg, err := pgxpool.ParseConfig(o.postgres)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-postgres: %w", err)
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-postgres: %w", err)
+	}
+	store, err := pgstore.New(pool, &pgstore.Options{Schema: o.schema, Table: o.table, JanitorInterval: -1, Timeout: o.timeout})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return store, func() { store.Close(); pool.Close() }, nil
+}
+
+// quiet is a go-redis logger that logs nothing.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
