@@ -1,6 +1,7 @@
 package redislock_test
 
 import (
+	"context"
 	"crypto/rand"
 	"fmt"
 	"log"
@@ -8,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 
@@ -78,4 +80,35 @@ func ExampleStore_Keys() {
 	// Output:
 	// shop:idem:{9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}
 	// shop:idem-lock:{9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}
+}
+
+// An operator forgets a completed key so that a corrected request runs
+// again; a key in flight is refused. (The idemctl command does this.)
+func ExampleStore_Purge() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client, err := redislock.NewClient("redis://" + mr.Addr())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	store := redislock.New(client, nil)
+	ctx := context.Background()
+
+	done, running := core.ID("alice", "order-1", ""), core.ID("alice", "order-2", "")
+	_, token, _ := store.Acquire(ctx, done, time.Minute)
+	store.Complete(ctx, done, token, []byte("record"), time.Hour)
+	store.Acquire(ctx, running, time.Minute)
+
+	fmt.Println(store.Purge(ctx, done))
+	fmt.Println(store.Purge(ctx, running))
+	locks, _ := store.InFlight(ctx, 10)
+	fmt.Println(len(locks), locks[0].Key == running)
+	// Output:
+	// <nil>
+	// idem: key in flight
+	// 1 true
 }
