@@ -101,7 +101,7 @@ func (s *Store) Purge(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("redislock: purge: %w", err)
 	}
-	n, err := purgeScript.Run(ctx, s.client, []string{resp, lock}, l.Token()).Int64()
+	n, err := purgeScript.Run(ctx, s.client, []string{resp, lock}, l.Token(), s.purged, key).Int64()
 	// Released even if the purge's context ended: the lock would hold the
 	// key's requests off until it expires.
 	relErr := l.Release(context.WithoutCancel(ctx))
@@ -256,4 +256,25 @@ func globEscape(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// SetInvalidate implements core.Invalidator: invalidate gets the key of
+// every record purged through any Store of this prefix, in any process,
+// over Redis Pub/Sub, as long as the client can subscribe (a Client,
+// ClusterClient or UniversalClient; not a bare Scripter). A purge published
+// while the subscription reconnects is missed: that copy replays until it
+// expires. The subscription ends when the client is closed.
+func (s *Store) SetInvalidate(invalidate func(key string)) {
+	sub, ok := s.client.(interface {
+		Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	})
+	if !ok {
+		return
+	}
+	ps := sub.Subscribe(context.Background(), s.purged)
+	go func() {
+		for msg := range ps.Channel() {
+			invalidate(msg.Payload)
+		}
+	}()
 }

@@ -1,8 +1,14 @@
 -- purge: delete the record while the purge holds the key's lock (taken with
--- bsm/redislock's Obtain, so that no request starts on the key meanwhile).
--- KEYS[1] response key, KEYS[2] lock key; ARGV[1] the purge's lock token
+-- bsm/redislock's Obtain, so that no request starts on the key meanwhile),
+-- and tell every process's replay cache (core.Invalidator).
+-- KEYS[1] response key, KEYS[2] lock key; ARGV[1] the purge's lock token,
+-- ARGV[2] the invalidation channel, ARGV[3] the store key.
 -- Returns 1 (deleted), 0 (no record), or -1 if the purge lost its lock.
 if redis.call("GET", KEYS[2]) ~= ARGV[1] then
 	return -1
 end
-return redis.call("DEL", KEYS[1])
+local n = redis.call("DEL", KEYS[1])
+if n == 1 then
+	redis.call("PUBLISH", ARGV[2], ARGV[3])
+end
+return n

@@ -86,6 +86,7 @@ type Store struct {
 	nodes      sync.Map             // a cluster master's address → its *batcher
 	respPrefix string               // "<prefix>:{"
 	lockPrefix string               // "<prefix>-lock:{"
+	purged     string               // "<prefix>:purged", the Pub/Sub channel of purges
 }
 
 var _ core.Store = (*Store)(nil)
@@ -109,7 +110,7 @@ func New(client redis.Scripter, opts *Options) *Store {
 	case strings.ContainsAny(prefix, "{}"):
 		panic(fmt.Sprintf("redislock: prefix %q holds a brace", prefix))
 	}
-	s := &Store{client: client, respPrefix: prefix + ":{", lockPrefix: prefix + "-lock:{"}
+	s := &Store{client: client, respPrefix: prefix + ":{", lockPrefix: prefix + "-lock:{", purged: prefix + ":purged"}
 	if opts != nil && opts.DisableBatching {
 		return s
 	}

@@ -1,0 +1,80 @@
+package redislock_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/redislock"
+)
+
+// signalling passes the store's invalidations on and reports each.
+type signalling struct {
+	*redislock.Store
+	got chan string
+}
+
+func (s *signalling) SetInvalidate(f func(string)) {
+	s.Store.SetInvalidate(func(key string) { f(key); s.got <- key })
+}
+
+// testPurgeInvalidatesCaches: two instances cache a completed record; a
+// purge through a third Store drops it from both, so that the corrected
+// request runs again.
+func testPurgeInvalidatesCaches(t *testing.T, c redis.UniversalClient, prefix string) {
+	var runs atomic.Int32
+	var instances []http.Handler
+	var stores []*signalling
+	for range 2 {
+		s := &signalling{Store: redislock.New(c, &redislock.Options{Prefix: prefix}), got: make(chan string, 4)}
+		eng, err := core.New(core.Config{Store: s, ReplayCache: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores = append(stores, s)
+		instances = append(instances, eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.WriteHeader(http.StatusCreated)
+		})))
+	}
+	post := func(h http.Handler) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
+		r.Header.Set("Idempotency-Key", "purged-key")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	post(instances[0])
+	for _, h := range instances {
+		if w := post(h); w.Header().Get(core.HeaderReplay) != "true" {
+			t.Fatalf("not a replay: %d", w.Code)
+		}
+	}
+	admin := redislock.New(c, &redislock.Options{Prefix: prefix})
+	id := core.ID("", "purged-key", "")
+	if err := admin.Purge(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stores {
+		if got := <-s.got; got != id {
+			t.Fatalf("invalidated %q, want %q", got, id)
+		}
+	}
+	if w := post(instances[1]); w.Header().Get(core.HeaderReplay) != "" || runs.Load() != 2 {
+		t.Fatalf("after the purge: replay %q, %d runs; want the handler run again", w.Header().Get(core.HeaderReplay), runs.Load())
+	}
+	if w := post(instances[0]); w.Header().Get(core.HeaderReplay) != "true" || runs.Load() != 2 {
+		t.Fatalf("the other instance after the new run: replay %q, %d runs", w.Header().Get(core.HeaderReplay), runs.Load())
+	}
+}
+
+func TestPurgeInvalidatesCachesMiniredis(t *testing.T) {
+	_, c := newMiniredis(t, false)
+	testPurgeInvalidatesCaches(t, c, "cache")
+}
