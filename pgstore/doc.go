@@ -29,6 +29,10 @@
 // stops it. Migrate creates and upgrades the table; the same SQL is in
 // Migrations for teams that run their own migration tool.
 //
+// Inbox applies consumed events exactly once: the event's effect and its
+// mark in processed_events commit in one transaction (MigrateInbox creates
+// the table).
+//
 // The Store does not implement core.Waiter: a request waiting for an
 // in-flight key (core.Config.Wait) polls Acquire. The reasons, and the
 // measurements, are in docs/pgstore.md of the repository.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-go/idem/core"
@@ -50,4 +51,30 @@ func ExampleMigrations() {
 	// Output:
 	// migrations/0001_init.down.sql
 	// migrations/0001_init.up.sql
+}
+
+// A consumer applies each event once: the balance's update and the
+// event's mark commit together, or neither does.
+func ExampleInbox_Process() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if err := pgstore.MigrateInbox(ctx, pool, nil); err != nil {
+		log.Fatal(err)
+	}
+	inbox, err := pgstore.NewInbox(pool, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	applied, err := inbox.Process(ctx, "event-42", func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "UPDATE accounts SET balance = balance + $1 WHERE account = $2", 100, "alice")
+		return err
+	})
+	if err != nil {
+		log.Fatal(err) // rolled back: a redelivery applies it
+	}
+	fmt.Println("applied now:", applied) // false: applied before
 }

@@ -16,13 +16,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Migrations holds the SQL files that Migrate runs, in golang-migrate's
-// layout (NNNN_name.up.sql, NNNN_name.down.sql), written for the default
-// names: the table idempotency_keys in the search_path's schema, its
-// indexes idempotency_keys_*. Teams that run their own migration tool may
-// ship these files instead of calling Migrate.
+// Migrations holds the SQL files that Migrate runs (migrations/) and those
+// of MigrateInbox (migrations/inbox/), in golang-migrate's layout
+// (NNNN_name.up.sql, NNNN_name.down.sql), written for the default names:
+// the table idempotency_keys (processed_events) in the search_path's
+// schema, its indexes idempotency_keys_* (processed_events_*). Teams that
+// run their own migration tool may ship these files instead of calling
+// Migrate.
 //
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql migrations/inbox/*.sql
 var Migrations embed.FS
 
 // VersionTable records, per table, the last migration Migrate applied.
@@ -45,7 +47,13 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts *Options) error {
 	if err != nil {
 		return err
 	}
-	ups, err := upMigrations(Migrations)
+	return migrate(ctx, pool, &o, "migrations", DefaultTable, o.Table)
+}
+
+// migrate runs the migrations of dir, written for the table def, for table
+// in o.Schema.
+func migrate(ctx context.Context, pool *pgxpool.Pool, o *Options, dir, def, table string) error {
+	ups, err := upMigrations(Migrations, dir)
 	if err != nil {
 		return err
 	}
@@ -66,7 +74,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts *Options) error {
 			return err
 		}
 		var version int
-		err := tx.QueryRow(ctx, "SELECT version FROM "+versions+" WHERE table_name = $1", o.Table).Scan(&version)
+		err := tx.QueryRow(ctx, "SELECT version FROM "+versions+" WHERE table_name = $1", table).Scan(&version)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
@@ -75,7 +83,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts *Options) error {
 			if m.version <= version {
 				continue
 			}
-			if _, err := tx.Exec(ctx, render(m.sql, &o, DefaultTable, o.Table)); err != nil {
+			if _, err := tx.Exec(ctx, render(m.sql, o, def, table)); err != nil {
 				return fmt.Errorf("%s: %w", m.name, err)
 			}
 			applied = m.version
@@ -84,7 +92,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts *Options) error {
 			return nil
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO `+versions+` (table_name, version) VALUES ($1, $2)
-ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version, applied_at = now()`, o.Table, applied)
+ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version, applied_at = now()`, table, applied)
 		return err
 	})
 	if err != nil {
@@ -99,10 +107,10 @@ type migration struct {
 	sql     string
 }
 
-// upMigrations returns the *.up.sql files of fsys's migrations folder in
-// the order of their numbers.
-func upMigrations(fsys fs.FS) ([]migration, error) {
-	names, err := fs.Glob(fsys, "migrations/*.up.sql")
+// upMigrations returns the *.up.sql files of fsys's folder dir in the
+// order of their numbers.
+func upMigrations(fsys fs.FS, dir string) ([]migration, error) {
+	names, err := fs.Glob(fsys, dir+"/*.up.sql")
 	if err != nil {
 		return nil, err
 	}

@@ -75,3 +75,24 @@ func TestStoreErrorsWithoutPostgres(t *testing.T) {
 		t.Error("Sweep without PostgreSQL: no error")
 	}
 }
+
+func TestInboxErrors(t *testing.T) {
+	t.Parallel()
+	if _, err := pgstore.NewInbox(nil, nil); !errors.Is(err, pgstore.ErrNilPool) {
+		t.Fatalf("NewInbox(nil) = %v, want ErrNilPool", err)
+	}
+	if err := pgstore.MigrateInbox(context.Background(), nil, nil); !errors.Is(err, pgstore.ErrNilPool) {
+		t.Fatalf("MigrateInbox(nil) = %v, want ErrNilPool", err)
+	}
+	in, err := pgstore.NewInbox(lazyPool(t), &pgstore.InboxOptions{Table: "events"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Process(context.Background(), "", nil); !errors.Is(err, pgstore.ErrEmptyEventID) {
+		t.Fatalf("Process without an id: %v", err)
+	}
+	applied, err := in.Process(context.Background(), "ev", nil)
+	if applied || err == nil || !strings.HasPrefix(err.Error(), "pgstore: inbox: ") {
+		t.Fatalf("Process without PostgreSQL: %v, %v", applied, err)
+	}
+}

@@ -32,17 +32,19 @@ func TestRender(t *testing.T) {
 
 func TestUpMigrations(t *testing.T) {
 	t.Parallel()
-	ms, err := upMigrations(Migrations)
-	if err != nil || len(ms) == 0 {
-		t.Fatalf("upMigrations: %d, %v", len(ms), err)
-	}
-	for i, m := range ms {
-		if m.version != i+1 || !strings.HasSuffix(m.name, ".up.sql") || m.sql == "" {
-			t.Fatalf("migration %d: %+v", i, m)
+	for _, dir := range []string{"migrations", "migrations/inbox"} {
+		ms, err := upMigrations(Migrations, dir)
+		if err != nil || len(ms) == 0 {
+			t.Fatalf("upMigrations(%s): %d, %v", dir, len(ms), err)
 		}
-		down, err := Migrations.ReadFile("migrations/" + strings.TrimSuffix(m.name, ".up.sql") + ".down.sql")
-		if err != nil || len(down) == 0 {
-			t.Fatalf("%s has no down file: %v", m.name, err)
+		for i, m := range ms {
+			if m.version != i+1 || !strings.HasSuffix(m.name, ".up.sql") || m.sql == "" {
+				t.Fatalf("%s: migration %d: %+v", dir, i, m)
+			}
+			down, err := Migrations.ReadFile(dir + "/" + strings.TrimSuffix(m.name, ".up.sql") + ".down.sql")
+			if err != nil || len(down) == 0 {
+				t.Fatalf("%s/%s has no down file: %v", dir, m.name, err)
+			}
 		}
 	}
 }
