@@ -115,6 +115,7 @@ func Setup() (*App, error) {
 		return nil, err
 	}
 	a.Engine = eng
+	a.mountAdmin()
 	return a, nil
 }
 
