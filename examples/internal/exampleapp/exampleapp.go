@@ -1,8 +1,9 @@
 // Package exampleapp is the set-up the example servers share: the address,
 // the store (memory; Redis when REDIS_URL is set; PostgreSQL when
 // DATABASE_URL is set; Redis in front of PostgreSQL when both are), the idem
-// Engine scoped per user, its metrics, and the order service, whose orders
-// live beside the store's records (in PostgreSQL when it is there).
+// Engine scoped per user (fail-open, or fail-closed with IDEM_FAIL_CLOSED=1),
+// its metrics, and the order service, whose orders live beside the store's
+// records (in PostgreSQL when it is there).
 package exampleapp
 
 import (
@@ -70,6 +71,8 @@ func Setup() (*App, error) {
 	cfg := core.Config{
 		Scope:    func(r *core.Request) string { return r.Header.Get(UserHeader) },
 		Observer: func(ev core.Event) { logs(ev); metrics.Observe(ev) },
+		// 503 instead of running unprotected when the store fails.
+		FailClosed: os.Getenv("IDEM_FAIL_CLOSED") == "1",
 	}
 	redisURL, dbURL := os.Getenv("REDIS_URL"), os.Getenv("DATABASE_URL")
 	if redisURL != "" {
