@@ -30,15 +30,17 @@ var Migrations embed.FS
 // VersionTable records, per table, the last migration Migrate applied.
 const VersionTable = "idem_schema_versions"
 
-// migrateLock is the advisory lock that serializes every Migrate.
-const migrateLock = "idem-go/idem migrate"
+// migrateLock, with the schema's name, is the advisory lock that serializes
+// the migrations of one schema (a lock per schema: a migration stuck behind
+// another session's lock holds up no other schema's).
+const migrateLock = "idem-go/idem migrate "
 
 // Migrate creates the store's table and indexes, or upgrades them, in the
 // schema and under the name of opts (nil means the defaults). It is
-// idempotent and safe to run from several instances at once: it runs in one
-// transaction under an advisory lock, and records the version it reached
-// in VersionTable of the same schema, which it creates if needed (with
-// the schema).
+// idempotent and safe to run from several instances at once: it runs in
+// one transaction under an advisory lock of the schema's, and records the
+// version it reached in VersionTable of the same schema, which it creates
+// if needed (with the schema).
 func Migrate(ctx context.Context, pool *pgxpool.Pool, opts *Options) error {
 	if pool == nil {
 		return ErrNilPool
@@ -58,7 +60,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, o *Options, dir, def, tabl
 		return err
 	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", migrateLock); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", migrateLock+o.Schema); err != nil {
 			return err
 		}
 		if o.Schema != "" {
