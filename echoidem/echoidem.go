@@ -84,6 +84,7 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 
 			w := res.Writer
 			res.Writer = st.Capture(f, w, req)
+			c.SetRequest(req.WithContext(f.NewContext(req.Context()))) // core.InfoFromContext
 			defer func() {
 				res.Writer = w
 				f.Abort() // after a panic; a no-op once Finish ran

@@ -95,6 +95,7 @@ func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 				return next(c)
 			}
 			c.SetResponse(st.Capture(f, w, req))
+			c.SetRequest(req.WithContext(f.NewContext(req.Context()))) // core.InfoFromContext
 			defer func() {
 				c.SetResponse(w)
 				f.Abort() // after a panic; a no-op once Finish ran

@@ -60,6 +60,7 @@ func New(config ...Config) fiber.Handler {
 		if req.IsBodyStream() {
 			req.SetBodyRaw(f.Body()) // Begin consumed the stream
 		}
+		c.SetContext(f.NewContext(c.Context())) // core.InfoFromContext
 
 		if err := c.Next(); err != nil {
 			// Render the error now, as Fiber would after the chain, so that

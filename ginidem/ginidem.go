@@ -110,6 +110,7 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 		}()
 		st.body.Reset(f.Body())
 		r.Body = &st.body
+		c.Request = r.WithContext(f.NewContext(r.Context())) // core.InfoFromContext
 		c.Writer = &st.w
 		c.Next()
 		unknown := len(c.Errors) > 0 && !st.w.Written()
