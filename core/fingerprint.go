@@ -68,7 +68,7 @@ func appendField(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// CanonicalBody returns the form of body that the fingerprint hashes, so
+// canonical returns the form of body that the fingerprint hashes, so
 // that two encodings of the same content count as the same request:
 //
 //   - JSON (application/json or any +json type): object members sorted by
@@ -92,7 +92,7 @@ func appendField(b []byte, s string) []byte {
 //     one part or 64 KiB in all is fingerprinted raw, which bounds the work;
 //   - anything else, or a body of those types that does not parse: the raw
 //     bytes.
-func CanonicalBody(contentType string, body []byte) []byte {
+func canonical(contentType string, body []byte) []byte {
 	c, _ := canonicalBody(contentType, mediaType(contentType), body)
 	return c
 }
@@ -128,7 +128,7 @@ func canonicalBody(contentType, mt string, body []byte) ([]byte, bool) {
 }
 
 // canonicalForm returns the canonical form of a form body (see
-// CanonicalBody), or false if it has no pairs, does not parse as
+// canonical), or false if it has no pairs, does not parse as
 // url.ParseQuery would (a semicolon, a bad escape), or starts as JSON does
 // ({, [ or ", after any whitespace): sorting the &-separated pieces of a
 // JSON document would merge documents that differ, such as two URLs in a
@@ -202,7 +202,7 @@ const (
 )
 
 // canonicalMultipart returns the canonical form of a multipart/form-data
-// body (see CanonicalBody), or false if it has no parts, too many, or does
+// body (see canonical), or false if it has no parts, too many, or does
 // not parse.
 func canonicalMultipart(contentType string, body []byte) ([]byte, bool) {
 	_, params, err := mime.ParseMediaType(contentType)

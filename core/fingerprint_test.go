@@ -58,8 +58,8 @@ func TestCanonicalBody(t *testing.T) {
 		{"no content type raw", "", `{"a":1,"b":2}`, `{"b":2,"a":1}`, false},
 	}
 	for _, tt := range tests {
-		ca := CanonicalBody(tt.contentType, []byte(tt.a))
-		cb := CanonicalBody(tt.contentType, []byte(tt.b))
+		ca := canonical(tt.contentType, []byte(tt.a))
+		cb := canonical(tt.contentType, []byte(tt.b))
 		if bytes.Equal(ca, cb) != tt.same {
 			t.Errorf("%s: canonical %q and %q: same=%v, want %v", tt.name, ca, cb, !tt.same, tt.same)
 		}
@@ -125,7 +125,7 @@ func FuzzCanonicalJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		c := CanonicalBody("application/json", body)
+		c := canonical("application/json", body)
 		if !json.Valid(body) {
 			// Only valid JSON has a canonical form: anything else is raw.
 			if !bytes.Equal(c, body) {
@@ -137,7 +137,7 @@ func FuzzCanonicalJSON(f *testing.F) {
 		if !json.Valid(c) {
 			t.Fatalf("canonical form of %q is not JSON: %q", body, c)
 		}
-		if again := CanonicalBody("application/json", c); !bytes.Equal(again, c) {
+		if again := canonical("application/json", c); !bytes.Equal(again, c) {
 			t.Fatalf("not idempotent: %q -> %q -> %q", body, c, again)
 		}
 		// And it means the same (encoding/json keeps the last of duplicate
@@ -156,7 +156,7 @@ func FuzzCanonicalJSON(f *testing.F) {
 // place.
 func TestCanonicalJSONWideObjectAllocs(t *testing.T) {
 	body := []byte(bigObject(5000, "", true))
-	if allocs := testing.AllocsPerRun(10, func() { CanonicalBody("application/json", body) }); allocs > 100 {
+	if allocs := testing.AllocsPerRun(10, func() { canonical("application/json", body) }); allocs > 100 {
 		t.Fatalf("%v allocations for an object of 5000 members", allocs)
 	}
 }
@@ -199,7 +199,7 @@ func FuzzCanonicalForm(f *testing.F) {
 		if got, err := url.ParseQuery(string(c)); err != nil || !reflect.DeepEqual(got, want) {
 			t.Fatalf("canonical form of %q means something else: %q", body, c)
 		}
-		if again := CanonicalBody("application/x-www-form-urlencoded", c); !bytes.Equal(again, c) {
+		if again := canonical("application/x-www-form-urlencoded", c); !bytes.Equal(again, c) {
 			t.Fatalf("not idempotent: %q -> %q -> %q", body, c, again)
 		}
 	})
@@ -335,7 +335,7 @@ func TestCanonicalMultipartMemory(t *testing.T) {
 		}
 		hostile = append(hostile, "\r\n--B--\r\n"...) // well formed: only the bound leaves it raw
 		var c []byte
-		n := bytesAllocated(func() { c = CanonicalBody(ct, hostile) })
+		n := bytesAllocated(func() { c = canonical(ct, hostile) })
 		if !bytes.Equal(c, hostile) {
 			t.Errorf("%s: a body past the bounds was not left raw", name)
 		}
@@ -350,7 +350,7 @@ func TestCanonicalMultipartMemory(t *testing.T) {
 		fields = append(fields, "f", strconv.Itoa(i))
 	}
 	ct2, body := multipartBody(t, fields...)
-	if bytes.Equal(CanonicalBody(ct2, body), body) {
+	if bytes.Equal(canonical(ct2, body), body) {
 		t.Error("a form of maxMultipartParts parts was left raw")
 	}
 }
@@ -359,7 +359,7 @@ func TestCanonicalMultipartMemory(t *testing.T) {
 // canonical form, sent as the body, are a different request.
 func TestRawBodyNeverMeetsCanonical(t *testing.T) {
 	ct, body := multipartBody(t, "amount", "100")
-	canon := CanonicalBody(ct, body)
+	canon := canonical(ct, body)
 	if bytes.Equal(canon, body) {
 		t.Fatal("the form was not canonicalised")
 	}
@@ -376,7 +376,7 @@ func FuzzCanonicalMultipart(f *testing.F) {
 	f.Add("x", []byte("--x\r\nContent-Type: text/plain\r\n\r\n--x--"))
 	f.Fuzz(func(t *testing.T, boundary string, body []byte) {
 		ct := mime.FormatMediaType("multipart/form-data", map[string]string{"boundary": boundary})
-		if !bytes.Equal(CanonicalBody(ct, body), CanonicalBody(ct, body)) {
+		if !bytes.Equal(canonical(ct, body), canonical(ct, body)) {
 			t.Fatal("two canonical forms of one body")
 		}
 	})
@@ -404,7 +404,7 @@ func TestCanonicalMultipartDisposition(t *testing.T) {
 		{"100 parts of 1 KB each", form(100, params[:1000]), false},
 		{"a 255-character UTF-8 file name", form(1, longName), true},
 	} {
-		c := CanonicalBody(ct, tc.body)
+		c := canonical(ct, tc.body)
 		if got := !bytes.Equal(c, tc.body); got != tc.canonical {
 			t.Errorf("%s: canonical = %v, want %v", tc.name, got, tc.canonical)
 		}
