@@ -12,13 +12,15 @@
 // Errors are RFC 9457 problem details.
 //
 // An Engine (New) holds the configuration and a Store. Engine.Middleware is
-// the net/http middleware; the ginidem, echoidem and fiberidem modules adapt
-// the same Engine to Gin, Echo and Fiber, grpcidem to gRPC.
+// the net/http middleware; the ginidem, echoidem, echov5idem, fiberidem and
+// fiberv3idem modules adapt the same Engine to Gin, Echo v4 and v5, Fiber v2
+// and v3, grpcidem to gRPC, and Engine.Once to event consumers.
 //
 // # Who uses what
 //
-// App authors: Config, New, Engine.Middleware, the stores, the key
-// validators (ValidateUUIDv4, ...), SlogObserver and Event.
+// App authors: Config, New, Engine.Middleware, the stores (MemoryStore,
+// NewTiered), the key validators (ValidateUUIDv4, ...), SlogObserver, Event
+// and InfoFromContext.
 //
 // Transports other than HTTP (gRPC, message consumers) use the neutral
 // layer in lease.go: Engine.Key reads a key, Engine.Acquire runs the lease
@@ -28,7 +30,9 @@
 //
 // HTTP framework adapters use adapter.go: Request, Engine.Keyed,
 // Engine.Begin, Flight, CaptureWriter, BodyReader and Response. Store
-// authors implement Store (store.go) and run idemtest's suites.
+// authors implement Store (store.go), optionally Waiter, Admin, Notifier and
+// Invalidator, and run idemtest's suites. The reasons behind the design are
+// in docs/design.md.
 //
 // # Stores
 //
