@@ -179,9 +179,9 @@ func (e *Engine) storeAcquire(ctx context.Context, id string) ([]byte, string, e
 	if !e.brk.allow() {
 		return nil, "", ErrCircuitOpen
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
-	raw, token, err := e.cfg.Store.Acquire(ctx, id, e.initialLease)
-	cancel()
+	sc := newStoreCtx(ctx, e.cfg.StoreTimeout)
+	raw, token, err := e.cfg.Store.Acquire(sc, id, e.initialLease)
+	sc.cancel()
 	e.brk.done(err)
 	if err == nil && token == "" && e.cache != nil {
 		e.cache.put(id, raw)
@@ -347,7 +347,8 @@ var errStoredLate = fmt.Errorf("%w (or may have been: no refresh confirmed the l
 // no cancellation (the client may be gone, the lock must still be settled),
 // and at most Config.StoreTimeout.
 func (l *Lease) storeContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(l.ctx, l.e.cfg.StoreTimeout)
+	sc := newStoreCtx(l.ctx, l.e.cfg.StoreTimeout)
+	return sc, sc.cancel
 }
 
 // finish marks the lease done and stops the refresher; it reports whether

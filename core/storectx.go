@@ -1,0 +1,145 @@
+package core
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// storeCtx is the context of one store call: the call's values, never
+// cancelled by the request, and done at a deadline or when cancel is
+// called. context.WithTimeout costs four allocations and a timer per call;
+// storeCtx costs one, and makes its channel and timer only when a store
+// asks for Done (or derives a context from it): the memory store never
+// does, go-redis and pgx do.
+type storeCtx struct {
+	context.Context // the parent: its values; never done (context.WithoutCancel)
+
+	deadline time.Time
+
+	mu     sync.Mutex
+	err    error         // nil until done
+	done   chan struct{} // nil until Done is called
+	timer  *time.Timer   // closes done at the deadline
+	after  []*afterFunc  // registered by AfterFunc, run once done
+	closed bool          // done is closed
+}
+
+// newStoreCtx returns a context of parent's values that is done after d.
+// parent must never be done.
+func newStoreCtx(parent context.Context, d time.Duration) *storeCtx {
+	return &storeCtx{Context: parent, deadline: time.Now().Add(d)}
+}
+
+func (c *storeCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// Done returns a channel closed at the deadline or on cancel; the first
+// call makes it and arms its timer.
+func (c *storeCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		c.check()
+		if c.err != nil {
+			c.finish()
+		} else {
+			c.timer = time.AfterFunc(time.Until(c.deadline), c.expire)
+		}
+	}
+	return c.done
+}
+
+// Err returns context.DeadlineExceeded once the deadline passed (even if
+// nobody asked for Done), context.Canceled after cancel, else nil.
+func (c *storeCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil && c.check() {
+		c.finish()
+	}
+	return c.err
+}
+
+// check sets err if the deadline passed, and reports whether it did.
+func (c *storeCtx) check() bool {
+	if c.err == nil && !time.Now().Before(c.deadline) {
+		c.err = context.DeadlineExceeded
+		return true
+	}
+	return false
+}
+
+func (c *storeCtx) expire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = context.DeadlineExceeded
+	}
+	c.finish()
+}
+
+// cancel ends the call: Err is context.Canceled unless the deadline came
+// first. It is the CancelFunc of the call.
+func (c *storeCtx) cancel() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = context.Canceled
+	}
+	c.finish()
+}
+
+// finish, with err set and mu held, closes done, stops the timer and starts
+// the AfterFunc functions, once.
+func (c *storeCtx) finish() {
+	if c.closed {
+		return
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	if c.done == nil {
+		return // Done will make it closed
+	}
+	c.closed = true
+	close(c.done)
+	for _, a := range c.after {
+		if a.state.CompareAndSwap(afterWaiting, afterRun) {
+			go a.f()
+		}
+	}
+	c.after = nil
+}
+
+// afterFunc is a function registered with storeCtx.AfterFunc.
+type afterFunc struct {
+	f     func()
+	state atomic.Int32
+}
+
+const (
+	afterWaiting = iota
+	afterRun
+	afterStopped
+)
+
+// AfterFunc arranges to call f in its own goroutine once c is done, as
+// context.AfterFunc does; the returned stop reports whether it stopped f
+// from being run. context.AfterFunc and the contexts derived from c call
+// it (it satisfies the context package's afterFuncer), so that neither
+// starts a goroutine to watch c, as they would for a foreign context.
+func (c *storeCtx) AfterFunc(f func()) (stop func() bool) {
+	a := &afterFunc{f: f}
+	c.Done() // armed
+	c.mu.Lock()
+	if c.closed {
+		a.state.Store(afterRun)
+		go f()
+	} else {
+		c.after = append(c.after, a)
+	}
+	c.mu.Unlock()
+	return func() bool { return a.state.CompareAndSwap(afterWaiting, afterStopped) }
+}

@@ -1,0 +1,150 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+type ctxKey struct{}
+
+// storeCtx must behave as context.WithTimeout(context.WithoutCancel(parent))
+// for everything a store does with it: go-redis selects on Done, pgx
+// registers context.AfterFunc, pgstore derives a WithTimeout.
+func TestStoreCtx(t *testing.T) {
+	parent := context.WithoutCancel(context.WithValue(context.Background(), ctxKey{}, "v"))
+	done := func(c context.Context) bool {
+		select {
+		case <-c.Done():
+			return true
+		default:
+			return false
+		}
+	}
+	t.Run("values and deadline", func(t *testing.T) {
+		t.Parallel()
+		before := time.Now()
+		c := newStoreCtx(parent, time.Hour)
+		defer c.cancel()
+		if c.Value(ctxKey{}) != "v" {
+			t.Error("the parent's value is lost")
+		}
+		if d, ok := c.Deadline(); !ok || d.Before(before.Add(time.Hour)) || d.After(time.Now().Add(time.Hour)) {
+			t.Errorf("Deadline = %v, %v", d, ok)
+		}
+		if c.Err() != nil || done(c) {
+			t.Error("done before its deadline")
+		}
+	})
+	t.Run("expires without Done", func(t *testing.T) {
+		t.Parallel()
+		c := newStoreCtx(parent, time.Millisecond)
+		for c.Err() == nil { // a clock, not a goroutine: no channel to wait on
+			time.Sleep(time.Millisecond)
+		}
+		if !errors.Is(c.Err(), context.DeadlineExceeded) || !done(c) || context.Cause(c) != context.DeadlineExceeded {
+			t.Errorf("Err %v, Done closed %v, Cause %v", c.Err(), done(c), context.Cause(c))
+		}
+	})
+	t.Run("expires with Done", func(t *testing.T) {
+		t.Parallel()
+		c := newStoreCtx(parent, 5*time.Millisecond)
+		<-c.Done()
+		if c.Err() != context.DeadlineExceeded {
+			t.Errorf("Err = %v", c.Err())
+		}
+		c.cancel()
+		if c.Err() != context.DeadlineExceeded {
+			t.Errorf("Err after cancel = %v, want it unchanged", c.Err())
+		}
+	})
+	t.Run("cancel before and after Done", func(t *testing.T) {
+		t.Parallel()
+		for _, early := range []bool{false, true} {
+			c := newStoreCtx(parent, time.Hour)
+			if early {
+				c.Done()
+			}
+			c.cancel()
+			c.cancel()
+			if !done(c) || c.Err() != context.Canceled {
+				t.Errorf("Done early %v: closed %v, Err %v", early, done(c), c.Err())
+			}
+		}
+	})
+	t.Run("derived contexts", func(t *testing.T) {
+		t.Parallel()
+		c := newStoreCtx(parent, time.Hour)
+		child, cancelChild := context.WithTimeout(c, 2*time.Hour)
+		defer cancelChild()
+		if d, _ := child.Deadline(); d != c.deadline {
+			t.Errorf("child deadline %v, want the parent's %v", d, c.deadline)
+		}
+		if child.Value(ctxKey{}) != "v" || child.Err() != nil {
+			t.Fatal("child lost a value or is done")
+		}
+		c.cancel()
+		<-child.Done()
+		if child.Err() != context.Canceled {
+			t.Errorf("child Err = %v", child.Err())
+		}
+	})
+	t.Run("AfterFunc", func(t *testing.T) {
+		t.Parallel()
+		c := newStoreCtx(parent, time.Hour)
+		var ran sync.WaitGroup
+		ran.Add(1)
+		context.AfterFunc(c, ran.Done)
+		stopped := make(chan struct{})
+		stop := context.AfterFunc(c, func() { close(stopped) })
+		if !stop() || stop() {
+			t.Error("stop before done: want true once, then false")
+		}
+		c.cancel()
+		ran.Wait()
+		select {
+		case <-stopped:
+			t.Error("a stopped function ran")
+		default:
+		}
+		// Registered once done: runs at once.
+		ran.Add(1)
+		late := context.AfterFunc(c, ran.Done)
+		ran.Wait()
+		if late() {
+			t.Error("stop after it ran reported true")
+		}
+	})
+	t.Run("concurrent use", func(t *testing.T) {
+		t.Parallel()
+		c := newStoreCtx(parent, 2*time.Millisecond)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-c.Done()
+				if c.Err() == nil {
+					t.Error("Done closed with a nil Err")
+				}
+			}()
+		}
+		wg.Wait()
+	})
+}
+
+// A store call on the memory store, which never asks for Done, costs the
+// call's context one allocation.
+func TestStoreCtxAllocs(t *testing.T) {
+	parent := context.WithoutCancel(context.Background())
+	n := testing.AllocsPerRun(100, func() {
+		c := newStoreCtx(parent, time.Second)
+		_ = c.Err()
+		c.cancel()
+	})
+	if n > 1 {
+		t.Errorf("%v allocations, want 1", n)
+	}
+}
