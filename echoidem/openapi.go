@@ -7,7 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/idem-go/idem/internal/routedoc"
-	"github.com/idem-go/idem/swagger"
+	"github.com/idem-go/idem/swagger/route"
 )
 
 // Operations returns the operations of routes that the middleware of cfg
@@ -27,7 +27,7 @@ import (
 // template as URL (/orders/:id) and as c.Path(), nothing else. A Skipper
 // that decides on more than that, or panics, counts as not skipping: the
 // route may be covered.
-func Operations(cfg Config, routes []*echo.Route) []swagger.Operation {
+func Operations(cfg Config, routes []*echo.Route) []route.Operation {
 	var methods []string
 	if cfg.Engine != nil {
 		methods = cfg.Engine.Config().Methods

@@ -7,7 +7,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/idem-go/idem/internal/routedoc"
-	"github.com/idem-go/idem/swagger"
+	"github.com/idem-go/idem/swagger/route"
 )
 
 // Operations returns the operations of routes that the middleware of cfg
@@ -29,7 +29,7 @@ import (
 // as URL (/orders/:id), c.Path() and c.RouteInfo() of the route, nothing
 // else. A Skipper that decides on more than that, or panics, counts as not
 // skipping: the route may be covered.
-func Operations(cfg Config, routes echo.Routes) []swagger.Operation {
+func Operations(cfg Config, routes echo.Routes) []route.Operation {
 	var methods []string
 	if cfg.Engine != nil {
 		methods = cfg.Engine.Config().Methods

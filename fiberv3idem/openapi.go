@@ -5,7 +5,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/idem-go/idem/internal/routedoc"
-	"github.com/idem-go/idem/swagger"
+	"github.com/idem-go/idem/swagger/route"
 )
 
 // Operations returns the operations of routes that the middleware of cfg
@@ -25,7 +25,7 @@ import (
 // template as the URL (/orders/:id), nothing else. A Next that decides on
 // more than that, or panics, counts as not skipping: the route may be
 // covered.
-func Operations(cfg Config, routes []fiber.Route) []swagger.Operation {
+func Operations(cfg Config, routes []fiber.Route) []route.Operation {
 	var methods []string
 	if cfg.Engine != nil {
 		methods = cfg.Engine.Config().Methods

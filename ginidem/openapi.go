@@ -4,7 +4,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idem-go/idem/core"
-	"github.com/idem-go/idem/swagger"
+	"github.com/idem-go/idem/swagger/route"
 )
 
 // Operations returns the operations of routes that eng covers (those whose
@@ -26,15 +26,15 @@ import (
 //	ops := ginidem.Operations(eng, covered)
 //
 // Call it after every route is registered. The result is sorted (see
-// swagger.SortOperations) and never nil: with no covered route it is empty
+// route.Sort) and never nil: with no covered route it is empty
 // and documents nothing (a nil swagger.Options.Operations would document
 // every operation).
-func Operations(eng *core.Engine, routes gin.RoutesInfo) []swagger.Operation {
-	ops := make([]swagger.Operation, 0, len(routes))
+func Operations(eng *core.Engine, routes gin.RoutesInfo) []route.Operation {
+	ops := make([]route.Operation, 0, len(routes))
 	for _, rt := range routes {
 		if eng.Covers(rt.Method) {
-			ops = append(ops, swagger.Operation{Method: rt.Method, Path: swagger.NormalizePath(rt.Path)})
+			ops = append(ops, route.Operation{Method: rt.Method, Path: route.Normalize(rt.Path)})
 		}
 	}
-	return swagger.SortOperations(ops)
+	return route.Sort(ops)
 }

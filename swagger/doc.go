@@ -23,7 +23,7 @@
 // and, if Options.Operations is set, that are listed there. The net/http
 // middleware is given its list by hand; each framework adapter builds it
 // from its router's route table, for the routes its middleware covers.
-// Routes are full paths in any router's syntax (NormalizePath); they are
+// Routes are full paths in any router's syntax (route.Normalize); they are
 // matched against the document's paths joined to its basePath (Swagger 2.0)
 // or to the path of its first server (OpenAPI 3).
 //

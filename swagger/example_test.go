@@ -65,17 +65,6 @@ func ExampleInjectTemplate() {
 	// true
 }
 
-func ExampleNormalizePath() {
-	for _, p := range []string{"/orders/:id", "/files/*path", "/files/{path...}", "/orders/{id:[0-9]+}"} {
-		fmt.Println(swagger.NormalizePath(p))
-	}
-	// Output:
-	// /orders/{id}
-	// /files/{path}
-	// /files/{path}
-	// /orders/{id}
-}
-
 // summarize prints what each operation of a Swagger 2.0 document says of
 // the key.
 func summarize(doc []byte) {

@@ -1,6 +1,8 @@
 package swagger
 
 import (
+	"github.com/idem-go/idem/swagger/route"
+
 	"bytes"
 	"errors"
 	"fmt"
@@ -167,7 +169,7 @@ func inject(root *yaml.Node, opts Options) error {
 			if m == "" {
 				m = "*"
 			}
-			in.ops[m+" "+pathKey(NormalizePath(op.Path))] = true
+			in.ops[m+" "+route.Key(route.Normalize(op.Path))] = true
 		}
 	}
 
@@ -210,7 +212,7 @@ func (in *injector) covers(method, p string) bool {
 	if in.ops == nil {
 		return true
 	}
-	k := pathKey(joinBase(in.base, p))
+	k := route.Key(joinBase(in.base, p))
 	return in.ops[method+" "+k] || in.ops["* "+k]
 }
 

@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/swagger/route"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -207,10 +208,10 @@ func TestOperationFilter(t *testing.T) {
 		name string
 		ops  []Operation
 	}{
-		{"full path", []Operation{{"POST", "/api/orders"}}},
-		{"lower-case method", []Operation{{"post", "/api/orders/"}}},
-		{"any method", []Operation{{"", "/api/orders"}}},
-		{"ServeMux pattern", []Operation{must(ParseOperation("POST example.com/api/orders/{$}"))}},
+		{"full path", []Operation{{Method: "POST", Path: "/api/orders"}}},
+		{"lower-case method", []Operation{{Method: "post", Path: "/api/orders/"}}},
+		{"any method", []Operation{{Method: "", Path: "/api/orders"}}},
+		{"ServeMux pattern", []Operation{must(route.Parse("POST example.com/api/orders/{$}"))}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -452,8 +453,8 @@ func TestNormalizePath(t *testing.T) {
 		"/a/:":                      "/a/:",
 		"/api/v1/orders/:orderID/x": "/api/v1/orders/{orderID}/x",
 	} {
-		if got := NormalizePath(in); got != want {
-			t.Errorf("NormalizePath(%q) = %q, want %q", in, got, want)
+		if got := route.Normalize(in); got != want {
+			t.Errorf("route.Normalize(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -461,17 +462,17 @@ func TestNormalizePath(t *testing.T) {
 func TestParseOperation(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]Operation{
-		"POST /orders":  {"POST", "/orders"},
-		"post\t/orders": {"POST", "/orders"},
-		"/orders":       {"", "/orders"},
+		"POST /orders":  {Method: "POST", Path: "/orders"},
+		"post\t/orders": {Method: "POST", Path: "/orders"},
+		"/orders":       {Method: "", Path: "/orders"},
 	} {
-		if got, err := ParseOperation(in); err != nil || got != want {
-			t.Errorf("ParseOperation(%q) = %v, %v", in, got, err)
+		if got, err := route.Parse(in); err != nil || got != want {
+			t.Errorf("route.Parse(%q) = %v, %v", in, got, err)
 		}
 	}
 	for _, in := range []string{"", "POST /a /b"} {
-		if _, err := ParseOperation(in); err == nil {
-			t.Errorf("ParseOperation(%q): no error", in)
+		if _, err := route.Parse(in); err == nil {
+			t.Errorf("route.Parse(%q): no error", in)
 		}
 	}
 }
@@ -526,9 +527,9 @@ func TestYAMLStyle(t *testing.T) {
 }
 
 func TestSortOperations(t *testing.T) {
-	ops := []Operation{{"POST", "/b"}, {"PUT", "/a"}, {"POST", "/a"}, {"POST", "/b"}}
-	got := SortOperations(ops)
-	want := []Operation{{"POST", "/a"}, {"PUT", "/a"}, {"POST", "/b"}}
+	ops := []Operation{{Method: "POST", Path: "/b"}, {Method: "PUT", Path: "/a"}, {Method: "POST", Path: "/a"}, {Method: "POST", Path: "/b"}}
+	got := route.Sort(ops)
+	want := []Operation{{Method: "POST", Path: "/a"}, {Method: "PUT", Path: "/a"}, {Method: "POST", Path: "/b"}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("SortOperations = %v, want %v", got, want)
 	}

@@ -6,7 +6,7 @@ package routedoc
 
 import (
 	"github.com/idem-go/idem/core"
-	"github.com/idem-go/idem/swagger"
+	"github.com/idem-go/idem/swagger/route"
 )
 
 // Route is a route of a router's table: its method and its path in the
@@ -19,12 +19,12 @@ type Route struct{ Method, Path string }
 // RouteAny; "" if the router has none) once per covered method, unless
 // skipped (nil: none) says the middleware's skip function skips route i
 // with that method. The result is in OpenAPI syntax, sorted and without
-// duplicates (swagger.SortOperations), and never nil.
-func Operations(routes []Route, methods []string, anyMethod string, skipped func(i int, method string) bool) []swagger.Operation {
+// duplicates (route.Sort), and never nil.
+func Operations(routes []Route, methods []string, anyMethod string, skipped func(i int, method string) bool) []route.Operation {
 	if methods == nil {
 		methods = core.DefaultMethods
 	}
-	ops := make([]swagger.Operation, 0, len(routes))
+	ops := make([]route.Operation, 0, len(routes))
 	for i, rt := range routes {
 		for _, m := range methods {
 			if m != rt.Method && (anyMethod == "" || rt.Method != anyMethod) {
@@ -33,10 +33,10 @@ func Operations(routes []Route, methods []string, anyMethod string, skipped func
 			if skipped != nil && skipped(i, m) {
 				continue
 			}
-			ops = append(ops, swagger.Operation{Method: m, Path: swagger.NormalizePath(rt.Path)})
+			ops = append(ops, route.Operation{Method: m, Path: route.Normalize(rt.Path)})
 		}
 	}
-	return swagger.SortOperations(ops)
+	return route.Sort(ops)
 }
 
 // Safely calls skip, a middleware's skip function asked with a synthetic

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem/swagger"
+	"github.com/idem-go/idem/swagger/route"
 )
 
 // Route is one route of a router's table: a method and a path in the
@@ -26,7 +27,7 @@ func Documented(t testing.TB, routes []Route, opts swagger.Options) map[string]b
 	t.Helper()
 	paths := map[string]map[string]any{}
 	for _, rt := range routes {
-		p := swagger.NormalizePath(rt.Path)
+		p := route.Normalize(rt.Path)
 		if paths[p] == nil {
 			paths[p] = map[string]any{}
 		}

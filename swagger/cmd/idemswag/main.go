@@ -45,6 +45,7 @@ import (
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/swagger"
+	"github.com/idem-go/idem/swagger/route"
 )
 
 // errUsage reports bad flags, which the flag package has printed already.
@@ -68,7 +69,7 @@ type operations []swagger.Operation
 func (o *operations) String() string { return fmt.Sprint(*o) }
 
 func (o *operations) Set(s string) error {
-	op, err := swagger.ParseOperation(s)
+	op, err := route.Parse(s)
 	if err != nil {
 		return err
 	}
