@@ -18,7 +18,7 @@ import (
 // raceAllocs. Raise a budget only with a reason in the commit message.
 const (
 	replayAllocBudget   = 19
-	firstRunAllocBudget = 27
+	firstRunAllocBudget = 24
 	noKeyAllocBudget    = 1
 )
 

@@ -70,11 +70,11 @@ func (e *Engine) middleware(next http.Handler, onError func(http.ResponseWriter,
 			return
 		}
 		defer f.Abort() // after a panic; a no-op once Finish ran
-		body := &BodyReader{}
-		body.Reset(f.Body())
-		r.Body = body
+		f.reader.Reset(f.Body())
+		r.Body = &f.reader
 		r = r.WithContext(f.NewContext(r.Context()))
-		cw := &CaptureWriter{ResponseWriter: w, Flight: f}
+		f.writer = CaptureWriter{ResponseWriter: w, Flight: f}
+		cw := &f.writer
 		next.ServeHTTP(cw, r)
 		cw.Finish()
 	})
