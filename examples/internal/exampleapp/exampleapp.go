@@ -109,6 +109,9 @@ func Setup() (*App, error) {
 		cfg.Store = core.NewMemoryStore(0)
 		a.Orders = orders.NewService(nil)
 	}
+	if a, ok := cfg.Store.(core.Admin); ok {
+		reg.MustRegister(idemprom.NewStuckKeys(a, 0))
+	}
 	cfg.Store = metrics.InstrumentStore(cfg.Store)
 	a.Ops = http.NewServeMux()
 	a.Ops.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
