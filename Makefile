@@ -54,11 +54,13 @@ bench:
 	done
 
 ## loadtest: wrk against idem on the Redis store at $(REDIS_URL), as
-## configured by default (its scripts batched), unbatched, and over go-redis's
-## AutoPipeliner, and on the PostgreSQL store at $(LOADTEST_POSTGRES) (empty:
-## none): first requests (fresh key), replays (fixed key) and requests
-## without a key, each as a ratio to the same handler without the middleware,
-## run just before and after it (median of the rounds).
+## configured by default (its scripts batched), unbatched, over go-redis's
+## AutoPipeliner and with Config.ReplayCache, on the memory store, on the
+## PostgreSQL store at $(LOADTEST_POSTGRES) (empty: none), and on Fiber v2:
+## fiberidem and Fiber's own idempotency middleware on their memory stores:
+## first requests (fresh key), replays (fixed key) and requests without a
+## key, each as a ratio to the same handler without the middleware on the
+## same server, run just before and after it (median of the rounds).
 REDIS_URL            ?= redis://$(IDEM_REDIS_ADDR)/0
 LOADTEST_POSTGRES    ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 LOADTEST_DURATION    ?= 2s

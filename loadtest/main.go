@@ -1,7 +1,6 @@
-// Command loadtest measures idem on the Redis store under load with wrk
-// (make loadtest). It serves, on a loopback port of this process, one small
-// JSON handler (it decodes the request body and encodes a ~100-byte
-// response) four ways:
+// Command loadtest measures idem under load with wrk (make loadtest). It
+// serves, on loopback ports of this process, one small JSON handler (it
+// decodes the request body and encodes a ~100-byte response) on net/http:
 //
 //	POST /bare                 without the middleware: the baseline
 //	POST /orders               behind core.Engine.Middleware on redislock, as
@@ -9,18 +8,23 @@
 //	POST /orders-unbatched     the same with redislock.Options.DisableBatching
 //	POST /orders-autopipeline  the same over go-redis's AutoPipeliner (on which
 //	                           the store does not batch)
+//	POST /orders-cache         the default Redis store with Config.ReplayCache
+//	POST /orders-memory        behind the middleware on the memory store
 //	POST /orders-postgres      behind the middleware on pgstore, with -postgres
 //
-// and runs wrk with idem.lua in eight phases (ten with -postgres): bare, no
-// key, then first requests (a fresh key per request: lock, handler, store)
-// and replays (one fixed key) on each store. The targets are those of the
-// default Redis store and of pgstore; the other two are there to compare. A round runs each phase but bare once, in
-// alternating order from round to round, each between two runs of bare;
-// its throughput is divided by the mean of those two, and the median of
-// those ratios over the rounds is reported, so that a slow stretch of a
-// shared machine moves a phase and its baseline together.
+// and the same handler on Fiber v2 (fiber.go): bare, behind fiberidem on
+// the memory store, and behind Fiber's own middleware/idempotency on its
+// memory storage. It runs wrk with idem.lua in phases: the bare handlers,
+// no key, then first requests (a fresh key per request: lock, handler,
+// store) and replays (one fixed key) on each. A round runs each phase once,
+// in alternating order from round to round, each between two runs of its
+// server's bare handler; its throughput is divided by the mean of those
+// two, and the median of those ratios over the rounds is reported, so that
+// a slow stretch of a shared machine moves a phase and its baseline
+// together.
 //
 //	go run . -redis redis://127.0.0.1:6379/0 -duration 2s -rounds 5
+//	go run . -phases fiber-bare,fiber-first,fiber-replay,fiber-builtin-first,fiber-builtin-replay
 //	go run . -postgres postgres://postgres@127.0.0.1:5432/test -phases bare,first-postgres,replay-postgres
 //
 // Records are written under a key prefix of the run's own, with a TTL a
@@ -78,23 +82,43 @@ type order struct {
 	Status   string `json:"status"`
 }
 
-// A phase is one wrk run: a request mode of idem.lua against a path.
+// A phase is one wrk run: a request mode of idem.lua against a path, of
+// the net/http server or, with fiber, of the Fiber v2 app.
 type phase struct {
 	name, mode, path, description string
-	target                        float64 // the ratio to bare to reach; 0 for none
+	target                        float64 // the ratio to its baseline to reach; 0 for none
+	fiber                         bool
 }
 
+// base returns the name of p's baseline: the bare handler of its server.
+func (p phase) base() string {
+	if p.fiber {
+		return "fiber-bare"
+	}
+	return "bare"
+}
+
+func (p phase) isBase() bool { return p.name == p.base() }
+
 var allPhases = []phase{
-	{"bare", "none", "/bare", "bare handler (no middleware)", 0},
-	{"no-key", "none", "/orders", "no key", 0.95},
-	{"first", "fresh", "/orders", "first requests", 0.30},
-	{"replay", "fixed", "/orders", "replays", 0.45},
-	{"first-unbatched", "fresh", "/orders-unbatched", "first requests, unbatched", 0},
-	{"replay-unbatched", "fixed", "/orders-unbatched", "replays, unbatched", 0},
-	{"first-autopipeline", "fresh", "/orders-autopipeline", "first requests, AutoPipeliner", 0},
-	{"replay-autopipeline", "fixed", "/orders-autopipeline", "replays, AutoPipeliner", 0},
-	{"first-postgres", "fresh", "/orders-postgres", "first requests, PostgreSQL", 0.20},
-	{"replay-postgres", "fixed", "/orders-postgres", "replays, PostgreSQL", 0.35},
+	{"bare", "none", "/bare", "bare handler (no middleware)", 0, false},
+	{"no-key", "none", "/orders", "no key", 0.95, false},
+	{"first", "fresh", "/orders", "first requests", 0.50, false},
+	{"replay", "fixed", "/orders", "replays", 0.45, false},
+	{"first-unbatched", "fresh", "/orders-unbatched", "first requests, unbatched", 0, false},
+	{"replay-unbatched", "fixed", "/orders-unbatched", "replays, unbatched", 0, false},
+	{"first-autopipeline", "fresh", "/orders-autopipeline", "first requests, AutoPipeliner", 0, false},
+	{"replay-autopipeline", "fixed", "/orders-autopipeline", "replays, AutoPipeliner", 0, false},
+	{"replay-cache", "fixed", "/orders-cache", "replays, Redis + ReplayCache", 0.80, false},
+	{"first-memory", "fresh", "/orders-memory", "first requests, memory store", 0.85, false},
+	{"replay-memory", "fixed", "/orders-memory", "replays, memory store", 0.97, false},
+	{"fiber-bare", "none", "/bare", "Fiber v2: bare handler", 0, true},
+	{"fiber-first", "fresh", "/orders", "Fiber v2: fiberidem, first requests", 0.85, true},
+	{"fiber-replay", "fixed", "/orders", "Fiber v2: fiberidem, replays", 0.97, true},
+	{"fiber-builtin-first", "fresh", "/orders-builtin", "Fiber v2: built-in, first requests", 0, true},
+	{"fiber-builtin-replay", "fixed", "/orders-builtin", "Fiber v2: built-in, replays", 0, true},
+	{"first-postgres", "fresh", "/orders-postgres", "first requests, PostgreSQL", 0.20, false},
+	{"replay-postgres", "fixed", "/orders-postgres", "replays, PostgreSQL", 0.35, false},
 }
 
 func main() {
@@ -118,6 +142,7 @@ func main() {
 	pgURL := flag.String("postgres", "", "PostgreSQL URL: adds the pgstore phases")
 	only := flag.String("phases", "", "the phases to run, comma-separated (ratios need bare; default: all, the pgstore ones with -postgres)")
 	cpuprofile := flag.String("cpuprofile", "", "write the server's CPU profile over the whole run to this file")
+	memprofile := flag.String("memprofile", "", "write the server's allocation profile (every allocation of the run) to this file")
 	flag.Parse()
 
 	if *rounds < 1 {
@@ -152,6 +177,19 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *memprofile != "" {
+		runtime.MemProfileRate = 4096
+		defer func() {
+			f, err := os.Create(*memprofile)
+			if err != nil {
+				log.Fatal(err)
+			}
+			defer f.Close()
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				log.Fatal(err)
+			}
+		}()
+	}
 	err := run(*redisURL, *pgURL, phases, *duration, *connections, *threads, *rounds, *flushDelay)
 	if err != nil {
 		pprof.StopCPUProfile()
@@ -160,6 +198,9 @@ func main() {
 }
 
 type outcomes [core.OutcomeLockLost + 1]atomic.Int64
+
+// replayCache is the Config.ReplayCache of the /orders-cache Engine.
+const replayCache = 64 << 20
 
 func run(redisURL, pgURL string, phases []phase, duration time.Duration, connections, threads, rounds int, flushDelay time.Duration) error {
 	wrk, err := exec.LookPath("wrk")
@@ -223,25 +264,36 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 	// phase and a run of bare after each.
 	length := time.Duration(len(phases))*time.Second + time.Duration(rounds*2*len(phases))*duration
 	for _, store := range []struct {
-		path string
-		c    redis.Scripter
-		opts redislock.Options
+		path  string
+		c     redis.Scripter
+		opts  redislock.Options
+		cache int64
 	}{
-		{"/orders", client, redislock.Options{Prefix: prefix}},
-		{"/orders-unbatched", client, redislock.Options{Prefix: prefix, DisableBatching: true}},
-		{"/orders-autopipeline", ap, redislock.Options{Prefix: prefix}},
+		{"/orders", client, redislock.Options{Prefix: prefix}, 0},
+		{"/orders-unbatched", client, redislock.Options{Prefix: prefix, DisableBatching: true}, 0},
+		{"/orders-autopipeline", ap, redislock.Options{Prefix: prefix}, 0},
+		{"/orders-cache", client, redislock.Options{Prefix: prefix}, replayCache},
 	} {
 		eng, err := core.New(core.Config{
 			Store:       redislock.New(store.c, &store.opts),
 			ResponseTTL: length + time.Minute,
 			Observer:    observe,
+			ReplayCache: store.cache,
 		})
 		if err != nil {
 			return err
 		}
 		mux.Handle("POST "+store.path, eng.Middleware(handler))
 	}
-	fixedPaths := []string{"/orders", "/orders-unbatched", "/orders-autopipeline"}
+	memEngine := func() (*core.Engine, error) {
+		return core.New(core.Config{ResponseTTL: length + time.Minute, Observer: observe})
+	}
+	eng, err := memEngine()
+	if err != nil {
+		return err
+	}
+	mux.Handle("POST /orders-memory", eng.Middleware(handler))
+	fixedPaths := []string{"/orders", "/orders-unbatched", "/orders-autopipeline", "/orders-cache", "/orders-memory"}
 	if pgURL != "" {
 		store, done, err := postgresStore(pgURL)
 		if err != nil {
@@ -265,11 +317,34 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 	base := "http://" + ln.Addr().String()
 	fixedKey := func(path string) string { return prefix + "-fixed" + path }
 
+	fiberEng, err := memEngine()
+	if err != nil {
+		return err
+	}
+	fiberBase, stopFiber, err := fiberServer(fiberEng, length+time.Minute)
+	if err != nil {
+		return err
+	}
+	defer stopFiber()
+	url := func(p phase) string {
+		if p.fiber {
+			return fiberBase
+		}
+		return base
+	}
+	for _, path := range []string{"/orders", "/orders-builtin"} {
+		fixedPaths = append(fixedPaths, "fiber:"+path)
+	}
+
 	// Each store's fixed key gets its first request now, so that its replay
 	// phases are replays only (the path is part of the fingerprint: one key
 	// per path).
 	for _, path := range fixedPaths {
-		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(`{"item":"book","qty":2}`))
+		server := base
+		if p, ok := strings.CutPrefix(path, "fiber:"); ok {
+			server, path = fiberBase, p
+		}
+		req, _ := http.NewRequest(http.MethodPost, server+path, strings.NewReader(`{"item":"book","qty":2}`))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", fixedKey(path))
 		resp, err := http.DefaultClient.Do(req)
@@ -286,7 +361,7 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 	wrkPhase := func(p phase, d time.Duration) (float64, error) {
 		runs++ // fresh keys of their own in every run
 		out, err := exec.Command(wrk, "-t", strconv.Itoa(threads), "-c", strconv.Itoa(connections),
-			"-d", d.String(), "-s", scriptPath, base, "--",
+			"-d", d.String(), "-s", scriptPath, url(p), "--",
 			p.mode, p.path, prefix+"-"+strconv.Itoa(runs), fixedKey(p.path)).CombinedOutput()
 		if err != nil {
 			return 0, fmt.Errorf("wrk %s: %v\n%s", p.name, err, out)
@@ -316,11 +391,17 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 	}
 	canceled.Store(0)
 
-	// Each phase but bare runs between two runs of bare and is compared with
-	// their mean: over a whole round the machine's speed drifts by more than
-	// the differences measured here, over a few seconds by less.
-	bare := slices.IndexFunc(phases, func(p phase) bool { return p.name == "bare" })
-	others := slices.DeleteFunc(slices.Clone(phases), func(p phase) bool { return p.name == "bare" })
+	// Each phase runs between two runs of its server's bare handler and is
+	// compared with their mean: over a whole round the machine's speed
+	// drifts by more than the differences measured here, over a few seconds
+	// by less.
+	baseOf := map[string]int{}
+	for i, p := range phases {
+		if p.isBase() {
+			baseOf[p.name] = i
+		}
+	}
+	others := slices.DeleteFunc(slices.Clone(phases), phase.isBase)
 	perRound := make([]map[string]result, rounds)
 	for r := range rounds {
 		order := slices.Clone(others)
@@ -328,34 +409,46 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 			slices.Reverse(order)
 		}
 		round := map[string]result{}
-		var bares []float64
-		runBare := func() error {
-			if bare < 0 {
+		bares := map[string][]float64{}
+		last := ""
+		runBase := func(name string) error {
+			i, ok := baseOf[name]
+			if !ok {
 				return nil
 			}
-			v, err := wrkPhase(phases[bare], duration)
-			bares = append(bares, v)
-			return err
-		}
-		if err := runBare(); err != nil {
+			v, err := wrkPhase(phases[i], duration)
+			bares[name] = append(bares[name], v)
+			last = name
 			return err
 		}
 		for _, p := range order {
+			b := p.base()
+			if last != b {
+				if err := runBase(b); err != nil {
+					return err
+				}
+			}
 			v, err := wrkPhase(p, duration)
 			if err != nil {
 				return err
 			}
-			if err := runBare(); err != nil {
+			last = p.name
+			if err := runBase(b); err != nil {
 				return err
 			}
 			res := result{rps: v}
-			if n := len(bares); n >= 2 {
-				res.bare = (bares[n-2] + bares[n-1]) / 2
+			if bs := bares[b]; len(bs) >= 2 {
+				res.bare = (bs[len(bs)-2] + bs[len(bs)-1]) / 2
 			}
 			round[p.name] = res
 		}
-		if bare >= 0 {
-			round["bare"] = result{rps: mean(bares)}
+		for name := range baseOf {
+			if len(bares[name]) == 0 {
+				if err := runBase(name); err != nil {
+					return err
+				}
+			}
+			round[name] = result{rps: mean(bares[name])}
 		}
 		perRound[r] = round
 	}
@@ -375,14 +468,18 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 	if n := seen[core.OutcomeStoreError].Load() + seen[core.OutcomeLockLost].Load(); n > 0 {
 		return fmt.Errorf("%d store errors or lost locks during the run", n)
 	}
-	if bare < 0 || len(others) == 0 {
+	if len(others) == 0 {
 		return nil
 	}
 
-	fmt.Printf("\n%-32s %10s  %-8s  %s\n", "ratio to bare on either side", "median", "target", "per round")
+	fmt.Printf("\n%-32s %10s  %-8s  %s\n", "ratio to its bare on either side", "median", "target", "per round")
 	var below bool
 	for _, p := range others {
 		var ratios []float64
+		if _, ok := baseOf[p.base()]; !ok {
+			fmt.Printf("%-32s (no ratio: phase %s not run)\n", p.description, p.base())
+			continue
+		}
 		for _, round := range perRound {
 			ratios = append(ratios, round[p.name].rps/round[p.name].bare)
 		}
