@@ -16,8 +16,8 @@ type KeyState struct {
 	// Record is the encoded record (DecodeRecord) of a completed key; nil
 	// while the key is locked.
 	Record []byte
-	// LockedAt is when the lock was taken (zero for a record), and
-	// Expires when the lock or the record expires.
+	// LockedAt is when the lock was taken (zero for a record, or when the
+	// store cannot tell), and Expires when the lock or the record expires.
 	LockedAt time.Time
 	Expires  time.Time
 }
@@ -32,9 +32,12 @@ type Admin interface {
 	// ErrNotFound if there is no record.
 	Purge(ctx context.Context, key string) error
 	// Unlock drops the lock of key, whoever holds it; ErrNotFound if the
-	// key is not locked.
+	// key is not locked. The request that held it may still store its
+	// response (Store.Complete's late store) if no other request took the
+	// key meanwhile.
 	Unlock(ctx context.Context, key string) error
-	// InFlight lists up to limit locked keys, the oldest first.
+	// InFlight lists up to limit locked keys, the oldest first; none if
+	// limit is 0 or less.
 	InFlight(ctx context.Context, limit int) ([]KeyState, error)
 }
 
@@ -81,6 +84,9 @@ func (s *MemoryStore) Unlock(_ context.Context, key string) error {
 
 // InFlight implements Admin.
 func (s *MemoryStore) InFlight(_ context.Context, limit int) ([]KeyState, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweep(s.now())

@@ -3,7 +3,6 @@ package idemotel
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/idem-go/idem/core"
@@ -20,115 +19,36 @@ const (
 )
 
 func (o op) String() string {
-	return [...]string{"acquire", "complete", "release", "refresh"}[o]
+	return [...]string{core.OpAcquire, core.OpComplete, core.OpRelease, core.OpRefresh}[o]
 }
 
-// InstrumentStore returns s measured by t: the duration and the failures of
-// each call, and idempotency.inflight_requests, the locks that s handed to
-// this process and that were not completed or released yet. The result
-// implements core.Waiter and core.Admin if s does, passed through and not
-// measured; it implements no other interface of s.
+func opOf(name string) op {
+	switch name {
+	case core.OpComplete:
+		return opComplete
+	case core.OpRelease:
+		return opRelease
+	case core.OpRefresh:
+		return opRefresh
+	}
+	return opAcquire
+}
+
+// InstrumentStore returns s measured by t (core.InstrumentStore): the
+// duration and the failures of each call, and idempotency.inflight_requests,
+// the locks that s handed to this process and that were not completed or
+// released yet. The result implements core.Waiter and core.Admin if s does.
 func (t *Telemetry) InstrumentStore(s core.Store) core.Store {
-	is := &store{Store: s, t: t, held: make(map[lock]struct{})}
-	w, waits := s.(core.Waiter)
-	a, admin := s.(core.Admin)
-	switch {
-	case waits && admin:
-		return &waitingAdminStore{is, w, a}
-	case waits:
-		return &waitingStore{is, w}
-	case admin:
-		return &adminStore{is, a}
-	}
-	return is
+	return core.InstrumentStore(s, t.observeStore)
 }
 
-// Unwrap returns the measured store, so that core.New finds a
-// core.Notifier behind it.
-func (s *store) Unwrap() core.Store { return s.Store }
-
-type lock struct{ key, token string }
-
-type store struct {
-	core.Store
-	t *Telemetry
-
-	mu   sync.Mutex
-	held map[lock]struct{}
-}
-
-func (s *store) done(ctx context.Context, o op, start time.Time, err error) {
-	opts := s.t.ops[o]
-	s.t.storeDur.Record(ctx, time.Since(start).Seconds(), opts.record...)
+func (t *Telemetry) observeStore(ctx context.Context, name string, d time.Duration, err error, held int) {
+	opts := t.ops[opOf(name)]
+	t.storeDur.Record(ctx, d.Seconds(), opts.record...)
 	if err != nil && !errors.Is(err, core.ErrInFlight) && !errors.Is(err, core.ErrLockLost) {
-		s.t.storeErrs.Add(ctx, 1, opts.add...)
+		t.storeErrs.Add(ctx, 1, opts.add...)
+	}
+	if held != 0 {
+		t.inflight.Add(ctx, int64(held))
 	}
 }
-
-func (s *store) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
-	start := time.Now()
-	rec, token, err := s.Store.Acquire(ctx, key, lockTTL)
-	s.done(ctx, opAcquire, start, err)
-	if err == nil && token != "" {
-		s.mu.Lock()
-		_, dup := s.held[lock{key, token}]
-		s.held[lock{key, token}] = struct{}{}
-		s.mu.Unlock()
-		if !dup {
-			s.t.inflight.Add(ctx, 1)
-		}
-	}
-	return rec, token, err
-}
-
-// Complete and Release end the flight whatever they return: the Engine
-// calls neither again for that token.
-func (s *store) Complete(ctx context.Context, key, token string, record []byte, ttl time.Duration) error {
-	start := time.Now()
-	err := s.Store.Complete(ctx, key, token, record, ttl)
-	s.done(ctx, opComplete, start, err)
-	s.drop(ctx, key, token)
-	return err
-}
-
-func (s *store) Release(ctx context.Context, key, token string) error {
-	start := time.Now()
-	err := s.Store.Release(ctx, key, token)
-	s.done(ctx, opRelease, start, err)
-	s.drop(ctx, key, token)
-	return err
-}
-
-func (s *store) Refresh(ctx context.Context, key, token string, lockTTL time.Duration) error {
-	start := time.Now()
-	err := s.Store.Refresh(ctx, key, token, lockTTL)
-	s.done(ctx, opRefresh, start, err)
-	return err
-}
-
-func (s *store) drop(ctx context.Context, key, token string) {
-	s.mu.Lock()
-	_, held := s.held[lock{key, token}]
-	delete(s.held, lock{key, token})
-	s.mu.Unlock()
-	if held {
-		s.t.inflight.Add(ctx, -1)
-	}
-}
-
-// The optional interfaces of the wrapped store, passed through.
-type (
-	waitingStore struct {
-		*store
-		core.Waiter
-	}
-	adminStore struct {
-		*store
-		core.Admin
-	}
-	waitingAdminStore struct {
-		*store
-		core.Waiter
-		core.Admin
-	}
-)

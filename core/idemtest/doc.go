@@ -4,6 +4,10 @@
 //   - TestStore checks a core.Store: locking, fencing, TTLs and concurrency.
 //     Every store runs it: the memory store, the Redis store (on miniredis,
 //     a real Redis and a Redis Cluster) and any store you write.
+//   - TestLease checks the transport-neutral layer (Engine.Acquire, Lease,
+//     Engine.Once) on a store: many goroutines, one key, one run.
+//   - TestAdmin checks a core.Admin store: inspect, purge (refused in
+//     flight, safe among concurrent requests), unlock, InFlight.
 //   - TestHTTP checks an HTTP integration, row by row of the HTTP contract,
 //     through a real loopback server. The net/http middleware runs it, and
 //     so does every framework adapter.
