@@ -628,9 +628,10 @@ func TestNewClient(t *testing.T) {
 }
 
 // A TLS client from NewClient gives up a handshake the server never
-// answers after go-redis's default dial timeout (5 s), as go-redis's own
-// does: a TLS dial has no other deadline, and a stalled handshake would
-// otherwise hold its request, and the pool's dial, for ever.
+// answers after its dial timeout (go-redis's default, 5 s, unless the URL
+// sets one; 300 ms here), the sentinel master's connections too: a TLS dial
+// has no other deadline, and a stalled handshake would otherwise hold its
+// request, and the pool's dial, for ever.
 func TestNewClientTLSDialTimesOut(t *testing.T) {
 	for _, stalled := range []string{"rediss", "rediss+cluster", "rediss+sentinel", "rediss+sentinel master"} {
 		t.Run(stalled, func(t *testing.T) {
@@ -643,11 +644,11 @@ func TestNewClientTLSDialTimesOut(t *testing.T) {
 			var url string
 			switch stalled {
 			case "rediss+sentinel":
-				url = stalled + "://" + ln.Addr().String() + "/0?max_retries=-1&master_name=m"
+				url = stalled + "://" + ln.Addr().String() + "/0?max_retries=-1&master_name=m&dial_timeout=300ms"
 			case "rediss+sentinel master": // the sentinel answers, the master it names stalls
-				url = "rediss+sentinel://" + fakeSentinel(t, ln.Addr().String()) + "/0?max_retries=-1&master_name=m&skip_verify=true"
+				url = "rediss+sentinel://" + fakeSentinel(t, ln.Addr().String()) + "/0?max_retries=-1&master_name=m&skip_verify=true&dial_timeout=300ms"
 			default:
-				url = stalled + "://" + ln.Addr().String() + "/0?max_retries=-1"
+				url = stalled + "://" + ln.Addr().String() + "/0?max_retries=-1&dial_timeout=300ms"
 			}
 			c, err := redislock.NewClient(url)
 			if err != nil {
@@ -671,6 +672,28 @@ func TestNewClientTLSDialTimesOut(t *testing.T) {
 				t.Fatalf("the client still waits for its handshake after 15 s: %v", err)
 			}
 		})
+	}
+}
+
+// Without dial_timeout in the URL, every kind of client gets go-redis's
+// default of 5 s, the sentinel's master connections included.
+func TestNewClientDefaultDialTimeout(t *testing.T) {
+	for _, url := range []string{"rediss://127.0.0.1:1/0", "rediss+cluster://127.0.0.1:1", "rediss+sentinel://127.0.0.1:1/0?master_name=m"} {
+		c, err := redislock.NewClient(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got time.Duration
+		switch c := c.(type) {
+		case *redis.ClusterClient:
+			got = c.Options().DialTimeout
+		case *redis.Client:
+			got = c.Options().DialTimeout
+		}
+		c.Close()
+		if got != 5*time.Second {
+			t.Errorf("NewClient(%q): DialTimeout %v, want 5s", url, got)
+		}
 	}
 }
 
