@@ -148,8 +148,11 @@ func (e *Engine) acquire(c *Call, start time.Time, a *answers, l *Lease) (*Lease
 		default:
 			// The key was in flight a moment ago and may still be: running
 			// the work unprotected now could run it twice, whatever
-			// FailClosed says. Keep waiting; at the deadline, ErrInFlight.
-			waitErr = err
+			// FailClosed says. Keep waiting; at the deadline, ErrInFlight,
+			// with the store's error rather than the breaker's it caused.
+			if waitErr == nil || !errors.Is(err, ErrCircuitOpen) {
+				waitErr = err
+			}
 		}
 		if e.cfg.Wait > 0 && !last && ctx.Err() == nil {
 			if time.Now().Before(deadline) && e.wait(ctx, l.id, deadline, step) == nil {

@@ -18,12 +18,10 @@ type stalledStore struct {
 	core.Store
 	calls    atomic.Int32
 	deadline atomic.Int64 // of the last call, in ns from its start
-	lockTTL  atomic.Int64
 }
 
 func (s *stalledStore) Acquire(ctx context.Context, _ string, lockTTL time.Duration) ([]byte, string, error) {
 	s.calls.Add(1)
-	s.lockTTL.Store(int64(lockTTL))
 	if d, ok := ctx.Deadline(); ok {
 		s.deadline.Store(int64(time.Until(d)))
 	}
@@ -87,13 +85,24 @@ func TestInitialLease(t *testing.T) {
 		{core.DefaultLockTTL, 5 * time.Second, 15 * time.Second},
 		{2 * time.Second, 0, 2 * time.Second},
 	} {
-		store := &stalledStore{Store: core.NewMemoryStore(0)}
+		store := &leaseStore{}
 		eng, _ := core.New(core.Config{Store: store, LockTTL: tt.lockTTL, StoreTimeout: tt.storeTimeout, BreakerFailures: -1})
-		eng.Acquire(&core.Call{Key: "k"}) //nolint:errcheck // the stalled store fails it
-		if got := time.Duration(store.lockTTL.Load()); got != tt.want {
+		eng.Acquire(&core.Call{Key: "k"}) //nolint:errcheck // the store fails it
+		if got := store.lockTTL; got != tt.want {
 			t.Errorf("LockTTL %v, StoreTimeout %v: initial lease %v, want %v", tt.lockTTL, tt.storeTimeout, got, tt.want)
 		}
 	}
+}
+
+// leaseStore fails every Acquire at once, noting the lock TTL it was asked for.
+type leaseStore struct {
+	core.Store
+	lockTTL time.Duration
+}
+
+func (s *leaseStore) Acquire(_ context.Context, _ string, lockTTL time.Duration) ([]byte, string, error) {
+	s.lockTTL = lockTTL
+	return nil, "", errDown
 }
 
 // Without an Observer, store trouble is logged through slog.Default.
