@@ -288,15 +288,15 @@ type Flight struct {
 }
 
 // flightContext is the first context NewContext returns: a context.WithValue
-// of flightKey that lives in the Flight.
+// of leaseKey that lives in the Flight.
 type flightContext struct {
 	context.Context
 	f *Flight
 }
 
 func (c *flightContext) Value(key any) any {
-	if key == (flightKey{}) {
-		return c.f
+	if key == (leaseKey{}) {
+		return &c.f.lease
 	}
 	return c.Context.Value(key)
 }
@@ -308,7 +308,7 @@ func (f *Flight) NewContext(ctx context.Context) context.Context {
 		f.ctx = flightContext{Context: ctx, f: f}
 		return &f.ctx
 	}
-	return context.WithValue(ctx, flightKey{}, f)
+	return f.lease.NewContext(ctx)
 }
 
 // Body returns the request body that Begin read, for the handler.

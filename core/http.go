@@ -103,16 +103,16 @@ type Info struct {
 	Fingerprint [32]byte
 }
 
-type flightKey struct{}
+type leaseKey struct{}
 
 // InfoFromContext returns the key that the handler of ctx's request runs
 // under; false if it runs without one (no key, method not covered, or the
 // store failed and it runs unprotected). A handler that runs at all was not
 // replayed: a replay never reaches it.
 func InfoFromContext(ctx context.Context) (Info, bool) {
-	f, ok := ctx.Value(flightKey{}).(*Flight)
-	if !ok || !f.lease.Protected() {
+	l, ok := ctx.Value(leaseKey{}).(*Lease)
+	if !ok || !l.Protected() {
 		return Info{}, false
 	}
-	return Info{Key: f.lease.ev.Key, Scope: f.lease.ev.Scope, Fingerprint: f.lease.fingerprint}, true
+	return Info{Key: l.ev.Key, Scope: l.ev.Scope, Fingerprint: l.fingerprint}, true
 }

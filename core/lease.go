@@ -234,6 +234,12 @@ type Lease struct {
 	timer   *time.Timer
 }
 
+// NewContext returns a copy of ctx that carries the lease, for the work's
+// InfoFromContext.
+func (l *Lease) NewContext(ctx context.Context) context.Context {
+	return context.WithValue(ctx, leaseKey{}, l)
+}
+
 // Protected reports whether the lease holds the key's lock. It is false
 // when the store failed and the work runs unprotected (fail-open).
 func (l *Lease) Protected() bool { return l.token != "" }

@@ -204,6 +204,7 @@ func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, l 
 		return handler(ctx, req)
 	}
 	defer l.Release(0, errPanicked) // a no-op once the lease ended
+	ctx = l.NewContext(ctx)         // core.InfoFromContext
 	c := &capture{}
 	if st := grpc.ServerTransportStreamFromContext(ctx); st != nil {
 		c.ServerTransportStream = st

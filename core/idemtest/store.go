@@ -311,7 +311,7 @@ func testWait(t *testing.T, s core.Store) {
 	})
 	// And a lock that expires, which nobody releases.
 	key = Key(t)
-	mustLock(t, s, key, 2*time.Second)
+	mustLock(t, s, key, 500*time.Millisecond)
 	wakes(t, w, key, "the lock's expiry", func() {})
 }
 
