@@ -1,0 +1,362 @@
+//go:build integration
+
+package blackbox
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The store fault tests: three instances of the net/http example on a
+// redis-server and a PostgreSQL of the test's own, concurrent clients
+// sending every key twice at once and retrying it, and the store killed,
+// stalled, flushed or restarted under them. Each counts the orders per key
+// (GET /orders; each key is its order's item) and prints its figures.
+
+const (
+	// protectedAfter: every key first sent this long after Redis is ready
+	// again must run exactly once (the target). The measured window
+	// is printed.
+	protectedAfter = 100 * time.Millisecond
+	// pgProtectedAfter is protectedAfter after a PostgreSQL restart: the
+	// pool's dead connections fail a store call or two per instance
+	// (pgstore resets the pool at most once a second), and the breaker
+	// waits its cooldown after each.
+	pgProtectedAfter = time.Second
+	// initialLease is the Engine's lease of a new lock (LockTTL once
+	// refreshed): how long a lock taken by a call that gave up may refuse
+	// retries.
+	initialLease = 10 * time.Second
+	// every is how often a client sends a fresh key.
+	every = 10 * time.Millisecond
+)
+
+// sinceMS formats t relative to ref in milliseconds.
+func sinceMS(t, ref time.Time) time.Duration { return t.Sub(ref).Round(time.Millisecond) }
+
+// Redis killed with SIGKILL and restarted empty, under the Redis store,
+// fail-open and fail-closed: keys first sent once Redis is ready run once;
+// the window from readiness to the first protected request is printed.
+func TestFaultRedisRestart(t *testing.T) {
+	bin := build(t, "nethttp")
+	for _, failClosed := range []bool{false, true} {
+		name := map[bool]string{false: "fail-open", true: "fail-closed"}[failClosed]
+		t.Run(name, func(t *testing.T) {
+			rds := startRedis(t)
+			closed := ""
+			if failClosed {
+				closed = "1"
+			}
+			f := startFleet(t, bin, "REDIS_URL="+rds.url(), "DATABASE_URL=", "IDEM_FAIL_CLOSED="+closed)
+			tr := newTraffic(f, 100*time.Millisecond)
+			stop := tr.run(every, "restart", 5*time.Second)
+
+			time.Sleep(time.Second)
+			killed := time.Now()
+			rds.kill()
+			time.Sleep(1500 * time.Millisecond)
+			restarted := time.Now()
+			probes := f.probes(5*time.Millisecond, restarted.Add(1500*time.Millisecond))
+			ready := rds.start()
+			pinged := rds.firstPing()
+			time.Sleep(time.Until(ready.Add(1500 * time.Millisecond)))
+			stop()
+			ps := probes()
+			tr.settle(time.Now().Add(initialLease+2*time.Second), 250*time.Millisecond)
+
+			orders, keys := f.orders(), tr.all()
+			before, outage, after := between(keys, time.Time{}, killed), between(keys, killed, ready), between(keys, ready.Add(protectedAfter), time.Now())
+			t.Logf("Redis SIGKILL at +%v of the traffic, restarted %v later; ready (its log) %v after the restart command, first PING from the test %v after that",
+				sinceMS(killed, keys[0].first), sinceMS(restarted, killed), sinceMS(ready, restarted), sinceMS(pinged, ready))
+			t.Logf("window from readiness: %s", window(ps, ready))
+			t.Logf("outage [kill, ready): %s; %s", runs(outage, orders), statuses(answers(outage, killed, ready)))
+			t.Logf("after ready+%v: %s; %s", protectedAfter, runs(after, orders), statuses(answers(after, time.Time{}, time.Time{})))
+			t.Logf("before the kill (their records and orders went with Redis's data): %s", runs(before, orders))
+			t.Logf("all: %s; latency %s", statuses(answers(keys, time.Time{}, time.Time{})), latencies(answers(keys, time.Time{}, time.Time{})))
+
+			checkProbes(t, ps, ready, protectedAfter)
+			checkOnce(t, "key first sent after readiness", after, orders)
+			checkLateLocks(t, keys, ready, "readiness")
+			if failClosed {
+				// Refused while Redis was down, then run once.
+				for _, k := range outage {
+					for _, a := range k.answers {
+						if a.done.Before(ready) && a.status != http.StatusServiceUnavailable {
+							t.Errorf("key %s answered %d before Redis was ready, want 503", k.key, a.status)
+						}
+					}
+				}
+				checkOnce(t, "key first sent while Redis was down", outage, orders)
+			} else {
+				twice := 0
+				for _, k := range outage {
+					if len(orders[k.key]) > 1 {
+						twice++
+					}
+				}
+				t.Logf("fail-open: %d of %d keys sent while Redis was down ran more than once", twice, len(outage))
+			}
+		})
+	}
+}
+
+// Redis stalled with SIGSTOP for 20 s, then SIGCONT, under the Redis store
+// fail-closed: every request is answered within about StoreTimeout, and a
+// lock that Redis takes at SIGCONT for a request that gave up refuses
+// retries for the initial lease at most, not LockTTL.
+//
+// Fail-closed because the example keeps its orders in the same Redis:
+// fail-open, its handler's own Redis calls would wait for go-redis's
+// ReadTimeout, which is the application's, not idem's.
+func TestFaultRedisStall(t *testing.T) {
+	bin := build(t, "nethttp")
+	rds := startRedis(t)
+	f := startFleet(t, bin, "REDIS_URL="+rds.url(), "DATABASE_URL=", "IDEM_FAIL_CLOSED=1")
+	tr := newTraffic(f, 250*time.Millisecond)
+	warm := tr.run(every, "warm", 5*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	warm() // no request in flight at SIGSTOP: the handler's own Redis calls would stall
+
+	stopped := time.Now()
+	rds.signal(syscall.SIGSTOP)
+	stop := tr.run(100*time.Millisecond, "stall", 2*time.Second)
+	time.Sleep(20 * time.Second)
+	resumed := time.Now()
+	probes := f.probes(5*time.Millisecond, resumed.Add(time.Second))
+	rds.signal(syscall.SIGCONT)
+	time.Sleep(time.Second)
+	stop()
+	ps := probes()
+	tr.settle(resumed.Add(initialLease+5*time.Second), 500*time.Millisecond)
+
+	orders, keys := f.orders(), tr.all()
+	stall := between(keys, stopped, resumed)
+	during := answers(keys, stopped, resumed)
+	t.Logf("stall of %v: %s", sinceMS(resumed, stopped), statuses(during))
+	t.Logf("latency of the requests sent during the stall: %s", latencies(during))
+	t.Logf("window from SIGCONT: %s", window(ps, resumed))
+	timedOut, lastStored := 0, time.Duration(0)
+	for _, k := range stall {
+		stored := time.Duration(-1)
+		for _, a := range k.answers {
+			switch {
+			case a.status == http.StatusServiceUnavailable && a.latency() >= 900*time.Millisecond:
+				timedOut++
+			case a.status == http.StatusCreated && stored < 0:
+				stored = a.done.Sub(resumed)
+			}
+		}
+		if stored < 0 || stored > initialLease+3*time.Second {
+			t.Errorf("key %s sent during the stall: stored %v after SIGCONT, want within the initial lease (%v) and a margin:\n%s",
+				k.key, stored, initialLease, describe(k.answers, resumed))
+		}
+		lastStored = max(lastStored, stored)
+	}
+	t.Logf("%d keys sent during the stall, %d of their requests timed out in the store (503 after >= 900ms); every one stored within %v of SIGCONT",
+		len(stall), timedOut, lastStored.Round(time.Millisecond))
+	checkProbes(t, ps, resumed, protectedAfter)
+	checkLateLocks(t, keys, resumed, "SIGCONT")
+	if n, _ := lateLocks(keys, resumed); n == 0 {
+		t.Error("no late lock after SIGCONT: the test did not exercise the initial lease")
+	}
+	t.Logf("all: %s; %s", statuses(answers(keys, time.Time{}, time.Time{})), runs(keys, orders))
+	if m := maxLatency(during); m >= 3*time.Second {
+		t.Errorf("a request sent during the stall waited %v, want < 3s (StoreTimeout is 1s)", m)
+	}
+	checkOnce(t, "key", keys, orders)
+}
+
+// FLUSHALL under the tiered store (Redis in front of PostgreSQL), with
+// traffic: every key completed before still replays its order, and none
+// runs twice.
+func TestFaultTieredFlush(t *testing.T) {
+	bin := build(t, "nethttp")
+	rds := startRedis(t)
+	f := startFleet(t, bin, "REDIS_URL="+rds.url(), "DATABASE_URL="+postgresSchema(t), "IDEM_FAIL_CLOSED=")
+	tr := newTraffic(f, 100*time.Millisecond)
+	stop := tr.run(every, "flush", 5*time.Second)
+	time.Sleep(time.Second)
+	flushed := time.Now()
+	if err := rds.client.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	stop()
+	tr.settle(time.Now().Add(initialLease+2*time.Second), 250*time.Millisecond)
+
+	// Every key stored before the flush, sent again on the three instances
+	// at once: one of them writes the record back to Redis, under Redis's
+	// lock of the key, which its duplicates meet (409); a 409 is retried.
+	keys := tr.all()
+	var completed []*keyRun
+	for _, k := range keys {
+		for _, a := range k.answers {
+			if a.status == http.StatusCreated && a.done.Before(flushed) {
+				completed = append(completed, k)
+				break
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var again, retried []answer
+	for n, k := range completed {
+		for i := range f.servers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a := f.send(n+i, k.key)
+				tr.record(k, a)
+				mu.Lock()
+				again = append(again, a)
+				mu.Unlock()
+				for try := 0; a.status == http.StatusConflict && try < 10; try++ {
+					time.Sleep(100 * time.Millisecond)
+					a = f.send(n+i+1, k.key)
+					tr.record(k, a)
+					mu.Lock()
+					retried = append(retried, a)
+					mu.Unlock()
+				}
+				if a.status != http.StatusCreated || !a.replay {
+					t.Errorf("key %s completed before the flush: %d replay=%v %v, want its replay", k.key, a.status, a.replay, a.err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	orders := f.orders()
+	t.Logf("FLUSHALL at +%v of the traffic: %s; %s", sinceMS(flushed, keys[0].first), statuses(answers(keys, time.Time{}, time.Time{})), runs(keys, orders))
+	t.Logf("the %d keys completed before the flush, sent again on the three instances at once: %s; the 409s retried: %s",
+		len(completed), statuses(again), statuses(retried))
+	checkOnce(t, "key", keys, orders)
+}
+
+// Redis killed and restarted, then stalled, under the tiered store: the
+// requests stay protected through PostgreSQL, nothing runs twice, and the
+// fallbacks are counted.
+func TestFaultTieredRedisDown(t *testing.T) {
+	bin := build(t, "nethttp")
+	rds := startRedis(t)
+	f := startFleet(t, bin, "REDIS_URL="+rds.url(), "DATABASE_URL="+postgresSchema(t), "IDEM_FAIL_CLOSED=")
+	tr := newTraffic(f, 100*time.Millisecond)
+	stop := tr.run(every, "tiered", initialLease+5*time.Second)
+	time.Sleep(time.Second)
+	killed := time.Now()
+	rds.kill()
+	time.Sleep(1500 * time.Millisecond)
+	ready := rds.start()
+	time.Sleep(1500 * time.Millisecond)
+	stalled := time.Now()
+	rds.signal(syscall.SIGSTOP)
+	time.Sleep(4 * time.Second)
+	resumed := time.Now()
+	rds.signal(syscall.SIGCONT)
+	time.Sleep(time.Second)
+	stop()
+	tr.settle(resumed.Add(initialLease+5*time.Second), 250*time.Millisecond)
+	// Redis back: every key replays, whichever tier stored it.
+	again, conflicts := tr.resend(resumed.Add(initialLease + 5*time.Second))
+
+	orders, keys := f.orders(), tr.all()
+	fallbacks := f.metric("idempotency_store_fallbacks_total")
+	down, stall := answers(keys, killed, ready), answers(keys, stalled, resumed)
+	t.Logf("Redis down for %v: %s; latency %s", sinceMS(ready, killed), statuses(down), latencies(down))
+	t.Logf("Redis stalled for %v: %s; latency %s", sinceMS(resumed, stalled), statuses(stall), latencies(stall))
+	t.Logf("every key sent again after SIGCONT: %s after %d answers 409 (retried)", statuses(again), conflicts)
+	t.Logf("all: %s; %s; idempotency_store_fallbacks_total %v",
+		statuses(answers(keys, time.Time{}, time.Time{})), runs(keys, orders), fallbacks)
+	checkLateLocks(t, keys, resumed, "SIGCONT")
+	for _, a := range again {
+		if a.status != http.StatusCreated || !a.replay {
+			t.Errorf("a key sent again after SIGCONT: %d replay=%v %v, want its replay", a.status, a.replay, a.err)
+		}
+	}
+	if fallbacks == 0 {
+		t.Error("idempotency_store_fallbacks_total is 0 after Redis was down")
+	}
+	if m := max(maxLatency(down), maxLatency(stall)); m >= 3*time.Second {
+		t.Errorf("a request waited %v while Redis was down or stalled, want < 3s", m)
+	}
+	checkOnce(t, "key", keys, orders)
+}
+
+// PostgreSQL restarted (pg_ctl stop -m fast, start) under the tiered store
+// and under the PostgreSQL store, fail-open and fail-closed: no panic, the
+// policy holds during the outage, and keys sent once PostgreSQL is ready
+// run once. The three run in parallel, each on its own cluster.
+func TestFaultPostgresRestart(t *testing.T) {
+	bin := build(t, "nethttp")
+	for _, tc := range []struct {
+		name              string
+		tiered, failClose bool
+	}{
+		{"tiered", true, false},
+		{"postgres-fail-open", false, false},
+		{"postgres-fail-closed", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pg := startPostgres(t)
+			env := []string{"DATABASE_URL=" + pg.url(), "REDIS_URL=", "IDEM_FAIL_CLOSED="}
+			if tc.tiered {
+				env[1] = "REDIS_URL=" + startRedis(t).url()
+			}
+			if tc.failClose {
+				env[2] = "IDEM_FAIL_CLOSED=1"
+			}
+			f := startFleet(t, bin, env...)
+			tr := newTraffic(f, 100*time.Millisecond)
+			stop := tr.run(every, "pg", initialLease+5*time.Second)
+			time.Sleep(time.Second)
+			stopped := time.Now()
+			pg.stop()
+			down := time.Now()
+			time.Sleep(time.Second)
+			restarted := time.Now()
+			probes := f.probes(5*time.Millisecond, restarted.Add(2500*time.Millisecond))
+			ready, connected := pg.start()
+			time.Sleep(time.Until(ready.Add(2 * time.Second)))
+			stop()
+			ps := probes()
+			tr.settle(time.Now().Add(initialLease+2*time.Second), 250*time.Millisecond)
+
+			// Keys sent before pg_ctl stop returned may have been in flight
+			// when their sessions ended: if one's order committed and its
+			// Complete failed, its lock lives on for the initial lease, and
+			// a retry after it runs it again. Reported, not checked.
+			orders, keys := f.orders(), tr.all()
+			inFlight, outage := between(keys, time.Time{}, down), between(keys, down, ready)
+			recovery, after := between(keys, ready, ready.Add(pgProtectedAfter)), between(keys, ready.Add(pgProtectedAfter), time.Now())
+			t.Logf("pg_ctl stop -m fast at +%v took %v; down %v; ready (its log) %v after the start command, first connection from the test %v after that",
+				sinceMS(stopped, keys[0].first), sinceMS(down, stopped), sinceMS(restarted, down), sinceMS(ready, restarted), sinceMS(connected, ready))
+			t.Logf("window from readiness: %s", window(ps, ready))
+			t.Logf("outage [stopped, ready): %s; %s", runs(outage, orders), statuses(answers(keys, down, ready)))
+			t.Logf("first sent in [ready, ready+%v): %s; after: %s; %s", pgProtectedAfter, runs(recovery, orders), runs(after, orders),
+				statuses(answers(after, time.Time{}, time.Time{})))
+			t.Logf("sent before PostgreSQL had stopped: %s", runs(inFlight, orders))
+			t.Logf("all: %s; latency %s", statuses(answers(keys, time.Time{}, time.Time{})), latencies(answers(keys, time.Time{}, time.Time{})))
+
+			checkProbes(t, ps, ready, pgProtectedAfter)
+			checkOnce(t, "key first sent after readiness", after, orders)
+			checkLateLocks(t, keys, ready, "readiness")
+			for _, a := range answers(keys, down, ready) {
+				switch {
+				case a.err != nil:
+					t.Errorf("while PostgreSQL was down: %v", a.err)
+				case tc.failClose && a.done.Before(ready) && a.status != http.StatusServiceUnavailable:
+					t.Errorf("fail-closed, while PostgreSQL was down: %d, want 503", a.status)
+				}
+			}
+			if tc.tiered || tc.failClose {
+				// Redis holds the locks meanwhile, or nothing runs.
+				checkOnce(t, "key first sent while PostgreSQL was down", outage, orders)
+				checkOnce(t, "key first sent while PostgreSQL was coming back", recovery, orders)
+			}
+		})
+	}
+}
