@@ -41,7 +41,7 @@ test:
 test-integration:
 	@failed=; for m in $(MODULES); do \
 		echo "==> test-integration $$m"; \
-		(cd $$m && GOWORK=off $(GO) test -race -count=1 -tags integration ./...) || failed="$$failed $$m"; \
+		(cd $$m && GOWORK=off $(GO) test -race -count=1 -timeout 20m -tags integration ./...) || failed="$$failed $$m"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
 
