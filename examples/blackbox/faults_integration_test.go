@@ -23,10 +23,10 @@ const (
 	// is printed.
 	protectedAfter = 100 * time.Millisecond
 	// pgProtectedAfter is protectedAfter after a PostgreSQL restart: the
-	// pool's dead connections fail a store call or two per instance
-	// (pgstore resets the pool at most once a second), and the breaker
-	// waits its cooldown after each.
-	pgProtectedAfter = time.Second
+	// pool's dead connections fail store calls (pgstore resets the pool at
+	// most once a second), and the breaker waits its cooldown after each
+	// (measured: up to 0.4 s).
+	pgProtectedAfter = 2 * time.Second
 	// initialLease is the Engine's lease of a new lock (LockTTL once
 	// refreshed): how long a lock taken by a call that gave up may refuse
 	// retries.
@@ -318,9 +318,9 @@ func TestFaultPostgresRestart(t *testing.T) {
 			down := time.Now()
 			time.Sleep(time.Second)
 			restarted := time.Now()
-			probes := f.probes(5*time.Millisecond, restarted.Add(2500*time.Millisecond))
+			probes := f.probes(5*time.Millisecond, restarted.Add(3500*time.Millisecond))
 			ready, connected := pg.start()
-			time.Sleep(time.Until(ready.Add(2 * time.Second)))
+			time.Sleep(time.Until(ready.Add(pgProtectedAfter + time.Second)))
 			stop()
 			ps := probes()
 			tr.settle(time.Now().Add(initialLease+2*time.Second), 250*time.Millisecond)
