@@ -336,8 +336,8 @@ func (f *Flight) Write(p []byte) (int, error) {
 // headers and those left as Request.ResponseHeader had them, and the lock
 // released, or, if the store policy refuses the status, the lock is
 // released without storing. If the store fails to take the response, the
-// lock is left to expire: the handler ran, and a retry must not run it
-// again before LockTTL.
+// lock is left to expire: the handler ran, and a retry gets 409 until then
+// (see Lease.Complete).
 func (f *Flight) Complete(status int, header http.Header) {
 	// Storable runs first: if it panics, the flight is not over yet and the
 	// adapter's deferred Abort releases the lock.

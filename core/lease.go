@@ -285,7 +285,8 @@ func (l *Lease) observe(o Outcome, code int) {
 // Complete stores rec as the call's result and releases the lock. Its Code,
 // Header, Body and omitted-body fields are the work's; Complete fills the
 // others. If the store fails to take it, the lock is left to expire: the
-// work ran, and a retry must not run it again before LockTTL.
+// work ran, and a retry gets ErrInFlight until then (the initial lease,
+// 10 s, for work that ended before its first refresh; see docs/design.md).
 func (l *Lease) Complete(rec *Record) {
 	if !l.finish() {
 		return
@@ -319,7 +320,7 @@ func (l *Lease) Complete(rec *Record) {
 	default:
 		// Not stored, or not known to be (a timeout may hide a success).
 		// The lock is left to expire, so that a retry gets ErrInFlight until
-		// LockTTL has passed rather than run the work again now.
+		// then rather than run the work again now.
 		l.ev.Outcome, l.ev.Err = OutcomeStoreError, err
 	}
 	l.e.observe(l.ev, l.start)

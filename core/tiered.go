@@ -20,7 +20,8 @@ import (
 //
 // Costs: a replay is one fast round trip (two, and one durable, the first
 // time after the fast tier lost the record); a first request two fast and
-// two durable round trips. With the durable tier down, locks and records
+// two durable round trips; a key in flight one of each (the durable tier
+// may hold its record, behind a fast lock taken late). With the durable tier down, locks and records
 // live in the fast tier alone: protected, not durable (OutcomeFallback).
 // The reasons are in docs/design.md ("Tiered store").
 type Tiered struct {
@@ -96,6 +97,14 @@ func (t *Tiered) Acquire(ctx context.Context, key string, lockTTL time.Duration)
 	case err == nil && ft == "":
 		return rec, "", nil // a replay
 	case errors.Is(err, ErrInFlight):
+		// The fast tier's lock may be one writing a lost record back, or
+		// one a stalled Redis took late: the durable tier may hold the
+		// record, which is then the answer (a read; it takes no lock).
+		if d, ok := t.durable.(Admin); ok {
+			if st, derr := d.Inspect(ctx, key); derr == nil && st.Record != nil {
+				return st.Record, "", nil
+			}
+		}
 		return nil, "", err
 	case err != nil:
 		rec, dt, derr := t.durable.Acquire(ctx, key, lockTTL)

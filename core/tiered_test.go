@@ -306,3 +306,19 @@ func (t *tier) Wait(ctx context.Context, key string) error {
 	}
 	return s.Wait(ctx, key)
 }
+
+// A fast-tier lock over a key the durable tier completed (taken late by a
+// stalled Redis, or writing the record back) does not hide the record.
+func TestTieredFastLockOverDurableRecord(t *testing.T) {
+	eng, fast, _ := tieredEngine(t, nil)
+	var runs atomic.Int32
+	run(t, eng, "k", &runs) //nolint:errcheck
+	fast.lose()
+	if _, _, err := fast.Acquire(context.Background(), core.ID("", "k", ""), time.Minute); err != nil {
+		t.Fatal(err) // the late lock
+	}
+	rec, err := run(t, eng, "k", &runs)
+	if err != nil || rec == nil || string(rec.Body) != "done" || runs.Load() != 1 {
+		t.Fatalf("behind a late fast lock: record %v, err %v, %d runs; want the durable record replayed", rec, err, runs.Load())
+	}
+}
