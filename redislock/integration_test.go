@@ -552,6 +552,20 @@ func testFaults(t *testing.T, unbatched bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The fail-open app's breaker may still be open for its cooldown
+	// (50 ms): probe it with fresh keys until one replays, then the key
+	// the fail-closed app stored replays on both.
+	for i := 0; ; i++ {
+		probe := testKey(t, 1000+i)
+		open.do(probe)
+		if w := open.do(probe); w.Header().Get(core.HeaderReplay) == "true" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the fail-open app did not resume protection")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	for _, a := range []*app{open, closed} {
 		if w := a.do(key); w.Code != http.StatusCreated || w.Header().Get(core.HeaderReplay) != "true" {
 			t.Fatalf("after the restart: %d %v, want a replay", w.Code, w.Header())
