@@ -430,9 +430,16 @@ func (l *Lease) refresh() {
 		// reported once, by Complete or Release, whose store call finds it.
 		return
 	}
-	// On another error, try again at the next tick: the lock is still ours
-	// until it expires.
-	l.timer.Reset(period)
+	// On another error, try again: the lock is still ours until it
+	// expires, so sooner than the next tick if it expires before then (the
+	// initial lease is shorter than LockTTL).
+	next := period
+	if err != nil {
+		if left := l.lease - time.Since(l.held); left > 0 && left/2 < next {
+			next = left / 2
+		}
+	}
+	l.timer.Reset(next)
 }
 
 // Once runs fn at most once per (scope, key) and never again once it

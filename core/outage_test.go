@@ -3,6 +3,7 @@ package core_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"sync/atomic"
@@ -121,5 +122,42 @@ func TestStoreErrorsLoggedWithoutObserver(t *testing.T) {
 	}
 	if !bytes.Contains(buf.Bytes(), []byte("breaker=open")) || bytes.Contains(buf.Bytes(), []byte("logged-key-123")) {
 		t.Fatalf("log lacks the breaker's opening, or shows the key unmasked:\n%s", out)
+	}
+}
+
+// failFirstRefresh fails its first Refresh with a passing error.
+type failFirstRefresh struct {
+	*core.MemoryStore
+	failed atomic.Bool
+}
+
+func (s *failFirstRefresh) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
+	if !s.failed.Swap(true) {
+		return errDown
+	}
+	return s.MemoryStore.Refresh(ctx, key, token, ttl)
+}
+
+// A failed first refresh is tried again before the initial lease ends, not
+// a third of LockTTL later: the lock is kept, and a duplicate gets 409.
+func TestFailedFirstRefreshRetriedWithinInitialLease(t *testing.T) {
+	store := &failFirstRefresh{MemoryStore: core.NewMemoryStore(0)}
+	eng, err := core.New(core.Config{Store: store, LockTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	core.SetInitialLease(eng, 150*time.Millisecond)
+	l, _, err := eng.Acquire(&core.Call{Key: "k"})
+	if err != nil || l == nil {
+		t.Fatal(err)
+	}
+	defer l.Release(0, nil)
+	// The lock would have expired at 150 ms without a second refresh.
+	time.Sleep(400 * time.Millisecond)
+	if !store.failed.Load() {
+		t.Fatal("no refresh ran")
+	}
+	if _, _, err := eng.Acquire(&core.Call{Key: "k"}); !errors.Is(err, core.ErrInFlight) {
+		t.Fatalf("duplicate after the initial lease: %v, want ErrInFlight (the lock was lost)", err)
 	}
 }
