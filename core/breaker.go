@@ -41,6 +41,7 @@ func (s BreakerState) String() string {
 type breaker struct {
 	failures int           // consecutive failures that open it; 0 disables it
 	cooldown time.Duration // open time before a probe
+	probeFor time.Duration // how long a probe may take before another goes
 	now      func() time.Time
 	changed  func(BreakerState) // called without the mutex
 
@@ -48,6 +49,7 @@ type breaker struct {
 	state  BreakerState
 	count  int       // consecutive failures while closed
 	opened time.Time // when it last opened
+	probed time.Time // when the last probe went, while half-open
 }
 
 // allow reports whether a call may go to the store; a call allowed while
@@ -66,13 +68,20 @@ func (b *breaker) allow() bool {
 			b.mu.Unlock()
 			return false
 		}
-		b.state = BreakerHalfOpen
+		b.state, b.probed = BreakerHalfOpen, b.now()
 		b.mu.Unlock()
 		b.changed(BreakerHalfOpen)
 		return true
 	}
+	// Half-open: its probe is on its way, unless it has taken longer than
+	// a store call may (it panicked, or its store ignored the deadline).
+	if b.now().Sub(b.probed) < b.probeFor {
+		b.mu.Unlock()
+		return false
+	}
+	b.probed = b.now()
 	b.mu.Unlock()
-	return false // half-open: its probe is on its way
+	return true
 }
 
 // done reports the result of a store call: err is nil, a store failure, or

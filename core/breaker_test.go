@@ -9,7 +9,7 @@ import (
 func TestBreakerTransitions(t *testing.T) {
 	now := time.Unix(0, 0)
 	var states []BreakerState
-	b := &breaker{failures: 3, cooldown: time.Second, now: func() time.Time { return now },
+	b := &breaker{failures: 3, cooldown: time.Second, probeFor: time.Hour, now: func() time.Time { return now },
 		changed: func(s BreakerState) { states = append(states, s) }}
 	down := errors.New("dial tcp: connection refused")
 	step := func(want bool, err error) {
@@ -75,5 +75,32 @@ func TestBreakerDisabled(t *testing.T) {
 			t.Fatal("a disabled breaker refused a call")
 		}
 		b.done(errors.New("down"))
+	}
+}
+
+// A probe that never reports (its store call panicked, or ignored its
+// deadline) does not keep the breaker half-open for ever: after probeFor,
+// another call probes.
+func TestBreakerLostProbe(t *testing.T) {
+	now := time.Unix(0, 0)
+	b := &breaker{failures: 1, cooldown: time.Second, probeFor: 3 * time.Second,
+		now: func() time.Time { return now }, changed: func(BreakerState) {}}
+	b.allow()
+	b.done(errors.New("down")) // open
+	now = now.Add(time.Second)
+	if !b.allow() { // the probe, which is lost
+		t.Fatal("no probe after the cooldown")
+	}
+	now = now.Add(2 * time.Second)
+	if b.allow() {
+		t.Fatal("a second probe while the first may still answer")
+	}
+	now = now.Add(time.Second)
+	if !b.allow() {
+		t.Fatal("no new probe after probeFor: the breaker is stuck half-open")
+	}
+	b.done(nil)
+	if b.state != BreakerClosed {
+		t.Fatalf("state %v after the new probe answered", b.state)
 	}
 }

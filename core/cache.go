@@ -24,6 +24,7 @@ type replayCache struct {
 
 	mu    sync.Mutex
 	size  int64
+	gen   uint64 // drops so far: a record read before one may be purged
 	items map[string]*list.Element
 	lru   list.List // of *cached, most recent in front
 }
@@ -58,9 +59,19 @@ func (c *replayCache) get(key string) []byte {
 	return e.record
 }
 
-// put caches record under key until the record expires; a record too large
-// for the cache, or already expired, is not kept.
-func (c *replayCache) put(key string, record []byte) {
+// generation returns a mark to pass to put: a record read from the store
+// after it is cached only if no key was dropped since (a purge may have
+// raced the read).
+func (c *replayCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
+// put caches record under key until the record expires, unless a key was
+// dropped since gen; a record too large for the cache, or already expired,
+// is not kept.
+func (c *replayCache) put(key string, record []byte, gen uint64) {
 	expires, ok := recordExpiry(record)
 	cost := int64(len(key)+len(record)) + cacheOverhead
 	if !ok || cost > c.max || !c.now().Before(expires) {
@@ -68,6 +79,9 @@ func (c *replayCache) put(key string, record []byte) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.gen != gen {
+		return
+	}
 	if el, ok := c.items[key]; ok {
 		c.remove(el)
 	}
@@ -82,6 +96,7 @@ func (c *replayCache) put(key string, record []byte) {
 func (c *replayCache) drop(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.gen++
 	if el, ok := c.items[key]; ok {
 		c.remove(el)
 	}

@@ -19,13 +19,13 @@ func TestReplayCache(t *testing.T) {
 	cache := newReplayCache(2 * per) // room for two
 	cache.now = func() time.Time { return now }
 
-	cache.put("ka", a)
-	cache.put("kb", b)
+	cache.put("ka", a, 0)
+	cache.put("kb", b, 0)
 	if !bytes.Equal(cache.get("ka"), a) || !bytes.Equal(cache.get("kb"), b) {
 		t.Fatal("records not cached")
 	}
-	cache.get("ka")    // ka is now the most recent
-	cache.put("kc", c) // kb, the least recent, goes
+	cache.get("ka")       // ka is now the most recent
+	cache.put("kc", c, 0) // kb, the least recent, goes
 	if cache.get("kb") != nil || cache.get("ka") == nil || cache.get("kc") == nil {
 		t.Fatal("not least recently used first out")
 	}
@@ -36,13 +36,21 @@ func TestReplayCache(t *testing.T) {
 	if cache.get("kc") != nil {
 		t.Fatal("an expired record was served")
 	}
+	gen := cache.generation()
 	cache.drop("ka")
 	if cache.get("ka") != nil {
 		t.Fatal("a dropped record was served")
 	}
-	cache.put("big", rec(string(make([]byte, 3*per)), time.Minute))
-	cache.put("old", rec("x", -time.Second))
-	cache.put("junk", []byte("not a record"))
+	// A record read before the drop (a purge racing the store call) is
+	// not cached.
+	cache.put("ka", a, gen)
+	if cache.get("ka") != nil {
+		t.Fatal("a record read before a purge was cached")
+	}
+	gen = cache.generation()
+	cache.put("big", rec(string(make([]byte, 3*per)), time.Minute), gen)
+	cache.put("old", rec("x", -time.Second), gen)
+	cache.put("junk", []byte("not a record"), gen)
 	if cache.get("big") != nil || cache.get("old") != nil || cache.get("junk") != nil || len(cache.items) != 0 || cache.size != 0 {
 		t.Fatalf("kept a record too large, expired or corrupt: %d items, %d bytes", len(cache.items), cache.size)
 	}

@@ -48,7 +48,7 @@ func New(cfg Config) (*Engine, error) {
 		retry:  strconv.Itoa(int((cfg.RetryAfter + time.Second - 1) / time.Second)),
 	}
 	e.initialLease = min(cfg.LockTTL, max(minInitialLease, 3*cfg.StoreTimeout))
-	e.brk = &breaker{failures: cfg.BreakerFailures, cooldown: cfg.BreakerCooldown, now: time.Now,
+	e.brk = &breaker{failures: cfg.BreakerFailures, cooldown: cfg.BreakerCooldown, probeFor: cfg.BreakerCooldown + cfg.StoreTimeout, now: time.Now,
 		changed: func(s BreakerState) { e.observe(Event{Outcome: OutcomeBreaker, Breaker: s}, time.Now()) }}
 	if cfg.ReplayCache > 0 {
 		e.cache = newReplayCache(cfg.ReplayCache)

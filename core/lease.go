@@ -182,12 +182,16 @@ func (e *Engine) storeAcquire(ctx context.Context, id string) ([]byte, string, e
 	if !e.brk.allow() {
 		return nil, "", ErrCircuitOpen
 	}
+	var gen uint64
+	if e.cache != nil {
+		gen = e.cache.generation()
+	}
 	sc := newStoreCtx(ctx, e.cfg.StoreTimeout)
 	raw, token, err := e.cfg.Store.Acquire(sc, id, e.initialLease)
 	sc.cancel()
 	e.brk.done(err)
 	if err == nil && token == "" && e.cache != nil {
-		e.cache.put(id, raw)
+		e.cache.put(id, raw, gen)
 	}
 	return raw, token, err
 }
@@ -301,6 +305,10 @@ func (l *Lease) Complete(rec *Record) {
 	rec.Key, rec.Scope, rec.Fingerprint = l.ev.Key, l.ev.Scope, l.fingerprint
 	rec.RequestedAt, rec.CompletedAt, rec.ExpiresAt = l.start, now, now.Add(l.ttl)
 	data := rec.appendBinary(make([]byte, 0, 128+len(rec.Body)))
+	var gen uint64
+	if l.e.cache != nil {
+		gen = l.e.cache.generation()
+	}
 	ctx, cancel := l.storeContext()
 	defer cancel()
 	err := l.e.cfg.Store.Complete(ctx, l.id, l.token, data, l.ttl)
@@ -313,7 +321,7 @@ func (l *Lease) Complete(rec *Record) {
 	case err == nil:
 		l.ev.Outcome = OutcomeStored
 		if l.e.cache != nil {
-			l.e.cache.put(l.id, data)
+			l.e.cache.put(l.id, data, gen)
 		}
 	case errors.Is(err, ErrLockLost):
 		l.ev.Outcome, l.ev.Err = OutcomeLockLost, err

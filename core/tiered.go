@@ -28,8 +28,9 @@ type Tiered struct {
 	fast, durable Store
 	brk           *breaker // of the fast tier
 
-	mu      sync.Mutex
-	observe func(Event) // the Engine's; nil until an Engine takes the store
+	mu         sync.Mutex
+	observe    func(Event)  // the Engine's; nil until an Engine takes the store
+	invalidate func(string) // the Engine's replay cache's; nil without one
 }
 
 // NewTiered returns the tiered store of fast in front of durable.
@@ -40,7 +41,8 @@ type Tiered struct {
 // the fast tier is left out for DefaultBreakerCooldown, then probed again.
 func NewTiered(fast, durable Store) *Tiered {
 	return &Tiered{fast: fast, durable: durable,
-		brk: &breaker{failures: DefaultBreakerFailures, cooldown: DefaultBreakerCooldown, now: time.Now, changed: func(BreakerState) {}}}
+		brk: &breaker{failures: DefaultBreakerFailures, cooldown: DefaultBreakerCooldown,
+			probeFor: DefaultBreakerCooldown + DefaultStoreTimeout, now: time.Now, changed: func(BreakerState) {}}}
 }
 
 // fastCall runs op on the fast tier within half the time left, through its
@@ -65,6 +67,19 @@ func (t *Tiered) SetObserver(observe func(Event)) {
 	t.mu.Lock()
 	t.observe = observe
 	t.mu.Unlock()
+}
+
+// SetInvalidate implements Invalidator: purges announced by either tier
+// reach the Engine's replay cache, and so do this store's own purges.
+func (t *Tiered) SetInvalidate(invalidate func(key string)) {
+	t.mu.Lock()
+	t.invalidate = invalidate
+	t.mu.Unlock()
+	for _, s := range []Store{t.fast, t.durable} {
+		if i, ok := s.(Invalidator); ok {
+			i.SetInvalidate(invalidate)
+		}
+	}
 }
 
 // fallback reports that tier failed for op and the other answered.
@@ -201,28 +216,6 @@ func (t *Tiered) both(ctx context.Context, token, name string, op func(context.C
 	return derr
 }
 
-// Wait implements Waiter through the fast tier (MemoryStore and redislock
-// are Waiters). A fast tier that is no Waiter, or fails, makes Wait return
-// after 50 ms, whether the lock is gone or not: the Engine then looks again.
-func (t *Tiered) Wait(ctx context.Context, key string) error {
-	if w, ok := t.fast.(Waiter); ok {
-		if err := w.Wait(ctx, key); err == nil || ctx.Err() != nil {
-			return err
-		}
-	}
-	timer := time.NewTimer(tieredPoll)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// tieredPoll is how often a waiting request looks again without a Waiter.
-const tieredPoll = 50 * time.Millisecond
-
 // Inspect implements Admin: the durable tier's state, or the fast one's.
 func (t *Tiered) Inspect(ctx context.Context, key string) (KeyState, error) {
 	d, f, err := t.admins()
@@ -264,7 +257,15 @@ func (t *Tiered) Purge(ctx context.Context, key string) error {
 		err = d.Purge(ctx, key)
 		t.fast.Release(ctx, key, ft) //nolint:errcheck // it expires
 		if errors.Is(err, ErrNotFound) && purged {
-			return nil
+			err = nil
+		}
+		if err == nil {
+			t.mu.Lock()
+			invalidate := t.invalidate
+			t.mu.Unlock()
+			if invalidate != nil {
+				invalidate(key) // this process's copy; the fast tier told the others if it had one
+			}
 		}
 		return err
 	}

@@ -322,3 +322,22 @@ func TestTieredFastLockOverDurableRecord(t *testing.T) {
 		t.Fatalf("behind a late fast lock: record %v, err %v, %d runs; want the durable record replayed", rec, err, runs.Load())
 	}
 }
+
+// A purge through the tiered store drops this process's cached copy.
+func TestTieredPurgeInvalidatesReplayCache(t *testing.T) {
+	store := core.NewTiered(newTier(), newTier())
+	eng, err := core.New(core.Config{Store: store, ReplayCache: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	run(t, eng, "k", &runs) //nolint:errcheck
+	run(t, eng, "k", &runs) //nolint:errcheck // a replay, now cached
+	if err := store.Purge(context.Background(), core.ID("", "k", "")); err != nil {
+		t.Fatal(err)
+	}
+	run(t, eng, "k", &runs) //nolint:errcheck
+	if runs.Load() != 2 {
+		t.Fatalf("after a purge the work ran %d times in all, want 2 (the cached copy replayed)", runs.Load())
+	}
+}
