@@ -45,15 +45,35 @@ func NewTiered(fast, durable Store) *Tiered {
 			probeFor: DefaultBreakerCooldown + DefaultStoreTimeout, now: time.Now, changed: func(BreakerState) {}}}
 }
 
+// minFastBudget is the least time a call to the fast tier is given.
+const minFastBudget = 5 * time.Millisecond
+
+// durableCtx bounds a call to the durable tier made before one to the fast
+// tier (fast is that call's token) to half the time left, so that a
+// stalled durable tier leaves the fast one its share.
+func durableCtx(ctx context.Context, fast string) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !ok || fast == "" {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, time.Now().Add(time.Until(d)/2))
+}
+
 // fastCall runs op on the fast tier within half the time left, through its
 // breaker.
 func (t *Tiered) fastCall(ctx context.Context, op func(context.Context) error) error {
-	if !t.brk.allow() {
-		return ErrCircuitOpen
-	}
 	budget := DefaultStoreTimeout / 2
 	if d, ok := ctx.Deadline(); ok {
 		budget = time.Until(d) / 2
+	}
+	if budget < minFastBudget {
+		// No time left: a failure now would say nothing of the fast tier,
+		// and must not open its breaker (duplicates would then skip its
+		// locks).
+		return context.DeadlineExceeded
+	}
+	if !t.brk.allow() {
+		return ErrCircuitOpen
 	}
 	fctx, cancel := context.WithTimeout(ctx, budget)
 	err := op(fctx)
@@ -160,7 +180,10 @@ func (t *Tiered) Complete(ctx context.Context, key, token string, record []byte,
 	ft, dt := splitTieredToken(token)
 	var derr error
 	if dt != "" {
-		if derr = t.durable.Complete(ctx, key, dt, record, ttl); errors.Is(derr, ErrLockLost) {
+		dctx, cancel := durableCtx(ctx, ft)
+		derr = t.durable.Complete(dctx, key, dt, record, ttl)
+		cancel()
+		if errors.Is(derr, ErrLockLost) {
 			if ft != "" {
 				t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Release(ctx, key, ft) }) //nolint:errcheck
 			}
@@ -201,7 +224,9 @@ func (t *Tiered) both(ctx context.Context, token, name string, op func(context.C
 	ft, dt := splitTieredToken(token)
 	var derr error
 	if dt != "" {
-		derr = op(ctx, t.durable, dt)
+		dctx, cancel := durableCtx(ctx, ft)
+		derr = op(dctx, t.durable, dt)
+		cancel()
 	}
 	if ft == "" {
 		return derr

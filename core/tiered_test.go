@@ -28,6 +28,9 @@ func newTier() *tier { return &tier{s: core.NewMemoryStore(0)} }
 
 func (t *tier) get(ctx context.Context) (*core.MemoryStore, error) {
 	t.calls.Add(1)
+	if err := ctx.Err(); err != nil { // as a network client does
+		return nil, err
+	}
 	t.mu.Lock()
 	s, down, stall := t.s, t.down, t.stall
 	t.mu.Unlock()
@@ -339,5 +342,39 @@ func TestTieredPurgeInvalidatesReplayCache(t *testing.T) {
 	run(t, eng, "k", &runs) //nolint:errcheck
 	if runs.Load() != 2 {
 		t.Fatalf("after a purge the work ran %d times in all, want 2 (the cached copy replayed)", runs.Load())
+	}
+}
+
+// A stalled durable tier does not open the fast tier's breaker by leaving
+// its calls no time: a duplicate of a key whose lock only the fast tier
+// holds still meets it, and does not run the work a second time.
+func TestTieredStalledDurableLeavesFastItsShare(t *testing.T) {
+	fast, durable := newTier(), newTier()
+	store := core.NewTiered(fast, durable)
+	ctx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), 100*time.Millisecond)
+	}
+	c, cancel := ctx()
+	defer cancel()
+	_, a, err := store.Acquire(c, "a", time.Minute) // both tiers lock it
+	if err != nil || a == "" {
+		t.Fatal(err)
+	}
+	durable.set(true, false) // down: r is locked in the fast tier only
+	_, r, err := store.Acquire(c, "r", time.Minute)
+	if err != nil || r == "" {
+		t.Fatal(err)
+	}
+	durable.set(false, true) // stalled while a's lock is refreshed
+	for range 8 {
+		c, cancel := ctx()
+		store.Refresh(c, "a", a, time.Minute) //nolint:errcheck
+		cancel()
+	}
+	durable.set(false, false)
+	c2, cancel2 := ctx()
+	defer cancel2()
+	if _, tok, err := store.Acquire(c2, "r", time.Minute); !errors.Is(err, core.ErrInFlight) {
+		t.Fatalf("a duplicate of r after the stall: token %q, err %v; want ErrInFlight (the fast tier's breaker opened)", tok, err)
 	}
 }
