@@ -19,12 +19,13 @@ SWAG        := $(GO) run github.com/swaggo/swag/cmd/swag@v1.16.6
 
 all: lint test
 
-## demo: run examples/$(FRAMEWORK) on the memory store and drive it with the demo client.
+## demo: run examples/$(FRAMEWORK) on the memory store and drive it with the demo
+## client; with DEMO_URL, drive the example already running there instead.
 demo:
 	@mkdir -p bin
 	cd examples && GOWORK=off $(GO) build -o ../bin/server-$(FRAMEWORK) ./$(FRAMEWORK)
 	cd examples && GOWORK=off $(GO) build -o ../bin/demo ./demo
-	./bin/demo -exec ./bin/server-$(FRAMEWORK)
+	@if [ -n "$(DEMO_URL)" ]; then ./bin/demo -url '$(DEMO_URL)'; else ./bin/demo -exec ./bin/server-$(FRAMEWORK); fi
 
 ## test: unit tests of every module, with the race detector; every module
 ## runs, and the target fails at the end if any did.
