@@ -66,6 +66,24 @@ type Request struct {
 	ResponseHeader http.Header
 }
 
+// NewRequest returns the Engine's view of r for Begin. route is its route
+// template ("" if unknown), w the response writer, whose headers so far are
+// those of middleware before the adapter. Context is r's; an adapter may
+// set another that adds its framework's values, for Config.Scope.
+func NewRequest(r *http.Request, route string, w http.ResponseWriter) Request {
+	return Request{
+		Context:        r.Context(),
+		Method:         r.Method,
+		Route:          route,
+		Path:           r.URL.EscapedPath(),
+		Query:          r.URL.RawQuery,
+		Header:         r.Header,
+		Body:           r.Body,
+		ContentLength:  r.ContentLength,
+		ResponseHeader: w.Header(),
+	}
+}
+
 // Covers reports whether requests with this method are covered.
 func (e *Engine) Covers(method string) bool {
 	for _, m := range e.cfg.Methods {
@@ -465,6 +483,16 @@ type Response struct {
 	Body       []byte
 	// Problem is set when the response is an error; Body is then its JSON.
 	Problem *Problem
+}
+
+// SetHeaders sets r's headers but its Content-Type on dst (Retry-After,
+// Link), for an error handler that renders a refusal's body its own way.
+func (r *Response) SetHeaders(dst http.Header) {
+	for k, v := range r.Header {
+		if k != "Content-Type" {
+			dst[k] = v
+		}
+	}
 }
 
 // Write writes r to w: the headers, the status and the body.

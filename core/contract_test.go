@@ -116,3 +116,13 @@ func TestInfoFromContext(t *testing.T) {
 		t.Fatal("InfoFromContext reported a key for a request without one")
 	}
 }
+
+// SetHeaders gives an error handler a refusal's headers but its
+// Content-Type, which the handler's own body sets.
+func TestResponseSetHeaders(t *testing.T) {
+	dst := http.Header{"Content-Type": {"text/html"}}
+	(&core.Response{Header: http.Header{"Content-Type": {core.ContentTypeProblem}, "Retry-After": {"1"}}}).SetHeaders(dst)
+	if len(dst) != 2 || dst.Get("Content-Type") != "text/html" || dst.Get("Retry-After") != "1" {
+		t.Fatalf("headers %v", dst)
+	}
+}

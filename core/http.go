@@ -42,24 +42,11 @@ func (e *Engine) middleware(next http.Handler, onError func(http.ResponseWriter,
 		if route != "" {
 			route = patternRoute(route)
 		}
-		f, resp := e.Begin(&Request{
-			Context:        r.Context(),
-			Method:         r.Method,
-			Route:          route,
-			Path:           r.URL.EscapedPath(),
-			Query:          r.URL.RawQuery,
-			Header:         r.Header,
-			Body:           r.Body,
-			ContentLength:  r.ContentLength,
-			ResponseHeader: w.Header(),
-		})
+		req := NewRequest(r, route, w)
+		f, resp := e.Begin(&req)
 		switch {
 		case resp != nil && resp.Problem != nil && onError != nil:
-			for k, v := range resp.Header {
-				if k != "Content-Type" {
-					w.Header()[k] = v
-				}
-			}
+			resp.SetHeaders(w.Header())
 			onError(w, r, resp.Problem)
 			return
 		case resp != nil:

@@ -73,7 +73,7 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 			f, resp := st.Begin(eng, req, c.Path(), c, res)
 			switch {
 			case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
-				httpadapt.ProblemHeaders(res.Header(), resp)
+				resp.SetHeaders(res.Header())
 				return cfg.ErrorHandler(c, resp.Problem)
 			case resp != nil:
 				resp.Write(res) // a replay is not a handler result: next does not run

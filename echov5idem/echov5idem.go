@@ -86,7 +86,7 @@ func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 			f, resp := st.Begin(eng, req, route, c, w)
 			switch {
 			case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
-				httpadapt.ProblemHeaders(w.Header(), resp)
+				resp.SetHeaders(w.Header())
 				return cfg.ErrorHandler(c, resp.Problem)
 			case resp != nil:
 				resp.Write(w) // a replay or a refusal: next does not run

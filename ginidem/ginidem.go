@@ -61,17 +61,8 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			return
 		}
 		st := &state{ctx: requestContext{Context: r.Context(), c: c}}
-		st.req = core.Request{
-			Context:        &st.ctx,
-			Method:         r.Method,
-			Route:          c.FullPath(),
-			Path:           r.URL.EscapedPath(),
-			Query:          r.URL.RawQuery,
-			Header:         r.Header,
-			Body:           r.Body,
-			ContentLength:  r.ContentLength,
-			ResponseHeader: c.Writer.Header(),
-		}
+		st.req = core.NewRequest(r, c.FullPath(), c.Writer)
+		st.req.Context = &st.ctx
 		if v, ok := c.Get(gin.BodyBytesKey); ok {
 			// A middleware before this one read the body with
 			// ShouldBindBodyWith, which keeps its bytes here and leaves
@@ -84,11 +75,7 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 		f, resp := eng.Begin(&st.req)
 		switch {
 		case resp != nil && resp.Problem != nil && o.errorHandler != nil:
-			for k, v := range resp.Header {
-				if k != "Content-Type" {
-					c.Writer.Header()[k] = v
-				}
-			}
+			resp.SetHeaders(c.Writer.Header())
 			o.errorHandler(c, resp.Problem)
 			c.Abort()
 			return

@@ -176,11 +176,6 @@ func TestWriteResponse(t *testing.T) {
 	if got := headersOf(rh); !equalHeader(got, http.Header{"Retry-After": {"1"}}) {
 		t.Fatalf("FastProblemHeaders: %v, want Retry-After only", got)
 	}
-	dst := http.Header{"Content-Type": {"text/html"}}
-	ProblemHeaders(dst, &core.Response{Header: http.Header{"Content-Type": {core.ContentTypeProblem}, "Retry-After": {"1"}}})
-	if !equalHeader(dst, http.Header{"Content-Type": {"text/html"}, "Retry-After": {"1"}}) {
-		t.Fatalf("ProblemHeaders: %v", dst)
-	}
 }
 
 func TestStableMethod(t *testing.T) {

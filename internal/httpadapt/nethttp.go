@@ -52,17 +52,8 @@ type Protected struct {
 // of middleware before the adapter).
 func (p *Protected) Begin(eng *core.Engine, r *http.Request, route string, store Getter, w http.ResponseWriter) (*core.Flight, *core.Response) {
 	p.Ctx = Values{Context: r.Context(), Store: store}
-	p.Req = core.Request{
-		Context:        &p.Ctx,
-		Method:         r.Method,
-		Route:          route,
-		Path:           r.URL.EscapedPath(),
-		Query:          r.URL.RawQuery,
-		Header:         r.Header,
-		Body:           r.Body,
-		ContentLength:  r.ContentLength,
-		ResponseHeader: w.Header(),
-	}
+	p.Req = core.NewRequest(r, route, w)
+	p.Req.Context = &p.Ctx
 	return eng.Begin(&p.Req)
 }
 
@@ -74,15 +65,4 @@ func (p *Protected) Capture(f *core.Flight, w http.ResponseWriter, r *http.Reque
 	p.Body.Reset(f.Body())
 	r.Body = &p.Body
 	return &p.W
-}
-
-// ProblemHeaders sets the headers of an Engine's problem response resp but
-// its Content-Type (such as Retry-After) on dst, for an adapter's
-// ErrorHandler, which renders the body its own way.
-func ProblemHeaders(dst http.Header, resp *core.Response) {
-	for k, v := range resp.Header {
-		if k != "Content-Type" {
-			dst[k] = v
-		}
-	}
 }
