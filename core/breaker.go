@@ -36,8 +36,7 @@ func (s BreakerState) String() string {
 }
 
 // breaker is a consecutive-failure circuit breaker with a single half-open
-// probe. sony/gobreaker does the same but reads the wall clock, which its
-// transitions' tests would have to sleep through; see docs/design.md.
+// probe and an injected clock (why not sony/gobreaker: docs/design.md).
 type breaker struct {
 	failures int           // consecutive failures that open it; 0 disables it
 	cooldown time.Duration // open time before a probe
