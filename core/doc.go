@@ -38,6 +38,7 @@
 //
 // A Store has four methods (Acquire, Complete, Release, Refresh) over opaque
 // keys and encoded records. MemoryStore is the default and serves one
-// instance; the redislock package serves many. The idemtest package holds the
-// conformance suite every store runs.
+// instance; the redislock and pgstore packages serve many, and NewTiered puts
+// one in front of the other. The idemtest package holds the conformance
+// suites every store runs.
 package core
