@@ -28,10 +28,6 @@ import (
 // that decides on more than that, or panics, counts as not skipping: the
 // route may be covered.
 func Operations(cfg Config, routes []*echo.Route) []route.Operation {
-	var methods []string
-	if cfg.Engine != nil {
-		methods = cfg.Engine.Config().Methods
-	}
 	rs := make([]routedoc.Route, len(routes))
 	for i, rt := range routes {
 		rs[i] = routedoc.Route{Method: rt.Method, Path: rt.Path}
@@ -50,7 +46,7 @@ func Operations(cfg Config, routes []*echo.Route) []route.Operation {
 			return routedoc.Safely(func() bool { return cfg.Skipper(c) })
 		}
 	}
-	return routedoc.Operations(rs, methods, "", skipped)
+	return routedoc.Operations(rs, cfg.Engine, "", skipped)
 }
 
 // discard is the ResponseWriter of the synthetic context.

@@ -30,10 +30,6 @@ import (
 // else. A Skipper that decides on more than that, or panics, counts as not
 // skipping: the route may be covered.
 func Operations(cfg Config, routes echo.Routes) []route.Operation {
-	var methods []string
-	if cfg.Engine != nil {
-		methods = cfg.Engine.Config().Methods
-	}
 	rs := make([]routedoc.Route, len(routes))
 	for i, rt := range routes {
 		rs[i] = routedoc.Route{Method: rt.Method, Path: rt.Path}
@@ -53,7 +49,7 @@ func Operations(cfg Config, routes echo.Routes) []route.Operation {
 			return routedoc.Safely(func() bool { return cfg.Skipper(c) })
 		}
 	}
-	return routedoc.Operations(rs, methods, echo.RouteAny, skipped)
+	return routedoc.Operations(rs, cfg.Engine, echo.RouteAny, skipped)
 }
 
 // discard is the ResponseWriter of the synthetic context.

@@ -26,10 +26,6 @@ import (
 // more than that, or panics, counts as not skipping: the route may be
 // covered.
 func Operations(cfg Config, routes []fiber.Route) []route.Operation {
-	var methods []string
-	if cfg.Engine != nil {
-		methods = cfg.Engine.Config().Methods
-	}
 	rs := make([]routedoc.Route, len(routes))
 	for i, rt := range routes {
 		rs[i] = routedoc.Route{Method: rt.Method, Path: rt.Path}
@@ -46,5 +42,5 @@ func Operations(cfg Config, routes []fiber.Route) []route.Operation {
 			return routedoc.Safely(func() bool { return cfg.Next(c) })
 		}
 	}
-	return routedoc.Operations(rs, methods, "", skipped)
+	return routedoc.Operations(rs, cfg.Engine, "", skipped)
 }

@@ -13,16 +13,17 @@ import (
 // router's syntax.
 type Route struct{ Method, Path string }
 
-// Operations returns the operations of routes that a middleware covering
-// methods (nil: core.DefaultMethods) documents: a route whose method is
+// Operations returns the operations of routes that a middleware of eng
+// documents, covering eng's methods (core.DefaultMethods if eng is nil): a route whose method is
 // one of them, or anyMethod (a route for every method, such as Echo v5's
 // RouteAny; "" if the router has none) once per covered method, unless
 // skipped (nil: none) says the middleware's skip function skips route i
 // with that method. The result is in OpenAPI syntax, sorted and without
 // duplicates (route.Sort), and never nil.
-func Operations(routes []Route, methods []string, anyMethod string, skipped func(i int, method string) bool) []route.Operation {
-	if methods == nil {
-		methods = core.DefaultMethods
+func Operations(routes []Route, eng *core.Engine, anyMethod string, skipped func(i int, method string) bool) []route.Operation {
+	methods := core.DefaultMethods
+	if eng != nil {
+		methods = eng.Config().Methods
 	}
 	ops := make([]route.Operation, 0, len(routes))
 	for i, rt := range routes {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/idem-go/idem/core"
 )
 
 func TestOperations(t *testing.T) {
@@ -27,7 +29,14 @@ func TestOperations(t *testing.T) {
 		{"skipped by route and method", nil, "ANY", func(i int, m string) bool { return i == 3 && m != "POST" || i == 2 },
 			"[{POST /hooks/{name}} {POST /orders}]"},
 	} {
-		got := Operations(routes, tc.methods, tc.anyMethod, tc.skipped)
+		var eng *core.Engine // nil: the default methods
+		if tc.methods != nil {
+			var err error
+			if eng, err = core.New(core.Config{Methods: tc.methods}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := Operations(routes, eng, tc.anyMethod, tc.skipped)
 		if s := fmt.Sprint(got); s != tc.want || got == nil {
 			t.Errorf("%s: %s, want %s", tc.name, s, tc.want)
 		}
