@@ -6,19 +6,31 @@ import (
 	"time"
 )
 
-// Store operations, as InstrumentStore reports them.
+// StoreOp is a store operation, as InstrumentStore reports it.
+type StoreOp int
+
+// Store operations; NumStoreOps counts them, for arrays indexed by them.
 const (
-	OpAcquire  = "acquire"
-	OpComplete = "complete"
-	OpRelease  = "release"
-	OpRefresh  = "refresh"
+	OpAcquire StoreOp = iota
+	OpComplete
+	OpRelease
+	OpRefresh
+	NumStoreOps
 )
 
+// String returns "acquire", "complete", "release" or "refresh".
+func (o StoreOp) String() string {
+	if o < 0 || o >= NumStoreOps {
+		return "unknown"
+	}
+	return [...]string{"acquire", "complete", "release", "refresh"}[o]
+}
+
 // A StoreObserver receives each call of a store wrapped by InstrumentStore:
-// its operation (OpAcquire, ...), duration and error, and held, the change
-// it made to the locks this process holds: +1 for an Acquire that took one,
-// -1 for the Complete or Release that ended it, else 0.
-type StoreObserver func(ctx context.Context, op string, d time.Duration, err error, held int)
+// its operation, duration and error, and held, the change it made to the
+// locks this process holds: +1 for an Acquire that took one, -1 for the
+// Complete or Release that ended it, else 0.
+type StoreObserver func(ctx context.Context, op StoreOp, d time.Duration, err error, held int)
 
 // InstrumentStore returns s reporting each call to observe, for metrics
 // (idemprom, idemotel). The result implements Waiter and Admin if s does,

@@ -17,13 +17,14 @@ type opLog struct {
 	held int
 }
 
-func (l *opLog) observe(_ context.Context, op string, _ time.Duration, err error, held int) {
+func (l *opLog) observe(_ context.Context, op core.StoreOp, _ time.Duration, err error, held int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	name := op.String()
 	if err != nil {
-		op += "!"
+		name += "!"
 	}
-	l.ops = append(l.ops, op)
+	l.ops = append(l.ops, name)
 	l.held += held
 }
 

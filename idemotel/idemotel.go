@@ -36,7 +36,7 @@ type Telemetry struct {
 	fallbacks metric.Int64Counter
 	breaker   metric.Int64Gauge
 
-	ops    [numOps]opOptions
+	ops    [core.NumStoreOps]opOptions
 	states [len(breakerStates)]seriesOptions
 
 	mu     sync.RWMutex
@@ -85,7 +85,7 @@ func New(mp metric.MeterProvider) (*Telemetry, error) {
 		return nil, fmt.Errorf("idemotel: %w", err)
 	}
 	ctx := context.Background()
-	for op := range numOps {
+	for op := range core.NumStoreOps {
 		t.ops[op] = options(attribute.NewSet(attribute.String("operation", op.String())))
 		t.storeErrs.Add(ctx, 0, t.ops[op].add...) // every series from the start: rates need no first sample
 	}

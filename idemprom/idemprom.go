@@ -42,7 +42,7 @@ type Collector struct {
 	fallbacks prometheus.Counter
 	breaker   *prometheus.GaugeVec
 
-	ops [numOps]opMetrics // resolved once: the store wrapper does no label lookup
+	ops [core.NumStoreOps]opMetrics // resolved once: the store wrapper does no label lookup
 
 	mu     sync.RWMutex
 	series map[seriesKey]series // resolved once per label set: one lookup per event, not two
@@ -115,7 +115,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Collector, error) {
 		series: make(map[seriesKey]series),
 	}
 	c.setBreaker(core.BreakerClosed)
-	for op := range numOps {
+	for op := range core.NumStoreOps {
 		c.ops[op] = opMetrics{
 			duration: c.storeDur.WithLabelValues(op.String()),
 			errors:   c.storeErrs.WithLabelValues(op.String()),

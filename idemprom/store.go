@@ -8,32 +8,6 @@ import (
 	"github.com/idem-go/idem/core"
 )
 
-type op int
-
-const (
-	opAcquire op = iota
-	opComplete
-	opRelease
-	opRefresh
-	numOps
-)
-
-func (o op) String() string {
-	return [...]string{core.OpAcquire, core.OpComplete, core.OpRelease, core.OpRefresh}[o]
-}
-
-func opOf(name string) op {
-	switch name {
-	case core.OpComplete:
-		return opComplete
-	case core.OpRelease:
-		return opRelease
-	case core.OpRefresh:
-		return opRefresh
-	}
-	return opAcquire
-}
-
 // InstrumentStore returns s measured by c (core.InstrumentStore): the
 // duration and the failures of each call, and idempotency_inflight_requests,
 // the locks that s handed to this process and that were not completed or
@@ -42,8 +16,8 @@ func (c *Collector) InstrumentStore(s core.Store) core.Store {
 	return core.InstrumentStore(s, c.observeStore)
 }
 
-func (c *Collector) observeStore(_ context.Context, name string, d time.Duration, err error, held int) {
-	m := c.ops[opOf(name)]
+func (c *Collector) observeStore(_ context.Context, op core.StoreOp, d time.Duration, err error, held int) {
+	m := c.ops[op]
 	m.duration.Observe(d.Seconds())
 	if err != nil && !errors.Is(err, core.ErrInFlight) && !errors.Is(err, core.ErrLockLost) {
 		m.errors.Inc()
