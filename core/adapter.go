@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -38,7 +39,10 @@ type Request struct {
 	Method  string
 	// Route is the route template (/orders/{id}): the endpoint that
 	// Config.ScopeRoute joins to the scope, and Event.Route, a label for
-	// metrics that path parameters do not multiply. Empty means Path.
+	// metrics that path parameters do not multiply. Empty means unknown
+	// (a request no route matched, a middleware that runs before the
+	// router): Event.Route is then "unmatched", so that clients cannot add
+	// label values, and ScopeRoute joins Path.
 	Route string
 	// Path is the request's path, escaped as sent (url.URL.EscapedPath):
 	// routers that route on the escaped path send /docs/a%2Fb and /docs/a/b
@@ -84,8 +88,8 @@ func NewRequest(r *http.Request, route string, w http.ResponseWriter) Request {
 	}
 }
 
-// Covers reports whether requests with this method are covered.
-func (e *Engine) Covers(method string) bool {
+// covers reports whether requests with this method are covered.
+func (e *Engine) covers(method string) bool {
 	for _, m := range e.cfg.Methods {
 		if m == method {
 			return true
@@ -101,7 +105,7 @@ func (e *Engine) Covers(method string) bool {
 // names are canonical), so that an adapter can pass the other requests on
 // before it sets anything up for Begin.
 func (e *Engine) Keyed(method string, h HeaderGetter) bool {
-	return e.Covers(method) && (e.cfg.Required || h.Values(e.cfg.KeyHeader) != nil ||
+	return e.covers(method) && (e.cfg.Required || h.Values(e.cfg.KeyHeader) != nil ||
 		e.cfg.LegacyKeyHeader != "" && h.Values(e.cfg.LegacyKeyHeader) != nil)
 }
 
@@ -117,7 +121,7 @@ func (e *Engine) Keyed(method string, h HeaderGetter) bool {
 //
 // Begin may block up to Config.Wait when the key is in flight.
 func (e *Engine) Begin(req *Request) (*Flight, *Response) {
-	if !e.Covers(req.Method) {
+	if !e.covers(req.Method) {
 		return nil, nil
 	}
 	key, present, err := e.Key(req.Header)
@@ -125,12 +129,13 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 		return nil, nil // the common unprotected case costs no more than this
 	}
 	start := time.Now()
-	route := req.Route
+	route, endpoint := req.Route, req.Route
 	if route == "" {
-		route = req.Path
+		route, endpoint = unmatchedRoute, req.Path
 	}
 	fail := func(o Outcome, p *Problem, err error) (*Flight, *Response) {
-		e.observe(Event{Context: req.Context, Outcome: o, Method: req.Method, Route: route, Key: key, Status: p.Status, Err: err}, start)
+		e.observe(Event{Context: req.Context, Outcome: o, Transport: httpAnswers.transport, Method: req.Method, Route: route, Key: key,
+			Code: p.Status, Err: err}, start)
 		return nil, e.problem(p, nil)
 	}
 	switch {
@@ -173,7 +178,7 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 		c.TTL = e.cfg.TTL(req)
 	}
 	f := &Flight{body: body, max: e.cfg.MaxStoredBodyBytes}
-	l, rec, err := e.acquire(&c, start, &httpAnswers, &f.lease)
+	l, rec, err := e.acquire(&c, endpoint, start, &httpAnswers, &f.lease)
 	switch {
 	case l != nil:
 		if len(req.ResponseHeader) > 0 {
@@ -186,23 +191,38 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 		return nil, e.problem(&Problem{Type: ProblemKeyReused, Title: "Idempotency key reused",
 			Status: http.StatusUnprocessableEntity,
 			Detail: "this idempotency key was already used with a different request"}, nil)
+	case errors.Is(err, ErrQuotaExceeded):
+		h := make(http.Header, 2)
+		h.Set("Retry-After", e.quotaRetryAfter(err))
+		return nil, e.problem(&Problem{Type: ProblemQuotaExceeded, Title: "Idempotency quota exceeded",
+			Status: http.StatusTooManyRequests, Detail: quotaDetail(err)}, h)
 	case errors.Is(err, ErrInFlight):
 		return nil, e.problem(&Problem{Type: ProblemKeyInFlight, Title: "Request in flight",
 			Status: http.StatusConflict,
 			Detail: "a request with this idempotency key is being processed; retry later"}, e.retryAfter())
 	default:
-		return nil, e.problem(&Problem{Type: ProblemStoreUnavailable, Title: "Idempotency store unavailable",
-			Status: http.StatusServiceUnavailable,
-			Detail: "the request was not run because its idempotency cannot be guaranteed; retry later"}, e.retryAfter())
+		return nil, e.unavailable("the request was not run because its idempotency cannot be guaranteed; retry later")
 	}
+}
+
+// unmatchedRoute is Event.Route of a request without a route template.
+const unmatchedRoute = "unmatched"
+
+// unavailable is the 503 of a store failure under FailClosed, or of a
+// Buffered flight whose commit failed.
+func (e *Engine) unavailable(detail string) *Response {
+	return e.problem(&Problem{Type: ProblemStoreUnavailable, Title: "Idempotency store unavailable",
+		Status: http.StatusServiceUnavailable, Detail: detail}, e.retryAfter())
 }
 
 // httpAnswers are the codes of the HTTP refusals, for their events, and the
 // final statuses a record may replay (a 1xx replayed hangs the client).
 var httpAnswers = answers{
+	transport:   "http",
 	conflict:    http.StatusConflict,
 	mismatch:    http.StatusUnprocessableEntity,
 	unavailable: http.StatusServiceUnavailable,
+	quota:       http.StatusTooManyRequests,
 	valid:       func(code int) bool { return code >= 200 && code <= 999 },
 }
 
@@ -301,8 +321,8 @@ type Flight struct {
 	// the memory of what an adapter hands the handler: one allocation
 	// instead of three
 	ctx    flightContext
-	reader BodyReader
-	writer CaptureWriter
+	reader bodyReader
+	writer captureWriter
 }
 
 // flightContext is the first context NewContext returns: a context.WithValue
@@ -322,6 +342,9 @@ func (c *flightContext) Value(key any) any {
 // NewContext returns a copy of ctx that carries the flight, for the
 // handler's InfoFromContext.
 func (f *Flight) NewContext(ctx context.Context) context.Context {
+	if f.lease.tx != nil {
+		ctx = f.lease.tx.Context(ctx)
+	}
 	if f.ctx.f == nil {
 		f.ctx = flightContext{Context: ctx, f: f}
 		return &f.ctx
@@ -332,10 +355,22 @@ func (f *Flight) NewContext(ctx context.Context) context.Context {
 // Body returns the request body that Begin read, for the handler.
 func (f *Flight) Body() []byte { return f.body }
 
+// Buffered reports whether the response must be held back until Complete
+// returns: with a TxStore, the handler's writes commit with the record,
+// and a response sent before the commit could announce an effect that is
+// then rolled back. Write then keeps the whole body.
+func (f *Flight) Buffered() bool { return f.lease.tx != nil }
+
+// BufferedBody returns the body that Write kept, for a Buffered flight's
+// adapter to send after Complete.
+func (f *Flight) BufferedBody() []byte { return f.resp }
+
 // Write records p as part of the response body. It never fails.
 func (f *Flight) Write(p []byte) (int, error) {
 	f.size += int64(len(p))
 	switch {
+	case f.lease.tx != nil:
+		f.resp = append(f.resp, p...)
 	case f.hasher != nil:
 		f.hasher.Write(p)
 	case len(f.resp)+len(p) > f.max:
@@ -350,24 +385,26 @@ func (f *Flight) Write(p []byte) (int, error) {
 }
 
 // Complete ends the flight with the handler's status and response headers
-// (the body went through Write): the response is stored, less the denied
-// headers and those left as Request.ResponseHeader had them, and the lock
-// released, or, if the store policy refuses the status, the lock is
+// (the body went through Write): the response is stored, less the headers
+// left as Request.ResponseHeader had them and the storage policy's, and the
+// lock released; if Config.Storable refuses the status, the lock is
 // released without storing. If the store fails to take the response, the
-// lock is left to expire: the handler ran, and a retry gets 409 until then
-// (see Lease.Complete).
-func (f *Flight) Complete(status int, header http.Header) {
+// lock is left to expire (see Lease.Complete).
+//
+// Complete returns nil, or, when a Buffered flight failed to commit, the
+// response to send instead of the handler's (503): nothing of the handler's
+// was kept.
+func (f *Flight) Complete(status int, header http.Header) *Response {
 	// Storable runs first: if it panics, the flight is not over yet and the
 	// adapter's deferred Abort releases the lock.
 	e := f.lease.e
 	if !(status >= 200 && status <= 999 && e.cfg.Storable(status)) {
 		f.lease.Release(status, nil)
-		return
+		return nil
 	}
 	rec := &Record{Code: status, Header: make(map[string][]string, len(header)), Body: f.resp}
 	for k, v := range header {
-		ck := http.CanonicalHeaderKey(k)
-		if !e.denied[ck] && (e.kept == nil || e.kept[ck]) && !slices.Equal(v, f.base[k]) {
+		if !slices.Equal(v, f.base[k]) {
 			rec.Header[k] = v
 		}
 	}
@@ -375,79 +412,153 @@ func (f *Flight) Complete(status int, header http.Header) {
 		rec.BodyOmitted, rec.BodySize = true, f.size
 		f.hasher.Sum(rec.BodySHA256[:0])
 	}
-	f.lease.Complete(rec)
+	if f.lease.Complete(rec) != nil {
+		return e.unavailable("the request's writes and its result could not be committed, so none was kept; retry later")
+	}
+	return nil
+}
+
+// ResetHeader sets h back to the response headers set before the handler
+// ran (Request.ResponseHeader), for the Response that Complete returns in
+// place of a Buffered flight's own.
+func (f *Flight) ResetHeader(h http.Header) {
+	clear(h)
+	for k, v := range f.base {
+		h[k] = v
+	}
 }
 
 // Abort ends the flight without storing: the lock is released so a retry
 // runs the handler again. Use it after a panic, for a hijacked connection,
 // a body the adapter cannot capture (Fiber's body stream), or a response
 // that is not the handler's (a router's 404).
-func (f *Flight) Abort() { f.lease.Release(0, errAborted) }
+//
+// If the handler was given ResponseWriter and f is Buffered, none of its
+// response was sent: Abort sets the response's headers back to those set
+// before the handler, for whatever answers instead (a recovered panic's
+// 500). After Finish or Abandon, Abort does nothing.
+func (f *Flight) Abort() {
+	if w := &f.writer; w.flight != nil && !w.ended {
+		w.ended = true
+		if f.Buffered() {
+			f.ResetHeader(w.ResponseWriter.Header())
+		}
+	}
+	f.lease.Release(0, errAborted)
+}
 
 var errAborted = errors.New("idem: flight aborted: response not stored (panic, hijack, body stream or not the handler's)")
 
-// BodyReader gives the handler the request body that Engine.Begin read
-// (Flight.Body): an io.ReadCloser over the bytes, with Reset to reuse it.
-type BodyReader struct{ bytes.Reader }
+// Request returns r as the handler gets it while f is open: its body reads
+// what Begin read, and its context carries f (InfoFromContext, a TxStore's
+// transaction). It sets r.Body.
+func (f *Flight) Request(r *http.Request) *http.Request {
+	f.reader.Reset(f.body)
+	r.Body = &f.reader
+	return r.WithContext(f.NewContext(r.Context()))
+}
+
+// ResponseWriter returns the writer the handler gets while f is open: it
+// passes the response on to w and copies it into f, and notes the status
+// and a hijacked connection; a Buffered flight's response waits for
+// Finish. A flush does not stop the capture: the response is stored when
+// the handler returns, like any other (docs/design.md, "Adapters").
+func (f *Flight) ResponseWriter(w http.ResponseWriter) http.ResponseWriter {
+	f.writer = captureWriter{ResponseWriter: w, flight: f}
+	return &f.writer
+}
+
+// Finish ends f once the handler, given ResponseWriter, has returned:
+// Abort if the connection was hijacked, else Complete with the status and
+// the headers as they were sent (headers changed after WriteHeader never
+// reach the client), or, if the handler wrote nothing, 200 and the headers
+// as they are now, as net/http then sends them. A Buffered flight's
+// response is sent then, or, if its commit failed, the 503 that Complete
+// returns, with the headers set before the handler.
+func (f *Flight) Finish() { f.writer.finish() }
+
+// Abandon ends f without storing, as Abort, once the handler, given
+// ResponseWriter, has returned a response that is not its to keep (a
+// router's 404): a Buffered flight sends it then.
+func (f *Flight) Abandon() {
+	w := &f.writer
+	w.ended = true
+	f.lease.Release(0, errAborted)
+	if f.Buffered() && !w.hijacked {
+		w.send(nil)
+	}
+}
+
+// bodyReader is the request body of Flight.Request.
+type bodyReader struct{ bytes.Reader }
 
 // Close does nothing: the bytes are in memory.
-func (*BodyReader) Close() error { return nil }
+func (*bodyReader) Close() error { return nil }
 
-// CaptureWriter is the http.ResponseWriter an adapter hands the handler
-// while a Flight is open: it passes the response through to the client and
-// copies its body into the Flight, notes the status, and notes a hijacked
-// connection. The net/http middleware and the adapters of net/http-based
-// frameworks share it.
-//
-// A flush does not stop the capture: the response is stored when the
-// handler returns, like any other (a body over Config.MaxStoredBodyBytes
-// as its size and hash). A handler that flushed has done its work, whether
-// it streams events or is an httputil.ReverseProxy, which flushes every
-// response without a Content-Length: a retry must get that response, not
-// run the handler again.
-type CaptureWriter struct {
+// captureWriter is the writer of Flight.ResponseWriter.
+type captureWriter struct {
 	http.ResponseWriter
-	Flight *Flight
+	flight *Flight
 
 	status   int
 	header   http.Header // as sent: a copy taken with the status
 	hijacked bool
+	ended    bool // by Finish, Abandon or Abort
 }
 
 // WriteHeader notes the first final status and the headers sent with it,
-// and passes it on.
-func (w *CaptureWriter) WriteHeader(code int) {
+// and passes it on (a Buffered flight's final status waits for Finish).
+func (w *captureWriter) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
 		w.status = code
 		w.header = w.ResponseWriter.Header().Clone()
+		if w.flight.Buffered() {
+			return
+		}
+	}
+	if code >= 200 && w.flight.Buffered() {
+		return
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// Write copies p into the Flight and passes it on.
-func (w *CaptureWriter) Write(p []byte) (int, error) {
+// Write copies p into the Flight and passes it on (a Buffered flight's body
+// waits for Finish).
+func (w *captureWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
-	w.Flight.Write(p) //nolint:errcheck // never fails
+	w.flight.Write(p) //nolint:errcheck // never fails
+	if w.flight.Buffered() {
+		return len(p), nil
+	}
 	return w.ResponseWriter.Write(p)
 }
 
 // FlushError flushes: the status and headers, if not sent yet, and the
 // body so far. http.ResponseController and Echo's Response.Flush call it.
-func (w *CaptureWriter) FlushError() error {
+// A Buffered flight flushes nothing before Finish.
+func (w *captureWriter) FlushError() error {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK) // as net/http sends it on a flush
+	}
+	if w.flight.Buffered() {
+		return nil
 	}
 	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 // Flush is FlushError for code that asserts http.Flusher.
-func (w *CaptureWriter) Flush() { w.FlushError() } //nolint:errcheck // as http.Flusher, no error to report
+func (w *captureWriter) Flush() { w.FlushError() } //nolint:errcheck // as http.Flusher, no error to report
 
 // Hijack hijacks, and notes a hijack that succeeded: the response is then
-// not stored.
-func (w *CaptureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+// not stored. A Buffered flight refuses (http.ErrNotSupported): what the
+// handler would write on the connection could announce writes that are
+// then rolled back.
+func (w *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if w.flight.Buffered() {
+		return nil, nil, http.ErrNotSupported
+	}
 	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err == nil {
 		w.hijacked = true
@@ -456,23 +567,44 @@ func (w *CaptureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.
-func (w *CaptureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// Finish ends the Flight after the handler: Abort if the connection was
-// hijacked, else Complete with the status and the headers as
-// they were sent (headers changed after WriteHeader never reach the client,
-// so they are not stored), or, if the handler wrote nothing, 200 and the
-// headers as they are now, as net/http then sends them.
-func (w *CaptureWriter) Finish() {
+// finish is Flight.Finish.
+func (w *captureWriter) finish() {
 	if w.hijacked {
-		w.Flight.Abort()
+		w.ended = true
+		w.flight.Abort()
 		return
 	}
-	if w.status == 0 {
-		w.Flight.Complete(http.StatusOK, w.ResponseWriter.Header())
+	status, header := w.status, w.header
+	if status == 0 {
+		status, header = http.StatusOK, w.ResponseWriter.Header()
+	}
+	resp := w.flight.Complete(status, header) // if Storable panics, a deferred Abort still counts
+	w.ended = true
+	if w.flight.Buffered() {
+		w.send(resp)
+	}
+}
+
+// send sends a Buffered flight's held response, or resp instead with the
+// headers set before the handler.
+func (w *captureWriter) send(resp *Response) {
+	h := w.ResponseWriter.Header()
+	if resp != nil {
+		w.flight.ResetHeader(h)
+		resp.Write(w.ResponseWriter)
 		return
 	}
-	w.Flight.Complete(w.status, w.header)
+	status := w.status
+	if status == 0 {
+		status = http.StatusOK
+	} else {
+		clear(h)
+		maps.Copy(h, w.header) // as the handler sent them
+	}
+	w.ResponseWriter.WriteHeader(status)
+	w.ResponseWriter.Write(w.flight.BufferedBody()) //nolint:errcheck // the client went away; nothing to do
 }
 
 // Response is a response the Engine answers with instead of running the

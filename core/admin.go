@@ -66,6 +66,9 @@ func (s *MemoryStore) Purge(_ context.Context, key string) error {
 		return ErrInFlight
 	}
 	s.remove(e)
+	for _, drop := range s.invalidate {
+		drop(key)
+	}
 	return nil
 }
 

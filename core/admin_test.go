@@ -8,5 +8,5 @@ import (
 )
 
 func TestMemoryStoreAdmin(t *testing.T) {
-	idemtest.TestAdmin(t, func(*testing.T) core.Store { return core.NewMemoryStore(0) })
+	idemtest.TestAdmin(t, func(*testing.T) core.Store { return core.NewMemoryStore(0) }, idemtest.FakeTime())
 }

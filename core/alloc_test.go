@@ -17,8 +17,8 @@ import (
 // store calls) but not the server around it; the race detector adds
 // raceAllocs. Raise a budget only with a reason in the commit message.
 const (
-	replayAllocBudget   = 19
-	firstRunAllocBudget = 24
+	replayAllocBudget   = 18
+	firstRunAllocBudget = 23
 	noKeyAllocBudget    = 1
 )
 

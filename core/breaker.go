@@ -116,6 +116,6 @@ func (b *breaker) done(err error) {
 // storeFailure reports whether err says the store is not working, as
 // opposed to an answer about a key or a bad record.
 func storeFailure(err error) bool {
-	return !errors.Is(err, ErrInFlight) && !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrStoreFull) &&
+	return !errors.Is(err, ErrInFlight) && !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrStoreFull) && !errors.Is(err, ErrQuotaExceeded) &&
 		!errors.Is(err, ErrCorruptRecord) && !errors.Is(err, ErrCircuitOpen) && !errors.Is(err, context.Canceled)
 }

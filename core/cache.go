@@ -111,14 +111,18 @@ func (c *replayCache) remove(el *list.Element) {
 // recordExpiry reads the expiry of an encoded record without decoding the
 // rest (see Record.appendBinary for the layout).
 func recordExpiry(b []byte) (time.Time, bool) {
-	if len(b) < 2+32 || b[0] != recordVersion {
+	switch {
+	case len(b) > 0 && b[0] == recordSealed: // its times come first
+		b = b[1:]
+	case len(b) < 2+32 || b[0] != recordVersion:
 		return time.Time{}, false
-	}
-	b = b[2+32:]
-	if _, n := binary.Uvarint(b); n > 0 { // the code
-		b = b[n:]
-	} else {
-		return time.Time{}, false
+	default:
+		b = b[2+32:]
+		if _, n := binary.Uvarint(b); n > 0 { // the code
+			b = b[n:]
+		} else {
+			return time.Time{}, false
+		}
 	}
 	for range 2 { // requested, completed
 		_, n := binary.Varint(b)

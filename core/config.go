@@ -10,16 +10,16 @@ import (
 // Defaults of Config.
 const (
 	DefaultKeyHeader          = "Idempotency-Key"
-	DefaultLegacyKeyHeader    = "X-Idempotency-Key"
+	defaultLegacyKeyHeader    = "X-Idempotency-Key"
 	DefaultMaxKeyLength       = 255
 	DefaultMaxBodyBytes       = 1 << 20 // 1 MiB
-	DefaultMaxStoredBodyBytes = 1 << 20 // 1 MiB
+	defaultMaxStoredBodyBytes = 1 << 20 // 1 MiB
 	DefaultResponseTTL        = 24 * time.Hour
-	DefaultLockTTL            = 5 * time.Minute
-	DefaultRetryAfter         = time.Second
-	DefaultStoreTimeout       = time.Second
-	DefaultBreakerFailures    = 5
-	DefaultBreakerCooldown    = 50 * time.Millisecond
+	defaultLockTTL            = 5 * time.Minute
+	defaultRetryAfter         = time.Second
+	defaultStoreTimeout       = time.Second
+	defaultBreakerFailures    = 5
+	defaultBreakerCooldown    = 50 * time.Millisecond
 )
 
 // Headers the Engine adds to a replayed response.
@@ -38,16 +38,19 @@ const (
 // DefaultMethods are the methods the Engine covers by default.
 var DefaultMethods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 
-// DefaultDeniedHeaders are the response headers never stored: hop-by-hop
-// headers, Set-Cookie (a session must not be handed to whoever replays the
-// key), Content-Length and Date, which the server writes anew, and
-// X-Request-Id, which a request-id middleware sets on every request: a
-// replay keeps the id of the request that asked for it, for tracing.
-var DefaultDeniedHeaders = []string{
+// baseDeniedHeaders are never stored, whatever Config.DeniedHeaders says:
+// hop-by-hop headers, the cookies a replay must not hand to another client,
+// and the headers the server writes anew.
+var baseDeniedHeaders = []string{
 	"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 	"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-	"Set-Cookie", "Set-Cookie2", "Content-Length", "Date", "X-Request-Id",
+	"Set-Cookie", "Set-Cookie2", "Content-Length", "Date",
 }
+
+// defaultDeniedHeaders is the default of Config.DeniedHeaders: X-Request-Id,
+// which a request-id middleware sets on every request, so that a replay
+// keeps the id of the request that asked for it.
+var defaultDeniedHeaders = []string{"X-Request-Id"}
 
 // DefaultStorable is the default store policy: every status below 500
 // except 408 Request Timeout, 425 Too Early and 429 Too Many Requests,
@@ -73,22 +76,23 @@ type Config struct {
 	// KeyHeader is the header carrying the key. Default: DefaultKeyHeader.
 	KeyHeader string
 	// LegacyKeyHeader is also accepted; if both headers are sent they must
-	// agree. Default: DefaultLegacyKeyHeader; "-" accepts no second header.
+	// agree. Default: X-Idempotency-Key; "-" accepts no second header.
 	LegacyKeyHeader string
 	// MaxKeyLength is the longest key accepted, in bytes.
 	// Default: DefaultMaxKeyLength.
 	MaxKeyLength int
-	// ValidateKey adds a rule to the default ones (printable ASCII,
-	// 1 to MaxKeyLength bytes): ValidateUUID, ValidateUUIDv4, ValidateToken,
-	// ValidateStructuredKey or your own. Default: none.
-	ValidateKey KeyValidator
+	// ValidateKey checks a key after the default rules (1 to MaxKeyLength
+	// printable ASCII characters): idemkey.UUIDv4, idemkey.Token or your own;
+	// its error is wrapped with ErrInvalidKey. Default: none.
+	ValidateKey func(key string) error
 
 	// Scope returns the scope of a request, such as the tenant or the
 	// authenticated user. Keys of different scopes never meet. Default: none,
 	// one scope for all requests.
 	Scope func(*Request) string
 	// ScopeRoute makes the route template part of the scope, so one key may
-	// be used once per endpoint. Default: false.
+	// be used once per endpoint; the path, for a request whose route
+	// template is unknown (Request.Route). Default: false.
 	ScopeRoute bool
 	// CriticalHeaders are request headers that join the fingerprint, so a
 	// retry that changes one of them is a different request (422).
@@ -100,17 +104,18 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxStoredBodyBytes is the largest response body stored; a larger one
 	// is stored as its size and SHA-256, and its replay has no body but the
-	// HeaderBodyOmitted header. Default: DefaultMaxStoredBodyBytes.
+	// HeaderBodyOmitted header. Default: 1 MiB.
 	MaxStoredBodyBytes int
 	// Storable decides from the status code whether a response is stored.
 	// Default: DefaultStorable.
 	Storable func(status int) bool
-	// DeniedHeaders are response headers never stored.
-	// Default: DefaultDeniedHeaders.
+	// DeniedHeaders are response headers never stored, beside the hop-by-hop
+	// headers, Set-Cookie, Set-Cookie2, Content-Length and Date, which never
+	// are. Default: X-Request-Id, which a middleware sets on every request.
 	DeniedHeaders []string
-	// KeepHeaders, if not nil, are the only response headers stored (less
-	// DeniedHeaders, which always win), as Fiber's KeepResponseHeaders.
-	// Default: nil, every header not denied.
+	// KeepHeaders, if not empty, are the only response headers stored (less
+	// the denied ones, which always win), as Fiber's KeepResponseHeaders; an
+	// empty list is unset. Default: nil, every header not denied.
 	KeepHeaders []string
 
 	// ResponseTTL is how long a stored response is kept.
@@ -119,61 +124,58 @@ type Config struct {
 	// TTL overrides ResponseTTL per request, such as 72 hours for payments;
 	// a result of zero or less means ResponseTTL. Default: none.
 	TTL func(*Request) time.Duration
-	// LockTTL bounds how long a lock outlives a crashed instance. The lock is
-	// refreshed every LockTTL/3 while the handler runs, for as long as it
-	// runs: a handler that never returns keeps its key in flight (409), so
-	// bound handlers with the request's context or a timeout of their own.
-	// Default: DefaultLockTTL.
+	// LockTTL bounds how long a lock outlives a crashed instance; it is
+	// refreshed every LockTTL/3 while the handler runs, however long that is
+	// (docs/design.md, "The lease"). Default: 5 minutes.
 	LockTTL time.Duration
 
 	// Wait makes a request whose key is in flight wait up to this long for the
-	// first request to finish, instead of an immediate 409: it then gets the
-	// replay, or, if the first request stored nothing (a 5xx), runs the
-	// handler itself. A store error while it waits does not make it run
-	// unprotected: it keeps waiting, and gets the 409 at the deadline.
-	// Default: 0, no waiting.
+	// first one instead of a 409: it gets the replay, or runs the handler if
+	// nothing was stored (docs/contract.md). Default: 0, no waiting.
 	Wait time.Duration
 	// RetryAfter is the Retry-After of a 409 (key in flight) and of a 503
-	// (store unavailable, with FailClosed). Default: DefaultRetryAfter.
+	// (store unavailable, with FailClosed). Default: 1 second.
 	RetryAfter time.Duration
 	// ReplayTimestamp adds HeaderOriginalTimestamp to replays. Default: false.
 	ReplayTimestamp bool
 	// ReplayHeader names the header that marks a replay, "true" (Stripe
 	// sends Idempotent-Replayed). Default: HeaderReplay.
 	ReplayHeader string
-	// ProblemDocsURL is where the API documents its idempotency errors:
-	// problem types become ProblemDocsURL#missing-key and so on, and every
-	// error carries Link: <ProblemDocsURL>; rel="describedby". Default: none,
-	// the types of the Problem constants and no Link.
+	// ProblemDocsURL, if set, makes the problem types ProblemDocsURL#missing-key
+	// and so on, and every error carries Link: <ProblemDocsURL>; rel="describedby".
+	// Default: none, the Problem constants' types.
 	ProblemDocsURL string
 
-	// StoreTimeout bounds each store call; past it the call fails and the
-	// policy (FailClosed) applies. The store's client must honour the
-	// context's deadline (redislock.NewClient's and pgx's do).
-	// Default: DefaultStoreTimeout.
+	// StoreTimeout bounds each store call, whose client must honour the
+	// context's deadline (redislock.NewClient's and pgx's do); past it the
+	// call fails and FailClosed decides. Default: 1 second.
 	StoreTimeout time.Duration
-	// BreakerFailures is how many failed Store.Acquire calls in a row open
-	// the circuit breaker: for BreakerCooldown, requests do not call the
-	// store and fail at once with ErrCircuitOpen (the policy applies); then
-	// one request probes it. Default: DefaultBreakerFailures; negative disables it.
+	// BreakerFailures failed Store.Acquire calls in a row open the circuit
+	// breaker: requests skip the store (ErrCircuitOpen) for BreakerCooldown,
+	// then one probes it. Default: 5; negative disables it.
 	BreakerFailures int
 	// BreakerCooldown is how long the breaker stays open before a probe.
-	// Default: DefaultBreakerCooldown.
+	// Default: 50 ms.
 	BreakerCooldown time.Duration
 
 	// ReplayCache is how many bytes of completed records this process keeps,
-	// to replay them without a store call, each until it expires or, with a
-	// store that is an Invalidator (redislock), until an admin purges it.
-	// Default: 0, no cache. See docs/design.md, "Replay cache".
+	// to replay them without a store call until they expire or are purged
+	// (docs/design.md, "Replay cache"). Default: 0, no cache.
 	ReplayCache int64
 
-	// FailClosed answers 503 when the store fails. Default: false: the
+	// Quota bounds the keys of each scope: a new key over it gets 429 with
+	// Retry-After, a replay never does. New refuses it on a store that does
+	// not enforce it (docs/design.md, "Quotas"). Default: none.
+	Quota Quota
+
+	// Sealer encrypts the records and Step checkpoints stored from now on;
+	// records in clear still replay, one that does not open is a store error
+	// (docs/design.md, "Encryption at rest"). Default: none.
+	Sealer Sealer
+
+	// FailClosed answers 503 when the store fails. Default: false, the
 	// request runs unprotected and an OutcomeStoreError is reported
-	// (fail-open), as a store outage should not take the API down. A full
-	// MemoryStore is no store error: it evicts the record that expires
-	// soonest (see MemoryStore; only a store full of locks answers
-	// ErrStoreFull), so size it, or use a shared store with no eviction,
-	// such as Redis with maxmemory-policy noeviction.
+	// (docs/design.md, "Fail-open").
 	FailClosed bool
 	// Observer receives every outcome, for logs and metrics (SlogObserver).
 	// Default: none.
@@ -194,7 +196,7 @@ func (c *Config) setDefaults() error {
 	c.KeyHeader = http.CanonicalHeaderKey(c.KeyHeader)
 	switch c.LegacyKeyHeader {
 	case "":
-		c.LegacyKeyHeader = DefaultLegacyKeyHeader
+		c.LegacyKeyHeader = defaultLegacyKeyHeader
 	case "-":
 		c.LegacyKeyHeader = ""
 	default:
@@ -207,31 +209,31 @@ func (c *Config) setDefaults() error {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if c.MaxStoredBodyBytes == 0 {
-		c.MaxStoredBodyBytes = DefaultMaxStoredBodyBytes
+		c.MaxStoredBodyBytes = defaultMaxStoredBodyBytes
 	}
 	if c.Storable == nil {
 		c.Storable = DefaultStorable
 	}
 	if c.DeniedHeaders == nil {
-		c.DeniedHeaders = DefaultDeniedHeaders
+		c.DeniedHeaders = defaultDeniedHeaders
 	}
 	if c.ResponseTTL == 0 {
 		c.ResponseTTL = DefaultResponseTTL
 	}
 	if c.LockTTL == 0 {
-		c.LockTTL = DefaultLockTTL
+		c.LockTTL = defaultLockTTL
 	}
 	if c.RetryAfter == 0 {
-		c.RetryAfter = DefaultRetryAfter
+		c.RetryAfter = defaultRetryAfter
 	}
 	if c.StoreTimeout == 0 {
-		c.StoreTimeout = DefaultStoreTimeout
+		c.StoreTimeout = defaultStoreTimeout
 	}
 	if c.BreakerFailures == 0 {
-		c.BreakerFailures = DefaultBreakerFailures
+		c.BreakerFailures = defaultBreakerFailures
 	}
 	if c.BreakerCooldown == 0 {
-		c.BreakerCooldown = DefaultBreakerCooldown
+		c.BreakerCooldown = defaultBreakerCooldown
 	}
 	if c.ReplayHeader == "" {
 		c.ReplayHeader = HeaderReplay
@@ -244,6 +246,11 @@ func (c *Config) setDefaults() error {
 		return errors.New("idem: negative duration in Config")
 	case c.LockTTL < 3*time.Millisecond:
 		return errors.New("idem: LockTTL must be at least 3ms")
+	case c.Quota.set() && !enforcesQuota(c.Store):
+		return errors.New("idem: Config.Quota: the store does not enforce quotas (core.QuotaFromContext)")
+	}
+	if err := c.Quota.setDefaults(); err != nil {
+		return err
 	}
 	return nil
 }

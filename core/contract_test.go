@@ -19,6 +19,11 @@ func TestStoredHeaders(t *testing.T) {
 	}{
 		{"deny list", core.Config{}, []string{"Location", "X-Custom"}, []string{"Set-Cookie", "Set-Cookie2"}},
 		{"allow list", core.Config{KeepHeaders: []string{"location", "Set-Cookie"}}, []string{"Location"}, []string{"X-Custom", "Set-Cookie", "Set-Cookie2"}},
+		// A deny list adds to the base list: it never lets a cookie or a
+		// hop-by-hop header through.
+		{"own deny list", core.Config{DeniedHeaders: []string{"X-Custom"}}, []string{"Location"}, []string{"X-Custom", "Set-Cookie", "Set-Cookie2", "Keep-Alive"}},
+		{"empty deny list", core.Config{DeniedHeaders: []string{}}, []string{"Location", "X-Custom"}, []string{"Set-Cookie", "Set-Cookie2", "Keep-Alive"}},
+		{"empty allow list is unset", core.Config{KeepHeaders: []string{}}, []string{"Location", "X-Custom"}, []string{"Set-Cookie", "Set-Cookie2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -27,7 +32,7 @@ func TestStoredHeaders(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				for _, k := range []string{"Location", "X-Custom", "Set-Cookie", "Set-Cookie2"} {
+				for _, k := range []string{"Location", "X-Custom", "Set-Cookie", "Set-Cookie2", "Keep-Alive"} {
 					w.Header().Set(k, "v")
 				}
 				w.WriteHeader(http.StatusCreated)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -15,8 +16,9 @@ import (
 // covers no method: it protects nothing.
 type Engine struct {
 	cfg    Config
-	denied map[string]bool // canonical names of Config.DeniedHeaders
+	denied map[string]bool // canonical names never stored: the base list and Config.DeniedHeaders
 	kept   map[string]bool // canonical names of Config.KeepHeaders; nil keeps all
+	tx     TxStore         // Config.Store if it is one
 	brk    *breaker
 	cache  *replayCache // nil without Config.ReplayCache
 	// initialLease is the TTL of a new lock, extended to LockTTL by the
@@ -44,12 +46,13 @@ func New(cfg Config) (*Engine, error) {
 	cfg.cloneSlices() // the Engine's own: a caller's later change cannot race a request
 	e := &Engine{
 		cfg:    cfg,
-		denied: make(map[string]bool, len(cfg.DeniedHeaders)),
+		denied: make(map[string]bool, len(baseDeniedHeaders)+len(cfg.DeniedHeaders)),
 		retry:  strconv.Itoa(int((cfg.RetryAfter + time.Second - 1) / time.Second)),
 	}
 	e.initialLease = min(cfg.LockTTL, max(minInitialLease, 3*cfg.StoreTimeout))
 	e.brk = &breaker{failures: cfg.BreakerFailures, cooldown: cfg.BreakerCooldown, probeFor: cfg.BreakerCooldown + cfg.StoreTimeout, now: time.Now,
 		changed: func(s BreakerState) { e.observe(Event{Outcome: OutcomeBreaker, Breaker: s}, time.Now()) }}
+	e.tx, _ = cfg.Store.(TxStore)
 	if cfg.ReplayCache > 0 {
 		e.cache = newReplayCache(cfg.ReplayCache)
 	}
@@ -66,10 +69,10 @@ func New(cfg Config) (*Engine, error) {
 		}
 		s = u.Unwrap()
 	}
-	for _, h := range cfg.DeniedHeaders {
+	for _, h := range slices.Concat(baseDeniedHeaders, cfg.DeniedHeaders) {
 		e.denied[http.CanonicalHeaderKey(h)] = true
 	}
-	if cfg.KeepHeaders != nil {
+	if len(cfg.KeepHeaders) > 0 {
 		e.kept = make(map[string]bool, len(cfg.KeepHeaders))
 		for _, h := range cfg.KeepHeaders {
 			e.kept[http.CanonicalHeaderKey(h)] = true

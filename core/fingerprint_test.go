@@ -52,7 +52,8 @@ func TestCanonicalBody(t *testing.T) {
 		{"json sent as a form", "application/x-www-form-urlencoded", `{"item":"gift+card"}`, `{"item":"gift card"}`, false},
 		{"json with a query sent as a form", "application/x-www-form-urlencoded", `{"u":"/x?a=1&b=2&c=3&d=4"}`, `{"u":"/x?a=1&c=3&b=2&d=4"}`, false},
 		{"json array sent as a form", "application/x-www-form-urlencoded", `["&"]`, `"]&["`, false},
-		{"json after whitespace sent as a form", "application/x-www-form-urlencoded", "\n {\"u\":\"/x?a=1&b=2&c=3&d=4\"}", "\n {\"u\":\"/x?a=1&c=3&b=2&d=4\"}", false},
+		{"json after whitespace sent as a form", "application/x-www-form-urlencoded",
+			"\n {\"u\":\"/x?a=1&b=2&c=3&d=4\"}", "\n {\"u\":\"/x?a=1&c=3&b=2&d=4\"}", false},
 		{"form bad escape is raw", "application/x-www-form-urlencoded", "b=%zz&a=1", "a=1&b=%zz", false},
 		{"other raw", "text/plain", "a b", "a  b", false},
 		{"no content type raw", "", `{"a":1,"b":2}`, `{"b":2,"a":1}`, false},
@@ -93,8 +94,10 @@ func TestFingerprintParts(t *testing.T) {
 		"critical header": fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, other),
 		"query":           fingerprint("POST", "/orders", "amount=1000", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
 		"media type":      fingerprint("POST", "/orders", "", "text/plain", []byte(`{"a":1}`), []string{"X-Account"}, h),
-		"content coding":  fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, http.Header{"X-Account": {"a"}, "Content-Encoding": {"gzip"}}),
-		"last coding":     fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, http.Header{"X-Account": {"a"}, "Content-Encoding": {"gzip", "identity"}}),
+		"content coding": fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"},
+			http.Header{"X-Account": {"a"}, "Content-Encoding": {"gzip"}}),
+		"last coding": fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"},
+			http.Header{"X-Account": {"a"}, "Content-Encoding": {"gzip", "identity"}}),
 		// Length prefixes: moving bytes between fields changes the hash.
 		"boundaries": fingerprint("POST/", "orders", "", "application/json", []byte(`{"a":1}`), []string{"X-Account"}, h),
 	} {
@@ -109,7 +112,8 @@ func TestFingerprintParts(t *testing.T) {
 	if again := fingerprint("POST", "/orders", "", "application/json", []byte(` { "a" : 1 } `), []string{"X-Account"}, h); again != base {
 		t.Error("an equivalent JSON body changed the fingerprint")
 	}
-	if fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), nil, h) != fingerprint("POST", "/orders", "", "Application/JSON; charset=utf-8", []byte(`{"a":1}`), nil, h) {
+	if fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), nil, h) !=
+		fingerprint("POST", "/orders", "", "Application/JSON; charset=utf-8", []byte(`{"a":1}`), nil, h) {
 		t.Error("the Content-Type's case or parameters changed the fingerprint")
 	}
 	if fingerprint("DELETE", "/orders/7", "", "application/json", nil, nil, h) != fingerprint("DELETE", "/orders/7", "", "", nil, nil, h) {
@@ -164,7 +168,9 @@ func TestCanonicalJSONWideObjectAllocs(t *testing.T) {
 // compareFolded agrees with bytes.EqualFold, and is an order: antisymmetric
 // and transitive.
 func FuzzCompareFolded(f *testing.F) {
-	for _, s := range [][3]string{{"qty", "QTY", "Qty"}, {"k", "\u212a", "K"}, {"s", "\u017f", "S"}, {"ab", "a", "b"}, {"\xff", "\xfe", "\ufffd"}, {"ß", "SS", "ẞ"}} {
+	for _, s := range [][3]string{
+		{"qty", "QTY", "Qty"}, {"k", "\u212a", "K"}, {"s", "\u017f", "S"}, {"ab", "a", "b"}, {"\xff", "\xfe", "\ufffd"}, {"ß", "SS", "ẞ"},
+	} {
 		f.Add([]byte(s[0]), []byte(s[1]), []byte(s[2]))
 	}
 	f.Fuzz(func(t *testing.T, a, b, c []byte) {

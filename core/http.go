@@ -12,11 +12,14 @@ import (
 // r.Pattern, which the ServeMux sets when it routes a request: wrap the
 // handlers inside the mux, mux.Handle("POST /orders/{id}", eng.Middleware(h)),
 // not the mux itself. Without a pattern (the middleware outside the router)
-// the URL path stands in for the route.
+// Event.Route is "unmatched" and ScopeRoute joins the URL path.
 //
 // A handler that panics or hijacks the connection has its lock released
 // without storing; the panic goes on up the stack to whatever recovers it.
 // A flushed response is stored when the handler returns, as any other.
+// With a TxStore (Flight.Buffered) nothing reaches the client before the
+// handler's writes commit with the stored response; a failed commit
+// answers 503 instead.
 //
 // The handler finds the key it runs under with InfoFromContext.
 func (e *Engine) Middleware(next http.Handler) http.Handler {
@@ -57,13 +60,8 @@ func (e *Engine) middleware(next http.Handler, onError func(http.ResponseWriter,
 			return
 		}
 		defer f.Abort() // after a panic; a no-op once Finish ran
-		f.reader.Reset(f.Body())
-		r.Body = &f.reader
-		r = r.WithContext(f.NewContext(r.Context()))
-		f.writer = CaptureWriter{ResponseWriter: w, Flight: f}
-		cw := &f.writer
-		next.ServeHTTP(cw, r)
-		cw.Finish()
+		next.ServeHTTP(f.ResponseWriter(w), f.Request(r))
+		f.Finish()
 	})
 }
 

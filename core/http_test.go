@@ -3,6 +3,8 @@ package core_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/idem-go/idem/core"
@@ -39,4 +41,61 @@ func recoverer(next http.Handler) http.Handler {
 
 func TestHTTPConformance(t *testing.T) {
 	idemtest.TestHTTP(t, serveMux, nil)
+}
+
+// TestMiddlewareOutsideMux: around the mux, no request has a route
+// template, and Event.Route is "unmatched" whatever the path, so that
+// clients cannot grow a metric's label values; Config.ScopeRoute then joins
+// the path, so a key is still once per endpoint.
+func TestMiddlewareOutsideMux(t *testing.T) {
+	for _, scopeRoute := range []bool{false, true} {
+		var routes []string
+		eng, err := core.New(core.Config{ScopeRoute: scopeRoute, Observer: func(ev core.Event) { routes = append(routes, ev.Route) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /items/{id}", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })
+		h := eng.Middleware(mux)
+		post := func(path, key string) int {
+			r := httptest.NewRequest(http.MethodPost, path, nil)
+			r.Header.Set("Idempotency-Key", key)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			return w.Code
+		}
+		for i := range 5 {
+			post("/nowhere/"+strconv.Itoa(i), "k"+strconv.Itoa(i))
+		}
+		post("/items/1", "same")
+		code := post("/items/2", "same")
+		if want := map[bool]int{false: http.StatusUnprocessableEntity, true: http.StatusCreated}[scopeRoute]; code != want {
+			t.Errorf("ScopeRoute %v: one key sent to /items/1, then /items/2: %d, want %d", scopeRoute, code, want)
+		}
+		if len(routes) != 7 || slices.ContainsFunc(routes, func(r string) bool { return r != "unmatched" }) {
+			t.Errorf("ScopeRoute %v: event routes %q, want 7 times \"unmatched\"", scopeRoute, routes)
+		}
+	}
+}
+
+// TestMiddlewareBodySmuggling verifies that net/http leaves no refused body
+// on the connection: the middleware answers 413 or 400 without reading the
+// body, and the server discards what is left (up to 256 KiB) or closes the
+// connection, so the request inside the body never runs.
+func TestMiddlewareBodySmuggling(t *testing.T) {
+	t.Parallel()
+	idemtest.TestSmuggling(t, 0, func(t *testing.T, cfg core.Config, run func()) string {
+		eng, err := core.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("POST /orders", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			run()
+			w.WriteHeader(http.StatusCreated)
+		})))
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		return srv.URL
+	})
 }

@@ -5,7 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/idem-go/idem/idemkey"
 )
 
 func TestParseKey(t *testing.T) {
@@ -53,59 +54,8 @@ func TestParseKey(t *testing.T) {
 	}
 }
 
-func TestValidators(t *testing.T) {
-	v4 := "9b2f8c1e-3d4a-4f6b-8c7d-1e2f3a4b5c6d"
-	v1 := "c232ab00-9414-11ec-b3c8-9f6bdeced846"
-	tests := []struct {
-		name  string
-		fn    KeyValidator
-		key   string
-		valid bool
-	}{
-		{"uuid v4", ValidateUUID, v4, true},
-		{"uuid v1", ValidateUUID, v1, true},
-		{"uuid upper", ValidateUUID, strings.ToUpper(v4), true},
-		{"uuid braces", ValidateUUID, "{" + v4 + "}", false},
-		{"uuid urn", ValidateUUID, "urn:uuid:" + v4, false},
-		{"uuid short", ValidateUUID, v4[:35], false},
-		{"uuid bad hex", ValidateUUID, "zb2f8c1e-3d4a-4f6b-8c7d-1e2f3a4b5c6d", false},
-		{"v4 only: v4", ValidateUUIDv4, v4, true},
-		{"v4 only: v1", ValidateUUIDv4, v1, false},
-		{"token", ValidateToken, "order_2026-11-22_abc", true},
-		{"token 15", ValidateToken, strings.Repeat("a", 15), false},
-		{"token 255", ValidateToken, strings.Repeat("a", 255), true},
-		{"token 256", ValidateToken, strings.Repeat("a", 256), false},
-		{"token dot", ValidateToken, "order.2026.11.22.abc", false},
-		{"structured", ValidateStructuredKey, "u-42:create-payment:inv_7:1795000000000", true},
-		{"structured 3 parts", ValidateStructuredKey, "u-42:create-payment:1795000000000", false},
-		{"structured empty user", ValidateStructuredKey, ":op:res:1795000000000", false},
-		{"structured bad time", ValidateStructuredKey, "u:op:res:yesterday", false},
-		{"structured bad char", ValidateStructuredKey, "u 1:op:res:1795000000000", false},
-	}
-	for _, tt := range tests {
-		if err := tt.fn(tt.key); (err == nil) != tt.valid {
-			t.Errorf("%s: validate(%q) = %v, want valid=%v", tt.name, tt.key, err, tt.valid)
-		}
-	}
-}
-
-func TestStructuredKeyRoundTrip(t *testing.T) {
-	k := StructuredKey{UserID: "user-42", Operation: "create_payment", ResourceID: "inv.7", ClientTime: time.UnixMilli(1795000000123)}
-	s := k.String()
-	if s != "user-42:create_payment:inv.7:1795000000123" {
-		t.Fatalf("String() = %q", s)
-	}
-	got, err := ParseStructuredKey(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.UserID != k.UserID || got.Operation != k.Operation || got.ResourceID != k.ResourceID || !got.ClientTime.Equal(k.ClientTime) {
-		t.Fatalf("ParseStructuredKey(%q) = %+v, want %+v", s, got, k)
-	}
-}
-
 func TestKeyHeaders(t *testing.T) {
-	e, err := New(Config{ValidateKey: ValidateToken})
+	e, err := New(Config{ValidateKey: idemkey.Token})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -41,6 +43,12 @@ type Call struct {
 	Fingerprint [32]byte
 	// TTL is how long the result is kept. Zero means Config.ResponseTTL.
 	TTL time.Duration
+	// Transport names the transport in the call's events ("grpc"), whose
+	// Code then holds its answers: InFlight, Reused, Unavailable and
+	// OverQuota are those to ErrInFlight, ErrKeyReused, ErrStoreUnavailable
+	// and ErrQuotaExceeded, and a record's Code is the answer stored.
+	Transport                                string
+	InFlight, Reused, Unavailable, OverQuota int
 }
 
 // ID returns the store key of a client's key in a scope, joined by route
@@ -79,44 +87,59 @@ func (e *Engine) Observe(ev Event) {
 //   - nil, a Record, nil: the call completed before with the same
 //     fingerprint: answer with the record (a replay);
 //   - nil, nil, an error: ErrKeyReused, ErrInFlight (after waiting up to
-//     Config.Wait), or an error wrapping ErrStoreUnavailable (FailClosed).
+//     Config.Wait), a *QuotaError (Config.Quota), or an error wrapping
+//     ErrStoreUnavailable (FailClosed).
 //
 // Acquire reports the replay, conflict, mismatch or store error to the
 // Observer; the Lease reports how it ends.
 func (e *Engine) Acquire(c *Call) (*Lease, *Record, error) {
-	return e.acquire(c, time.Now(), &answers{}, &Lease{})
+	a := &noAnswers
+	if c.Transport != "" {
+		a = &answers{transport: c.Transport, conflict: c.InFlight, mismatch: c.Reused, unavailable: c.Unavailable, quota: c.OverQuota}
+	}
+	return e.acquire(c, c.Route, time.Now(), a, &Lease{})
 }
 
-// answers are a transport's codes for the refusals, reported in their
-// events, and the codes a stored record may hold.
+// answers are a transport's name and codes for the refusals, reported in
+// their events, and the codes a stored record may hold. Without a
+// transport, events carry no code.
 type answers struct {
-	conflict, mismatch, unavailable int
-	valid                           func(code int) bool // nil: any
+	transport                              string
+	conflict, mismatch, unavailable, quota int
+	valid                                  func(code int) bool // nil: any
 }
 
-// acquire is Acquire with the call's start time, the transport's answers,
-// and the memory of the lease (a Flight holds it: one allocation less).
-func (e *Engine) acquire(c *Call, start time.Time, a *answers, l *Lease) (*Lease, *Record, error) {
+var noAnswers answers
+
+// acquire is Acquire with the endpoint that Config.ScopeRoute joins to the
+// scope (c.Route, or the path of an HTTP request without a route
+// template), the call's start time, the transport's answers, and the memory
+// of the lease (a Flight holds it: one allocation less).
+func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, l *Lease) (*Lease, *Record, error) {
 	ctx := c.Context
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	route := ""
 	if e.cfg.ScopeRoute {
-		route = c.Route
+		route = endpoint
 	}
 	*l = Lease{
 		e:           e,
 		answers:     a,
-		ctx:         context.WithoutCancel(ctx),
-		ev:          Event{Context: ctx, Method: c.Method, Route: c.Route, Key: c.Key, Scope: c.Scope},
+		detached:    detachedCtx{parent: ctx},
+		ev:          Event{Context: ctx, Transport: a.transport, Method: c.Method, Route: c.Route, Key: c.Key, Scope: c.Scope},
 		start:       start,
 		id:          ID(c.Scope, c.Key, route),
 		fingerprint: c.Fingerprint,
 		ttl:         c.TTL,
 	}
+	l.ctx = &l.detached
 	if l.ttl <= 0 {
 		l.ttl = e.cfg.ResponseTTL
+	}
+	if e.cfg.Quota.set() {
+		l.ctx = withQuota(l.ctx, c.Scope, e.cfg.Quota)
 	}
 	var deadline time.Time
 	if e.cfg.Wait > 0 {
@@ -133,14 +156,19 @@ func (e *Engine) acquire(c *Call, start time.Time, a *answers, l *Lease) (*Lease
 		// have taken the lock all the same (Redis ran the script, the reply
 		// was lost), leaving a lock nobody releases before it expires.
 		sent := time.Now() // the lock's TTL runs from about then
-		raw, token, err := e.storeAcquire(l.ctx, l.id)
+		raw, token, tx, err := e.storeAcquire(l.ctx, l.id)
 		switch {
+		case err == nil && tx != nil:
+			l.tx = tx // held by its transaction: nothing to refresh
+			return l, nil, nil
 		case err == nil && token != "":
 			l.token = token
 			l.startRefresh(sent)
 			return l, nil, nil
 		case err == nil:
 			return l.replay(raw)
+		case errors.Is(err, ErrQuotaExceeded):
+			return l.overQuota(err)
 		case errors.Is(err, ErrInFlight):
 			inFlight = true
 		case !inFlight:
@@ -171,29 +199,33 @@ func (e *Engine) acquire(c *Call, start time.Time, a *answers, l *Lease) (*Lease
 	}
 }
 
-// storeAcquire calls Store.Acquire through the breaker, within
-// Config.StoreTimeout, taking the initial lease.
-func (e *Engine) storeAcquire(ctx context.Context, id string) ([]byte, string, error) {
+// storeAcquire calls Store.Acquire, taking the initial lease, or
+// TxStore.Begin, through the breaker, within Config.StoreTimeout.
+func (e *Engine) storeAcquire(ctx context.Context, id string) (raw []byte, token string, tx Tx, err error) {
 	if e.cache != nil {
 		if raw := e.cache.get(id); raw != nil {
-			return raw, "", nil
+			return raw, "", nil, nil
 		}
 	}
 	if !e.brk.allow() {
-		return nil, "", ErrCircuitOpen
+		return nil, "", nil, ErrCircuitOpen
 	}
 	var gen uint64
 	if e.cache != nil {
 		gen = e.cache.generation()
 	}
 	sc := newStoreCtx(ctx, e.cfg.StoreTimeout)
-	raw, token, err := e.cfg.Store.Acquire(sc, id, e.initialLease)
+	if e.tx != nil {
+		raw, tx, err = e.tx.Begin(sc, id, e.cfg.LockTTL)
+	} else {
+		raw, token, err = e.cfg.Store.Acquire(sc, id, e.initialLease)
+	}
 	sc.cancel()
 	e.brk.done(err)
-	if err == nil && token == "" && e.cache != nil {
+	if err == nil && token == "" && tx == nil && e.cache != nil {
 		e.cache.put(id, raw, gen)
 	}
-	return raw, token, err
+	return raw, token, tx, err
 }
 
 // wait blocks until the lock of id may have been released: through the
@@ -221,14 +253,17 @@ type Lease struct {
 	e           *Engine
 	answers     *answers
 	ctx         context.Context // the call's values, never cancelled
+	detached    detachedCtx     // ctx, unless it carries a quota
 	ev          Event
 	start       time.Time
 	id          string
 	token       string
+	tx          Tx // the transaction that holds the key, with a TxStore
 	fingerprint [32]byte
 	ttl         time.Duration
 
-	rec Record // a replayed record: the lease's memory, one allocation less
+	rec   Record // a replayed record: the lease's memory, one allocation less
+	steps steps  // the checkpoints of Step
 
 	mu      sync.Mutex // guards done, held, lease, expired and timer against the refresher
 	done    bool
@@ -239,23 +274,36 @@ type Lease struct {
 }
 
 // NewContext returns a copy of ctx that carries the lease, for the work's
-// InfoFromContext.
+// InfoFromContext, and, with a TxStore, the transaction (TxStore's Tx).
 func (l *Lease) NewContext(ctx context.Context) context.Context {
+	if l.tx != nil {
+		ctx = l.tx.Context(ctx)
+	}
 	return context.WithValue(ctx, leaseKey{}, l)
 }
 
 // Protected reports whether the lease holds the key's lock. It is false
 // when the store failed and the work runs unprotected (fail-open).
-func (l *Lease) Protected() bool { return l.token != "" }
+func (l *Lease) Protected() bool { return l.token != "" || l.tx != nil }
+
+// Buffered reports whether the lease holds its key in a TxStore's
+// transaction: the work's writes commit with its result in Complete, so
+// nothing of the result may reach a client before Complete returns nil.
+func (l *Lease) Buffered() bool { return l.tx != nil }
 
 func (l *Lease) replay(raw []byte) (*Lease, *Record, error) {
 	rec := &l.rec
-	err := rec.decode(raw)
+	err := rec.open(l.ctx, l.e.cfg.Sealer, l.id, raw)
 	if err == nil && l.answers.valid != nil && !l.answers.valid(rec.Code) {
 		err = fmt.Errorf("%w: code %d", ErrCorruptRecord, rec.Code)
 	}
 	if err != nil {
-		return l.storeFailed(err)
+		// The key was used: running the work unprotected (fail-open) could
+		// run it twice, whatever FailClosed says (a sealing key missing on
+		// this instance, a record of another transport).
+		l.ev.Err = err
+		l.observe(OutcomeStoreError, l.answers.unavailable)
+		return nil, nil, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	}
 	if rec.Fingerprint != l.fingerprint {
 		l.observe(OutcomeMismatch, l.answers.mismatch)
@@ -277,41 +325,71 @@ func (l *Lease) storeFailed(err error) (*Lease, *Record, error) {
 	return l, nil, nil
 }
 
-// observe reports the lease's event with outcome o and, if not zero, code.
+// observe reports the lease's event with outcome o and code.
 func (l *Lease) observe(o Outcome, code int) {
 	l.ev.Outcome = o
-	if code != 0 {
-		l.ev.Status = code
-	}
+	l.setCode(code)
 	l.e.observe(l.ev, l.start)
 }
 
+// setCode sets the code of the lease's event, if its transport has codes.
+func (l *Lease) setCode(code int) {
+	if l.ev.Transport != "" {
+		l.ev.Code = code
+	}
+}
+
 // Complete stores rec as the call's result and releases the lock. Its Code,
-// Header, Body and omitted-body fields are the work's; Complete fills the
-// others. If the store fails to take it, the lock is left to expire: the
-// work ran, and a retry gets ErrInFlight until then (the initial lease,
-// 10 s, for work that ended before its first refresh; see docs/design.md).
-func (l *Lease) Complete(rec *Record) {
+// Header, Body and omitted-body fields are the work's; Complete applies the
+// storage policy to them (applyPolicy) and fills the others. If the store
+// fails to take it, the lock is left to expire: the work ran, and a retry
+// gets ErrInFlight until then (see docs/design.md).
+//
+// With a TxStore, Complete commits the record with the work's writes. If
+// that fails it returns an error wrapping ErrStoreUnavailable: nothing was
+// kept, or it is not known whether it was, and the result must not be
+// delivered (a retry runs the work again or replays it). Otherwise it
+// returns nil.
+func (l *Lease) Complete(rec *Record) error {
 	if !l.finish() {
-		return
+		return nil
 	}
 	l.mu.Lock()
 	// Expired: a refresh found the lock gone, or none succeeded for the
 	// lease (they failed with other errors).
 	expired := l.expired || time.Since(l.held) >= l.lease
 	l.mu.Unlock()
-	l.ev.Status = rec.Code
+	l.setCode(rec.Code)
+	l.e.applyPolicy(rec)
 	now := time.Now()
 	rec.Key, rec.Scope, rec.Fingerprint = l.ev.Key, l.ev.Scope, l.fingerprint
 	rec.RequestedAt, rec.CompletedAt, rec.ExpiresAt = l.start, now, now.Add(l.ttl)
 	data := rec.appendBinary(make([]byte, 0, 128+len(rec.Body)))
+	if rec.decodeCost() > decodeBudget(len(data)) {
+		// DecodeRecord would refuse it. A transaction is rolled back: its
+		// result must not be delivered.
+		l.release(rec.Code, errHeadersTooMany)
+		if l.tx != nil {
+			return fmt.Errorf("%w: %w", ErrStoreUnavailable, errHeadersTooMany)
+		}
+		return nil
+	}
 	var gen uint64
 	if l.e.cache != nil {
 		gen = l.e.cache.generation()
 	}
 	ctx, cancel := l.storeContext()
 	defer cancel()
-	err := l.e.cfg.Store.Complete(ctx, l.id, l.token, data, l.ttl)
+	var err error
+	if l.e.cfg.Sealer != nil {
+		if data, err = sealRecord(ctx, l.e.cfg.Sealer, l.id, rec, data); err != nil {
+			return l.unsealable(ctx, err)
+		}
+	}
+	if l.tx != nil {
+		return l.commit(ctx, data, gen)
+	}
+	err = l.e.cfg.Store.Complete(ctx, l.id, l.token, data, l.ttl)
 	switch {
 	case err == nil && expired:
 		// Stored late: the lock expired, or may have (no refresh confirmed
@@ -332,21 +410,45 @@ func (l *Lease) Complete(rec *Record) {
 		l.ev.Outcome, l.ev.Err = OutcomeStoreError, err
 	}
 	l.e.observe(l.ev, l.start)
+	return nil
+}
+
+// commit is Complete with a TxStore.
+func (l *Lease) commit(ctx context.Context, data []byte, gen uint64) error {
+	err := l.tx.Commit(ctx, data, l.ttl)
+	if err != nil {
+		l.tx.Rollback(ctx) //nolint:errcheck // the commit's error says it
+		l.ev.Outcome, l.ev.Err = OutcomeStoreError, err
+		l.e.observe(l.ev, l.start)
+		return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+	}
+	l.ev.Outcome = OutcomeStored
+	if l.e.cache != nil {
+		l.e.cache.put(l.id, data, gen)
+	}
+	l.e.observe(l.ev, l.start)
+	return nil
 }
 
 // Release ends the lease without storing: the lock is released so that a
 // retry runs the work again. code is the work's answer (0 if none, as after
 // a panic) and reason why it is not stored (nil: the store policy).
 func (l *Lease) Release(code int, reason error) {
-	if !l.finish() {
-		return
+	if l.finish() {
+		l.release(code, reason)
 	}
-	if code != 0 {
-		l.ev.Status = code
-	}
+}
+
+func (l *Lease) release(code int, reason error) {
+	l.setCode(code)
 	ctx, cancel := l.storeContext()
 	defer cancel()
-	err := l.e.cfg.Store.Release(ctx, l.id, l.token)
+	var err error
+	if l.tx != nil {
+		err = l.tx.Rollback(ctx)
+	} else {
+		err = l.e.cfg.Store.Release(ctx, l.id, l.token)
+	}
 	l.ev.Outcome, l.ev.Err = OutcomeNotStored, reason
 	switch {
 	case errors.Is(err, ErrLockLost):
@@ -357,9 +459,36 @@ func (l *Lease) Release(code int, reason error) {
 	l.e.observe(l.ev, l.start)
 }
 
+// applyPolicy is the storage policy of every transport: it drops the
+// headers that are denied or, with Config.KeepHeaders, not kept, and stores
+// a body over Config.MaxStoredBodyBytes as its size and SHA-256. A header
+// name that starts with a colon is a transport's own: ":name" is kept,
+// ":prefix:name" (gRPC's trailers) is judged as name.
+func (e *Engine) applyPolicy(rec *Record) {
+	for name := range rec.Header {
+		base := name
+		if strings.HasPrefix(name, ":") {
+			i := strings.LastIndexByte(name, ':')
+			if i == 0 {
+				continue
+			}
+			base = name[i+1:]
+		}
+		ck := http.CanonicalHeaderKey(base)
+		if e.denied[ck] || e.kept != nil && !e.kept[ck] {
+			delete(rec.Header, name)
+		}
+	}
+	if !rec.BodyOmitted && len(rec.Body) > e.cfg.MaxStoredBodyBytes {
+		rec.BodyOmitted, rec.BodySize, rec.BodySHA256 = true, int64(len(rec.Body)), sha256.Sum256(rec.Body)
+		rec.Body = nil
+	}
+}
+
 // errStoredLate is the Err of an OutcomeStored event whose lock expired,
 // or may have, while the work ran.
-var errStoredLate = fmt.Errorf("%w (or may have been: no refresh confirmed the lock for LockTTL) while the work ran; the result was stored as no other call had taken the key", ErrLockLost)
+var errStoredLate = fmt.Errorf("%w (or may have been: no refresh confirmed the lock for LockTTL) while the work ran; "+
+	"the result was stored as no other call had taken the key", ErrLockLost)
 
 // storeContext bounds a store call made after the work: the call's values,
 // no cancellation (the client may be gone, the lock must still be settled),
@@ -440,22 +569,27 @@ func (l *Lease) refresh() {
 	}
 	// On another error, try again: the lock is still ours until it
 	// expires, so sooner than the next tick if it expires before then (the
-	// initial lease is shorter than LockTTL).
+	// initial lease is shorter than LockTTL), but never in a burst as the
+	// end nears.
 	next := period
 	if err != nil {
 		if left := l.lease - time.Since(l.held); left > 0 && left/2 < next {
-			next = left / 2
+			next = min(next, max(left/2, minRefreshRetry))
 		}
 	}
 	l.timer.Reset(next)
 }
 
+// minRefreshRetry is the shortest wait before a failed refresh is retried.
+const minRefreshRetry = 10 * time.Millisecond
+
 // Once runs fn at most once per (scope, key) and never again once it
 // succeeded: the consumer side of idempotency, for events identified by
-// key. It reports whether fn ran now. A duplicate of a completed event
-// returns false, nil; one in flight elsewhere returns ErrInFlight (redeliver
-// it later); an error of fn releases the key, so a redelivery runs fn again,
-// and is returned as is.
+// key. It reports whether fn ran now; fn's context carries the key (Step,
+// DerivedKey). A duplicate of a completed event returns false, nil; one in
+// flight elsewhere returns ErrInFlight, one over Config.Quota a *QuotaError
+// (redeliver them later); an error of fn
+// releases the key, so a redelivery runs fn again, and is returned as is.
 //
 // With a store separate from fn's effects, a crash between the effect and
 // the completion runs fn again on redelivery, once the lock expires: an
@@ -466,10 +600,9 @@ func (e *Engine) Once(ctx context.Context, scope, key string, fn func(context.Co
 		return false, err
 	}
 	defer l.Release(0, errAborted) // a panic of fn
-	if err := fn(ctx); err != nil {
+	if err := fn(l.NewContext(ctx)); err != nil {
 		l.Release(0, err)
 		return true, err
 	}
-	l.Complete(&Record{})
-	return true, nil
+	return true, l.Complete(&Record{})
 }

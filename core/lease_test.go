@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -61,5 +62,52 @@ func TestID(t *testing.T) {
 	// No key can reach into another scope by carrying a separator.
 	if core.ID("a", "b\x00c", "") == core.ID("a\x00b", "c", "") {
 		t.Fatal("length-prefixed parts collide")
+	}
+}
+
+// Events carry their transport and its code: the HTTP status for Begin,
+// the codes a Call names for Acquire's refusals, none for Once.
+func TestEventCodes(t *testing.T) {
+	var got []core.Event
+	e, err := core.New(core.Config{Observer: func(ev core.Event) { got = append(got, ev) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(fingerprint byte) *core.Call {
+		return &core.Call{Key: "k", Method: "/svc/M", Transport: "rpc", InFlight: 10, Reused: 6, Unavailable: 14,
+			Fingerprint: [32]byte{fingerprint}}
+	}
+	l, _, _ := e.Acquire(call(1))
+	e.Acquire(call(1)) //nolint:errcheck // in flight
+	l.Complete(&core.Record{Code: 0})
+	e.Acquire(call(1))                                                                 //nolint:errcheck // a replay
+	e.Acquire(call(2))                                                                 //nolint:errcheck // key reused
+	e.Once(context.Background(), "s", "k", func(context.Context) error { return nil }) //nolint:errcheck
+	h := e.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	post(t, h, "h", "{}")
+	post(t, h, "h", "{}")
+	post(t, h, "", "{}")  // no key: no event
+	post(t, h, "h", "[]") // key reused
+	want := []struct {
+		outcome   core.Outcome
+		transport string
+		code      int
+	}{
+		{core.OutcomeConflict, "rpc", 10},
+		{core.OutcomeStored, "rpc", 0},
+		{core.OutcomeReplay, "rpc", 0},
+		{core.OutcomeMismatch, "rpc", 6},
+		{core.OutcomeStored, "", 0},
+		{core.OutcomeStored, "http", http.StatusCreated},
+		{core.OutcomeReplay, "http", http.StatusCreated},
+		{core.OutcomeMismatch, "http", http.StatusUnprocessableEntity},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d events %+v, want %d", len(got), got, len(want))
+	}
+	for i, w := range want {
+		if ev := got[i]; ev.Outcome != w.outcome || ev.Transport != w.transport || ev.Code != w.code {
+			t.Errorf("event %d: %v %q %d, want %v %q %d", i, ev.Outcome, ev.Transport, ev.Code, w.outcome, w.transport, w.code)
+		}
 	}
 }

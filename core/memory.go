@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"container/heap"
 	"context"
 	"strconv"
@@ -8,36 +9,33 @@ import (
 	"time"
 )
 
-// DefaultMemoryMaxEntries bounds a MemoryStore made with NewMemoryStore(0).
-const DefaultMemoryMaxEntries = 100_000
+// defaultMemoryMaxEntries bounds a MemoryStore made with NewMemoryStore(0).
+const defaultMemoryMaxEntries = 100_000
 
 // MemoryStore is a Store in the process's memory: the default, for a single
-// instance, for development and for tests. Several instances behind a load
-// balancer need a shared store such as the Redis one.
+// instance, for development and for tests; several instances need a shared
+// store such as redislock's. Nothing needs closing. It never evicts a live
+// record: full, it answers a new key with ErrStoreFull, and
+// Config.FailClosed decides (docs/design.md, "Memory store").
 //
-// Expired entries are swept on every Acquire from heaps ordered by expiry,
-// so the number of entries is bounded by the live keys and no goroutine runs
-// in the background; nothing needs closing. A store holding its maximum of
-// live keys (NewMemoryStore) makes room for a new key by evicting the record
-// that expires soonest (the oldest, for records of one TTL): a retry of that
-// key would run its handler again, but retries come early, and refusing new
-// keys instead would leave every new request unprotected (a store error is
-// served unprotected unless Config.FailClosed). Locks are never evicted: a
-// store full of locks answers ErrStoreFull. The entries' size is bounded by
-// the Engine's Config.MaxStoredBodyBytes per record (1 MiB by default):
-// lower it, or the number of keys, to bound the store's memory more
-// tightly.
-// MemoryStore implements Waiter: a waiting request wakes up when the lock is
-// released, not by polling.
+// MemoryStore implements Waiter, Checkpointer, and Invalidator (a purge
+// drops the record from the replay caches of the Engines on it).
 type MemoryStore struct {
 	max int
 	now func() time.Time
 
-	mu      sync.Mutex
-	entries map[string]*memEntry
-	locks   expiryHeap // the entries being locked
-	records expiryHeap // the entries holding a record
-	tokens  uint64
+	mu         sync.Mutex
+	invalidate []func(key string) // each Engine's replay cache's
+	entries    map[string]*memEntry
+	locks      expiryHeap // the entries being locked
+	records    expiryHeap // the entries holding a record
+	tokens     uint64
+
+	steps     map[string]*memEntry // the checkpoints of a key, in its steps field
+	stepsHeap expiryHeap
+
+	scopes  map[string]*memScope // under Config.Quota: by QuotaFromContext's scope
+	windows scopeHeap            // the scopes with admissions in their window
 }
 
 type memEntry struct {
@@ -45,18 +43,21 @@ type memEntry struct {
 	record  []byte // nil while locked
 	token   string // "" once completed
 	expires time.Time
-	locked  time.Time     // when the lock was taken; zero for a record
-	index   int           // in its heap: locks or records
-	waiters chan struct{} // closed when the lock goes; nil until someone waits
+	locked  time.Time         // when the lock was taken; zero for a record
+	index   int               // in its heap: locks or records
+	waiters chan struct{}     // closed when the lock goes; nil until someone waits
+	steps   map[string][]byte // an entry of MemoryStore.steps: the checkpoints
+	scope   *memScope         // the scope its lock counts in (Config.Quota)
 }
 
 // NewMemoryStore returns an empty store holding at most maxEntries keys;
-// zero or less means DefaultMemoryMaxEntries.
+// zero or less means 100,000.
 func NewMemoryStore(maxEntries int) *MemoryStore {
 	if maxEntries <= 0 {
-		maxEntries = DefaultMemoryMaxEntries
+		maxEntries = defaultMemoryMaxEntries
 	}
-	return &MemoryStore{max: maxEntries, now: time.Now, entries: make(map[string]*memEntry)}
+	return &MemoryStore{max: maxEntries, now: time.Now, entries: make(map[string]*memEntry), steps: make(map[string]*memEntry),
+		scopes: make(map[string]*memScope)}
 }
 
 // Len returns the number of live keys, records and locks.
@@ -67,8 +68,8 @@ func (s *MemoryStore) Len() int {
 	return len(s.entries)
 }
 
-// Acquire implements Store.
-func (s *MemoryStore) Acquire(_ context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
+// Acquire implements Store, and enforces Config.Quota.
+func (s *MemoryStore) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -82,8 +83,12 @@ func (s *MemoryStore) Acquire(_ context.Context, key string, lockTTL time.Durati
 	if !s.room() {
 		return nil, "", ErrStoreFull
 	}
+	sc, err := s.admit(ctx, now)
+	if err != nil {
+		return nil, "", err
+	}
 	s.tokens++
-	e := &memEntry{key: key, token: strconv.FormatUint(s.tokens, 36), expires: now.Add(lockTTL), locked: now}
+	e := &memEntry{key: key, token: strconv.FormatUint(s.tokens, 36), expires: now.Add(lockTTL), locked: now, scope: sc}
 	s.entries[key] = e
 	heap.Push(&s.locks, e)
 	return nil, e.token, nil
@@ -109,15 +114,18 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, record []by
 		e = &memEntry{key: key, record: record, expires: now.Add(ttl)}
 		s.entries[key] = e
 		heap.Push(&s.records, e)
+		s.dropSteps(key)
 		return nil
 	case e.token == "" || e.token != token:
 		return ErrLockLost
 	}
 	heap.Remove(&s.locks, e.index)
+	s.leave(e)
 	e.record, e.token, e.locked = record, "", time.Time{}
 	e.expires = now.Add(ttl)
 	heap.Push(&s.records, e)
 	e.wake()
+	s.dropSteps(key)
 	return nil
 }
 
@@ -173,6 +181,13 @@ func (s *MemoryStore) Wait(ctx context.Context, key string) error {
 	}
 }
 
+// SetInvalidate implements Invalidator.
+func (s *MemoryStore) SetInvalidate(invalidate func(key string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.invalidate = append(s.invalidate, invalidate)
+}
+
 // owned returns the live entry of key if token holds its lock.
 func (s *MemoryStore) owned(key, token string) (*memEntry, error) {
 	e, ok := s.entries[key]
@@ -185,6 +200,7 @@ func (s *MemoryStore) owned(key, token string) (*memEntry, error) {
 func (s *MemoryStore) remove(e *memEntry) {
 	if e.token != "" { // a lock; a record has no token
 		heap.Remove(&s.locks, e.index)
+		s.leave(e)
 	} else {
 		heap.Remove(&s.records, e.index)
 	}
@@ -199,20 +215,65 @@ func (s *MemoryStore) sweep(now time.Time) {
 			s.remove((*h)[0])
 		}
 	}
+	for len(s.stepsHeap) > 0 && !now.Before(s.stepsHeap[0].expires) {
+		s.dropSteps(s.stepsHeap[0].key)
+	}
+	s.sweepScopes(now)
 }
 
-// room makes room for one more key, evicting the record that expires
-// soonest if the store is full. It reports false if every key is a lock.
-func (s *MemoryStore) room() bool {
-	if len(s.entries) < s.max {
-		return true
+// SaveStep implements Checkpointer. Keys with checkpoints count against
+// the store's maximum as keys do: ErrStoreFull beyond it.
+func (s *MemoryStore) SaveStep(_ context.Context, key, token, step string, result []byte, ttl time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.sweep(now)
+	if _, err := s.owned(key, token); err != nil {
+		return err
 	}
-	if len(s.records) == 0 {
-		return false
+	e, ok := s.steps[key]
+	if !ok {
+		if len(s.steps) >= s.max {
+			return ErrStoreFull
+		}
+		e = &memEntry{key: key, steps: make(map[string][]byte)}
+		s.steps[key] = e
+		heap.Push(&s.stepsHeap, e)
 	}
-	s.remove(s.records[0])
-	return true
+	e.steps[step] = bytes.Clone(result)
+	if exp := now.Add(ttl); exp.After(e.expires) {
+		e.expires = exp
+		heap.Fix(&s.stepsHeap, e.index)
+	}
+	return nil
 }
+
+// LoadSteps implements Checkpointer.
+func (s *MemoryStore) LoadSteps(_ context.Context, key string) (map[string][]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweep(s.now())
+	e, ok := s.steps[key]
+	if !ok {
+		return nil, nil
+	}
+	out := make(map[string][]byte, len(e.steps))
+	for step, result := range e.steps {
+		out[step] = bytes.Clone(result)
+	}
+	return out, nil
+}
+
+// dropSteps drops the checkpoints of key.
+func (s *MemoryStore) dropSteps(key string) {
+	if e, ok := s.steps[key]; ok {
+		heap.Remove(&s.stepsHeap, e.index)
+		delete(s.steps, key)
+	}
+}
+
+// room reports whether the store has room for one more key.
+func (s *MemoryStore) room() bool { return len(s.entries) < s.max }
 
 func (e *memEntry) wake() {
 	if e.waiters != nil {

@@ -3,7 +3,12 @@ package core_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/idem-go/idem/core"
@@ -11,8 +16,9 @@ import (
 )
 
 func TestMemoryStoreConformance(t *testing.T) {
-	idemtest.TestStore(t, func(*testing.T) core.Store { return core.NewMemoryStore(0) })
-	idemtest.TestLease(t, func(*testing.T) core.Store { return core.NewMemoryStore(0) })
+	idemtest.TestStore(t, func(*testing.T) core.Store { return core.NewMemoryStore(0) }, idemtest.FakeTime())
+	idemtest.TestLease(t, func(*testing.T) core.Store { return core.NewMemoryStore(0) }, idemtest.FakeTime())
+	idemtest.TestQuota(t, func(*testing.T) core.Store { return core.NewMemoryStore(0) }, idemtest.FakeTime())
 }
 
 func TestMemoryStoreBounded(t *testing.T) {
@@ -28,94 +34,102 @@ func TestMemoryStoreBounded(t *testing.T) {
 	}
 }
 
-// A full store makes room for a new key by evicting the record that expires
-// soonest, never a lock: new keys stay protected.
-func TestMemoryStoreEvictsSoonestRecord(t *testing.T) {
+// A full store evicts nothing to make room: a new key gets ErrStoreFull,
+// and every record and lock stays until it expires.
+func TestMemoryStoreFullEvictsNothing(t *testing.T) {
 	ctx := context.Background()
-	s := core.NewMemoryStore(3)
-	complete := func(key string, ttl time.Duration) {
-		t.Helper()
-		_, token, err := s.Acquire(ctx, key, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Complete(ctx, key, token, []byte(key), ttl); err != nil {
-			t.Fatal(err)
-		}
+	s := core.NewMemoryStore(2)
+	_, token, err := s.Acquire(ctx, "record", time.Minute)
+	if err != nil {
+		t.Fatal(err)
 	}
-	complete("long", time.Hour)
-	complete("short", time.Minute) // expires first: evicted first
-	// A lock that expires before both records is still not evicted.
+	if err := s.Complete(ctx, "record", token, []byte("stored"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := s.Acquire(ctx, "locked", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"new-1", "new-2"} {
-		if rec, token, err := s.Acquire(ctx, key, time.Minute); err != nil || rec != nil || token == "" {
-			t.Fatalf("Acquire(%s) on a full store = %q, %q, %v; want a lock", key, rec, token, err)
-		}
+	if _, _, err := s.Acquire(ctx, "new", time.Minute); !errors.Is(err, core.ErrStoreFull) {
+		t.Fatalf("Acquire on a full store: err = %v, want ErrStoreFull", err)
 	}
-	if n := s.Len(); n != 3 {
-		t.Fatalf("Len = %d, want 3", n)
+	if rec, _, err := s.Acquire(ctx, "record", time.Minute); string(rec) != "stored" || err != nil {
+		t.Fatalf("Acquire(record) = %q, %v: the record of a full store was evicted", rec, err)
 	}
-	// Both records are gone, soonest first; the locks stayed.
 	if _, _, err := s.Acquire(ctx, "locked", time.Second); !errors.Is(err, core.ErrInFlight) {
-		t.Fatalf("the lock of a full store was evicted: Acquire = %v", err)
-	}
-	// A store of nothing but locks has no room.
-	if _, _, err := s.Acquire(ctx, "new-3", time.Minute); !errors.Is(err, core.ErrStoreFull) {
-		t.Fatalf("Acquire on a store full of locks: err = %v, want ErrStoreFull", err)
+		t.Fatalf("Acquire(locked) = %v: the lock of a full store was evicted", err)
 	}
 }
 
-// The record that expires soonest goes first, whatever the order in which
-// the records were stored.
-func TestMemoryStoreEvictionOrder(t *testing.T) {
-	ctx := context.Background()
-	s := core.NewMemoryStore(2)
-	for _, kt := range []struct {
-		key string
-		ttl time.Duration
-	}{{"a", time.Hour}, {"b", time.Minute}} {
-		_, token, _ := s.Acquire(ctx, kt.key, time.Minute)
-		if err := s.Complete(ctx, kt.key, token, []byte(kt.key), kt.ttl); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, _, err := s.Acquire(ctx, "c", time.Minute); err != nil {
+// One user filling the store with cheap 400s (every 4xx is stored) does
+// not push out another user's record: its retry still replays, and its
+// handler does not run again; the new keys of the full store run
+// unprotected (fail-open).
+func TestMemoryStoreFullKeepsOthersRecords(t *testing.T) {
+	e, err := core.New(core.Config{
+		Store:    core.NewMemoryStore(10),
+		Scope:    func(r *core.Request) string { return r.Header.Get("X-User") },
+		Observer: func(core.Event) {},
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if rec, _, err := s.Acquire(ctx, "a", time.Minute); string(rec) != "a" || err != nil {
-		t.Fatalf("the record expiring last was evicted: Acquire(a) = %q, %v", rec, err)
+	runs := map[string]int{}
+	h := e.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs[r.Header.Get("X-User")]++
+		if r.Header.Get("X-User") == "mallory" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	post := func(user, key string) int {
+		r := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader("{}"))
+		r.Header.Set("X-User", user)
+		r.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
 	}
-	if rec, token, err := s.Acquire(ctx, "b", time.Minute); rec != nil || token == "" || err != nil {
-		t.Fatalf("Acquire(b) = %q, %q, %v; want a new lock: b's record was evicted", rec, token, err)
+	if code := post("alice", "charge-1"); code != http.StatusCreated {
+		t.Fatalf("alice: %d", code)
+	}
+	for i := range 50 {
+		post("mallory", "junk-"+strconv.Itoa(i))
+	}
+	code := post("alice", "charge-1")
+	if code != http.StatusCreated || runs["alice"] != 1 {
+		t.Fatalf("alice's retry: %d, her handler ran %d times; want her record replayed, run once", code, runs["alice"])
 	}
 }
 
 // A nil record is an empty record, not a lock: it replays, and it is
-// evicted and swept as a record.
-func TestMemoryStoreNilRecord(t *testing.T) {
+// swept as a record.
+func TestMemoryStoreNilRecord(t *testing.T) { synctest.Test(t, testMemoryStoreNilRecord) }
+
+func testMemoryStoreNilRecord(t *testing.T) {
 	ctx := context.Background()
 	s := core.NewMemoryStore(2)
 	_, token, _ := s.Acquire(ctx, "nil", time.Minute)
-	if err := s.Complete(ctx, "nil", token, nil, time.Minute); err != nil {
+	if err := s.Complete(ctx, "nil", token, nil, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if rec, token, err := s.Acquire(ctx, "nil", time.Minute); rec == nil || token != "" || err != nil {
 		t.Fatalf("Acquire after a nil record = %v, %q, %v; want an empty record", rec, token, err)
 	}
-	for _, key := range []string{"a", "b"} { // b evicts the nil record
+	for _, key := range []string{"a"} {
 		if _, _, err := s.Acquire(ctx, key, 100*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	advance(100 * time.Millisecond)
 	if n := s.Len(); n != 0 {
 		t.Fatalf("Len after the locks expired = %d, want 0", n)
 	}
 }
 
-func TestMemoryStoreSweepsExpired(t *testing.T) {
+func TestMemoryStoreSweepsExpired(t *testing.T) { synctest.Test(t, testMemoryStoreSweepsExpired) }
+
+func testMemoryStoreSweepsExpired(t *testing.T) {
 	ctx := context.Background()
 	s := core.NewMemoryStore(1000)
 	for range 1000 {
@@ -123,7 +137,7 @@ func TestMemoryStoreSweepsExpired(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(20 * time.Millisecond)
+	advance(time.Millisecond)
 	// Every key expired: the next Acquire sweeps them, so the store is not
 	// full and holds only the new key.
 	if _, _, err := s.Acquire(ctx, "fresh", time.Minute); err != nil {
@@ -138,13 +152,17 @@ func TestMemoryStoreSweepsExpired(t *testing.T) {
 // reports the response lost, as a lock taken over does, not a full store:
 // there is no lock left for a retry to wait on.
 func TestMemoryStoreLateCompleteWhenFull(t *testing.T) {
+	synctest.Test(t, testMemoryStoreLateCompleteWhenFull)
+}
+
+func testMemoryStoreLateCompleteWhenFull(t *testing.T) {
 	ctx := context.Background()
 	s := core.NewMemoryStore(1)
 	_, stale, err := s.Acquire(ctx, "a", time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(10 * time.Millisecond)
+	advance(time.Millisecond)
 	if _, _, err := s.Acquire(ctx, "b", time.Minute); err != nil { // sweeps a, fills the store
 		t.Fatal(err)
 	}

@@ -12,17 +12,18 @@ type Outcome int
 // Outcomes reported to the Observer.
 const (
 	OutcomeReplay     Outcome = iota + 1 // a stored response was replayed
-	OutcomeStored                        // the handler ran and its response was stored (with an Err wrapping ErrLockLost if the lock expired, or may have: no refresh confirmed it for LockTTL; no other request had taken the key)
+	OutcomeStored                        // the handler ran and its response was stored (Err wraps ErrLockLost if the lock expired, or may have, meanwhile)
 	OutcomeNotStored                     // the handler ran; its response was not stored (5xx, panic, hijack, policy), the lock was released
 	OutcomeConflict                      // the key was in flight: 409
 	OutcomeMismatch                      // the key was used with another request: 422
 	OutcomeInvalidKey                    // the key was missing (and required) or malformed: 400
 	OutcomeTooLarge                      // the request body was over the limit: 413
 	OutcomeBadBody                       // the request body could not be read: 400, or 500 if a middleware before idem had read it
-	OutcomeStoreError                    // the store failed: before the handler, the request ran unprotected (fail-open) or got 503 (fail-closed); after it, the response was not stored and the lock is left to expire
-	OutcomeLockLost                      // the lock expired while the handler ran, and the response was not stored (a duplicate took the key, a full memory store had no room, or it was to be released anyway); reported once, when the flight ends
+	OutcomeStoreError                    // the store failed: before the handler, it ran unprotected (fail-open) or got 503; after it, nothing was stored
+	OutcomeLockLost                      // the lock expired while the handler ran and the response was not stored; reported once, when the flight ends
 	OutcomeBreaker                       // the store's circuit breaker changed state (Event.Breaker); not a request
 	OutcomeFallback                      // a tiered store answered from its durable tier: the fast one failed (Err)
+	OutcomeQuota                         // a new key was refused under Config.Quota: 429
 )
 
 var outcomeNames = [...]string{
@@ -38,6 +39,7 @@ var outcomeNames = [...]string{
 	OutcomeLockLost:   "lock_lost",
 	OutcomeBreaker:    "breaker",
 	OutcomeFallback:   "fallback",
+	OutcomeQuota:      "quota",
 }
 
 // String returns a short snake_case name, fit for a metric label.
@@ -60,9 +62,15 @@ type Event struct {
 	Scope   string
 	Method  string
 	Route   string
-	// Status is the code of the response, when there is one: an HTTP
-	// status, or what another transport answers (a gRPC code).
-	Status int
+	// Transport names the transport of the call: "http" (Engine.Begin and
+	// the adapters), "grpc" (grpcidem), or Call.Transport; empty for
+	// Engine.Once and Do, and for events not about a call.
+	Transport string
+	// Code is the transport's answer to the call: an HTTP status, a gRPC
+	// status code (where 0 is OK). It is 0 without a Transport, and when the
+	// call got none from idem: an OutcomeStoreError under fail-open (the
+	// handler runs unprotected), an HTTP handler's panic.
+	Code int
 	// Duration is the time from the start of the request to this outcome.
 	Duration time.Duration
 	// Breaker is the breaker's new state, in an OutcomeBreaker event.
@@ -100,9 +108,9 @@ func SlogObserver(l *slog.Logger) func(Event) {
 			level = slog.LevelError
 		case OutcomeBreaker, OutcomeFallback:
 			level = slog.LevelWarn
-		case OutcomeConflict, OutcomeMismatch, OutcomeInvalidKey, OutcomeTooLarge, OutcomeBadBody:
+		case OutcomeConflict, OutcomeMismatch, OutcomeInvalidKey, OutcomeTooLarge, OutcomeBadBody, OutcomeQuota:
 			level = slog.LevelWarn
-			if e.Status >= 500 {
+			if e.Transport == "http" && e.Code >= 500 {
 				level = slog.LevelError
 			}
 		case OutcomeStored:
@@ -127,8 +135,8 @@ func SlogObserver(l *slog.Logger) func(Event) {
 		if e.Outcome == OutcomeBreaker {
 			attrs = append(attrs, slog.String("breaker", e.Breaker.String()))
 		}
-		if e.Status != 0 {
-			attrs = append(attrs, slog.Int("status", e.Status))
+		if e.Transport != "" {
+			attrs = append(attrs, slog.String("transport", e.Transport), slog.Int("code", e.Code))
 		}
 		if e.Err != nil {
 			attrs = append(attrs, slog.Any("error", e.Err))

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/idem-go/idem/core"
@@ -31,6 +32,10 @@ func (s *stalledStore) Acquire(ctx context.Context, _ string, lockTTL time.Durat
 }
 
 func TestStalledStoreBoundedThenBreakerOpens(t *testing.T) {
+	synctest.Test(t, testStalledStoreBoundedThenBreakerOpens)
+}
+
+func testStalledStoreBoundedThenBreakerOpens(t *testing.T) {
 	for _, failClosed := range []bool{false, true} {
 		var ev events
 		store := &stalledStore{Store: core.NewMemoryStore(0)}
@@ -54,7 +59,7 @@ func TestStalledStoreBoundedThenBreakerOpens(t *testing.T) {
 				t.Fatalf("failClosed=%v request %d: status %d, want %d", failClosed, i, w.Code, want)
 			}
 		}
-		if d := time.Duration(store.deadline.Load()); d <= 0 || d > 20*time.Millisecond {
+		if d := time.Duration(store.deadline.Load()); d != 20*time.Millisecond {
 			t.Fatalf("store call's deadline %v from its start, want StoreTimeout (20ms)", d)
 		}
 		// Three calls waited out the timeout; then the breaker kept the
@@ -82,8 +87,8 @@ func TestInitialLease(t *testing.T) {
 	for _, tt := range []struct {
 		lockTTL, storeTimeout, want time.Duration
 	}{
-		{core.DefaultLockTTL, 0, 10 * time.Second},
-		{core.DefaultLockTTL, 5 * time.Second, 15 * time.Second},
+		{5 * time.Minute, 0, 10 * time.Second},
+		{5 * time.Minute, 5 * time.Second, 15 * time.Second},
 		{2 * time.Second, 0, 2 * time.Second},
 	} {
 		store := &leaseStore{}
@@ -141,6 +146,10 @@ func (s *failFirstRefresh) Refresh(ctx context.Context, key, token string, ttl t
 // A failed first refresh is tried again before the initial lease ends, not
 // a third of LockTTL later: the lock is kept, and a duplicate gets 409.
 func TestFailedFirstRefreshRetriedWithinInitialLease(t *testing.T) {
+	synctest.Test(t, testFailedFirstRefreshRetriedWithinInitialLease)
+}
+
+func testFailedFirstRefreshRetriedWithinInitialLease(t *testing.T) {
 	store := &failFirstRefresh{MemoryStore: core.NewMemoryStore(0)}
 	eng, err := core.New(core.Config{Store: store, LockTTL: time.Minute})
 	if err != nil {
@@ -153,11 +162,44 @@ func TestFailedFirstRefreshRetriedWithinInitialLease(t *testing.T) {
 	}
 	defer l.Release(0, nil)
 	// The lock would have expired at 150 ms without a second refresh.
-	time.Sleep(400 * time.Millisecond)
+	advance(400 * time.Millisecond)
 	if !store.failed.Load() {
 		t.Fatal("no refresh ran")
 	}
 	if _, _, err := eng.Acquire(&core.Call{Key: "k"}); !errors.Is(err, core.ErrInFlight) {
 		t.Fatalf("duplicate after the initial lease: %v, want ErrInFlight (the lock was lost)", err)
 	}
+}
+
+// countingFailedRefresh fails every Refresh, counting them.
+type countingFailedRefresh struct {
+	*core.MemoryStore
+	calls atomic.Int32
+}
+
+func (s *countingFailedRefresh) Refresh(context.Context, string, string, time.Duration) error {
+	s.calls.Add(1)
+	return errDown
+}
+
+// Failed refreshes are retried sooner as the lock's end nears, but not in
+// a burst: over a 150 ms initial lease, at 50, 100, 125, 137.5 and 147.5 ms.
+func TestFailedRefreshesNotRetriedInABurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &countingFailedRefresh{MemoryStore: core.NewMemoryStore(0)}
+		eng, err := core.New(core.Config{Store: store, LockTTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		core.SetInitialLease(eng, 150*time.Millisecond)
+		l, _, err := eng.Acquire(&core.Call{Key: "k"})
+		if err != nil || l == nil {
+			t.Fatal(err)
+		}
+		defer l.Release(0, nil)
+		advance(150 * time.Millisecond)
+		if n := store.calls.Load(); n != 5 {
+			t.Fatalf("%d refreshes over the initial lease, want 5", n)
+		}
+	})
 }

@@ -17,6 +17,7 @@ const (
 	ProblemUnreadableBody   = "https://github.com/idem-go/idem/blob/main/docs/problems.md#unreadable-body"
 	ProblemBodyConsumed     = "https://github.com/idem-go/idem/blob/main/docs/problems.md#body-consumed"
 	ProblemStoreUnavailable = "https://github.com/idem-go/idem/blob/main/docs/problems.md#store-unavailable"
+	ProblemQuotaExceeded    = "https://github.com/idem-go/idem/blob/main/docs/problems.md#quota-exceeded"
 )
 
 // ContentTypeProblem is the media type of every error body (RFC 9457).

@@ -42,10 +42,12 @@ type Record struct {
 	RequestedAt time.Time // when the first request arrived
 	CompletedAt time.Time // when its response was stored
 	ExpiresAt   time.Time // when the record expires
-}
 
-// Duration is how long the handler of the first request took.
-func (r *Record) Duration() time.Duration { return r.CompletedAt.Sub(r.RequestedAt) }
+	// SealedBy is the id of the key that sealed the record (Config.Sealer),
+	// or "". DecodeRecord fills only it and the times of a sealed record:
+	// OpenRecord opens it.
+	SealedBy string
+}
 
 // appendBinary appends r in the versioned binary format stores keep.
 func (r *Record) appendBinary(b []byte) []byte {
@@ -80,9 +82,11 @@ func (r *Record) appendBinary(b []byte) []byte {
 }
 
 // DecodeRecord decodes a record as a Store keeps it. Its Body aliases data,
-// which must therefore not be modified while the record is in use.
+// which must therefore not be modified while the record is in use. Of a
+// sealed record it returns the times and SealedBy (see OpenRecord).
 // Truncated, oversized or unknown input returns an error wrapping
-// ErrCorruptRecord; it never panics.
+// ErrCorruptRecord; it never panics, and allocates at most about four times
+// len(data), plus 64 KiB, whatever the counts inside data claim.
 func DecodeRecord(data []byte) (*Record, error) {
 	rec := &Record{}
 	if err := rec.decode(data); err != nil {
@@ -93,7 +97,10 @@ func DecodeRecord(data []byte) (*Record, error) {
 
 // decode decodes data into rec, which must be zero.
 func (rec *Record) decode(data []byte) error {
-	d := decoder{b: data}
+	if len(data) > 0 && data[0] == recordSealed {
+		return rec.decodeSealed(data)
+	}
+	d := decoder{b: data, budget: decodeBudget(len(data))}
 	if v := d.byte(); v != recordVersion {
 		if d.err != nil {
 			return d.err
@@ -115,11 +122,11 @@ func (rec *Record) decode(data []byte) error {
 	rec.ExpiresAt = fromUnixNano(d.varint())
 	rec.Key = d.string()
 	rec.Scope = d.string()
-	if n := d.count(2); n > 0 {
+	if n := d.count(2); n > 0 && d.spend(n*headerCost) {
 		rec.Header = make(map[string][]string, n)
 		for range n {
 			name := d.string()
-			values := make([]string, d.count(1))
+			values := make([]string, d.cost(d.count(1), valueCost))
 			for j := range values {
 				values[j] = d.string()
 			}
@@ -167,9 +174,65 @@ func fromUnixNano(n int64) time.Time {
 
 // decoder reads the record format; the first error sticks and every later
 // read returns zero values, so the caller checks once at the end.
+//
+// budget is how many bytes the decoder may still allocate: a corrupt record
+// whose counts promise more than a few times its own size fails before the
+// decoder allocates it (see decodeBudget).
 type decoder struct {
-	b   []byte
-	err error
+	b      []byte
+	err    error
+	budget int
+}
+
+// What decoding costs in memory beyond the bytes of a string: a header in
+// the map, a value's string header.
+const (
+	headerCost = 96
+	valueCost  = 16
+)
+
+// decodeBudget bounds what decoding a record of n bytes may allocate: 4n,
+// plus 64 KiB so that a small record may carry hundreds of short headers.
+// Lease.Complete stores no record over it (errHeadersTooMany).
+func decodeBudget(n int) int { return 4*n + 64<<10 }
+
+// decodeCost is what decoding r allocates, as the decoder counts it.
+func (r *Record) decodeCost() int {
+	n := len(r.Key) + len(r.Scope)
+	for name, values := range r.Header {
+		n += headerCost + len(name) + valueCost*len(values)
+		for _, v := range values {
+			n += len(v)
+		}
+	}
+	return n
+}
+
+// errHeadersTooMany is why a result whose record would cost more than its
+// decodeBudget is not stored: thousands of headers.
+var errHeadersTooMany = errors.New("idem: response not stored: too many headers to decode within the record's allocation bound")
+
+// spend takes n bytes from the budget, or fails and reports false.
+func (d *decoder) spend(n int) bool {
+	if d.err != nil {
+		return false
+	}
+	if n > d.budget {
+		d.err = fmt.Errorf("%w: more headers than its size allows", ErrCorruptRecord)
+		d.b = nil
+		return false
+	}
+	d.budget -= n
+	return true
+}
+
+// cost spends n elements of size bytes each and returns n, or 0 if they do
+// not fit in the budget.
+func (d *decoder) cost(n, size int) int {
+	if !d.spend(n * size) {
+		return 0
+	}
+	return n
 }
 
 func (d *decoder) fail(what string) {
@@ -235,5 +298,5 @@ func (d *decoder) count(minSize int) int {
 }
 
 func (d *decoder) string() string {
-	return string(d.bytes(d.count(1)))
+	return string(d.bytes(d.cost(d.count(1), 1)))
 }

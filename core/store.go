@@ -67,3 +67,56 @@ type Waiter interface {
 type Notifier interface {
 	SetObserver(func(Event))
 }
+
+// TxStore is implemented by stores that hold a key in a transaction of the
+// application's own database (pgstore.NewTx): the work writes through the
+// transaction, and its record commits with it, or nothing does. The Engine
+// then calls Begin instead of Acquire, Refresh and Release.
+type TxStore interface {
+	Store
+	// Begin returns the completed record of key if there is one. Otherwise
+	// it opens a transaction that holds key until it ends, idle for at most
+	// idle between two statements, and returns it; ErrInFlight if another
+	// transaction holds key.
+	Begin(ctx context.Context, key string, idle time.Duration) (record []byte, tx Tx, err error)
+}
+
+// Tx is a key held by an open transaction (TxStore.Begin).
+type Tx interface {
+	// Context returns a copy of ctx that carries the transaction, for the
+	// work to write through.
+	Context(ctx context.Context) context.Context
+	// Commit stores record under the key for ttl and commits: the work's
+	// writes and the record, or neither.
+	Commit(ctx context.Context, record []byte, ttl time.Duration) error
+	// Rollback ends the transaction; nothing it wrote is kept.
+	Rollback(ctx context.Context) error
+}
+
+// Checkpointer is implemented by stores that keep the checkpoints of Step:
+// results by step name under a key, written under the key's lock. They
+// outlive the lock (Release, its expiry), so that the work run again by a
+// retry finds them, and go when their ttl ends or when Complete stores the
+// key's record. Without it, Step fails.
+type Checkpointer interface {
+	// SaveStep stores result as the checkpoint of step under key for ttl
+	// if token owns the key's live lock; otherwise it returns ErrLockLost
+	// and changes nothing.
+	SaveStep(ctx context.Context, key, token, step string, result []byte, ttl time.Duration) error
+	// LoadSteps returns the live checkpoints of key by step name.
+	LoadSteps(ctx context.Context, key string) (map[string][]byte, error)
+}
+
+// StepTx is implemented by a Tx whose store keeps Step's checkpoints in
+// the transactional mode: each step runs in a transaction of its own, which
+// commits the step's writes with its checkpoint, so that both outlive a
+// crash of the work's transaction. The store's LoadSteps (Checkpointer)
+// reads them.
+type StepTx interface {
+	// RunStep runs fn in a new transaction, carried by fn's context as
+	// Tx.Context carries the Tx, and commits it with fn's result as the
+	// checkpoint of step, kept for ttl, if the Tx still holds the key;
+	// otherwise it rolls back and returns ErrLockLost. An error of fn rolls
+	// it back and is returned as is.
+	RunStep(ctx context.Context, step string, ttl time.Duration, fn func(context.Context) ([]byte, error)) ([]byte, error)
+}

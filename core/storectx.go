@@ -14,7 +14,7 @@ import (
 // asks for Done (or derives a context from it): the memory store never
 // does, go-redis and pgx do.
 type storeCtx struct {
-	context.Context // the parent: its values; never done (context.WithoutCancel)
+	context.Context // the parent: its values; never done (a Lease's detachedCtx)
 
 	deadline time.Time
 
@@ -143,3 +143,13 @@ func (c *storeCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Unlock()
 	return func() bool { return a.state.CompareAndSwap(afterWaiting, afterStopped) }
 }
+
+// detachedCtx is context.WithoutCancel without its allocations (one to
+// make it, one per Value call, which boxes it): the values of parent,
+// never done. A Lease holds one for its store calls.
+type detachedCtx struct{ parent context.Context }
+
+func (*detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*detachedCtx) Done() <-chan struct{}       { return nil }
+func (*detachedCtx) Err() error                  { return nil }
+func (c *detachedCtx) Value(key any) any         { return c.parent.Value(key) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -40,13 +41,17 @@ func TestStoreCtx(t *testing.T) {
 	})
 	t.Run("expires without Done", func(t *testing.T) {
 		t.Parallel()
-		c := newStoreCtx(parent, time.Millisecond)
-		for c.Err() == nil { // a clock, not a goroutine: no channel to wait on
-			time.Sleep(time.Millisecond)
-		}
-		if !errors.Is(c.Err(), context.DeadlineExceeded) || !done(c) || context.Cause(c) != context.DeadlineExceeded {
-			t.Errorf("Err %v, Done closed %v, Cause %v", c.Err(), done(c), context.Cause(c))
-		}
+		synctest.Test(t, func(t *testing.T) {
+			c := newStoreCtx(parent, time.Millisecond)
+			<-time.After(time.Millisecond - 1) // the bubble's clock
+			if c.Err() != nil {
+				t.Fatalf("Err %v before the deadline", c.Err())
+			}
+			<-time.After(1) // a clock, not a goroutine: no channel to wait on
+			if !errors.Is(c.Err(), context.DeadlineExceeded) || !done(c) || context.Cause(c) != context.DeadlineExceeded {
+				t.Errorf("Err %v, Done closed %v, Cause %v", c.Err(), done(c), context.Cause(c))
+			}
+		})
 	})
 	t.Run("expires with Done", func(t *testing.T) {
 		t.Parallel()

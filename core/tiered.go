@@ -10,21 +10,12 @@ import (
 	"time"
 )
 
-// Tiered is a Store of two tiers: a fast one (Redis) in front of a durable
-// one (PostgreSQL). Every lock is taken in the durable tier, so a handler
-// runs once whichever tier answers; every record is stored there first.
-// The fast tier serves replays in one round trip and holds off duplicates;
-// when it fails, calls go to the durable tier alone (OutcomeFallback), and
-// when it lost its data, records come back from the durable tier and are
-// written to it again.
-//
-// Costs: a replay is one fast round trip (two, and one durable, the first
-// time after the fast tier lost the record); a first request two fast and
-// two durable round trips; a key in flight one of each (the durable tier
-// may hold its record, behind a fast lock taken late). With the durable tier down, locks and records
-// live in the fast tier alone: protected, not durable (OutcomeFallback).
-// The reasons are in docs/design.md ("Tiered store").
-type Tiered struct {
+// tiered is the Store of NewTiered. A call to the fast tier gets half the
+// time left to the call (half of defaultStoreTimeout without a deadline),
+// so that the durable tier has the other half when it stalls; after
+// defaultBreakerFailures failures in a row the fast tier is left out for
+// defaultBreakerCooldown, then probed again.
+type tiered struct {
 	fast, durable Store
 	brk           *breaker // of the fast tier
 
@@ -33,16 +24,25 @@ type Tiered struct {
 	invalidate func(string) // the Engine's replay cache's; nil without one
 }
 
-// NewTiered returns the tiered store of fast in front of durable.
-//
-// A call to the fast tier gets half the time left to the call (half of
-// DefaultStoreTimeout without a deadline), so that the durable tier has the
-// other half when it stalls; after DefaultBreakerFailures failures in a row
-// the fast tier is left out for DefaultBreakerCooldown, then probed again.
-func NewTiered(fast, durable Store) *Tiered {
-	return &Tiered{fast: fast, durable: durable,
-		brk: &breaker{failures: DefaultBreakerFailures, cooldown: DefaultBreakerCooldown,
-			probeFor: DefaultBreakerCooldown + DefaultStoreTimeout, now: time.Now, changed: func(BreakerState) {}}}
+// NewTiered returns the Store of fast (Redis) in front of durable
+// (PostgreSQL). Every lock is taken in the durable tier, so a handler runs
+// once whichever tier answers, and every record is stored there first; the
+// fast tier serves replays in one round trip and holds off duplicates.
+// When the fast tier fails, calls go to the durable tier alone
+// (OutcomeFallback); when it lost its data, records are written back to it.
+// The store implements Admin, Checkpointer, Notifier and Invalidator, and
+// TxStore if durable does (pgstore.NewTx): the durable tier's transaction
+// then holds the key and commits the record, and the fast tier serves
+// replays and gets the record after the commit. See docs/design.md,
+// "Tiered store".
+func NewTiered(fast, durable Store) Store {
+	t := &tiered{fast: fast, durable: durable,
+		brk: &breaker{failures: defaultBreakerFailures, cooldown: defaultBreakerCooldown,
+			probeFor: defaultBreakerCooldown + defaultStoreTimeout, now: time.Now, changed: func(BreakerState) {}}}
+	if tx, ok := durable.(TxStore); ok {
+		return &tieredTx{tiered: t, tx: tx}
+	}
+	return t
 }
 
 // minFastBudget is the least time a call to the fast tier is given.
@@ -61,8 +61,8 @@ func durableCtx(ctx context.Context, fast string) (context.Context, context.Canc
 
 // fastCall runs op on the fast tier within half the time left, through its
 // breaker.
-func (t *Tiered) fastCall(ctx context.Context, op func(context.Context) error) error {
-	budget := DefaultStoreTimeout / 2
+func (t *tiered) fastCall(ctx context.Context, op func(context.Context) error) error {
+	budget := defaultStoreTimeout / 2
 	if d, ok := ctx.Deadline(); ok {
 		budget = time.Until(d) / 2
 	}
@@ -82,8 +82,13 @@ func (t *Tiered) fastCall(ctx context.Context, op func(context.Context) error) e
 	return err
 }
 
+// EnforcesQuota reports whether both tiers enforce Config.Quota: each
+// counts the keys it locks, the fast one first, so that either alone keeps
+// the bound while the other is down.
+func (t *tiered) EnforcesQuota() bool { return enforcesQuota(t.fast) && enforcesQuota(t.durable) }
+
 // SetObserver implements Notifier.
-func (t *Tiered) SetObserver(observe func(Event)) {
+func (t *tiered) SetObserver(observe func(Event)) {
 	t.mu.Lock()
 	t.observe = observe
 	t.mu.Unlock()
@@ -91,7 +96,7 @@ func (t *Tiered) SetObserver(observe func(Event)) {
 
 // SetInvalidate implements Invalidator: purges announced by either tier
 // reach the Engine's replay cache, and so do this store's own purges.
-func (t *Tiered) SetInvalidate(invalidate func(key string)) {
+func (t *tiered) SetInvalidate(invalidate func(key string)) {
 	t.mu.Lock()
 	t.invalidate = invalidate
 	t.mu.Unlock()
@@ -103,7 +108,7 @@ func (t *Tiered) SetInvalidate(invalidate func(key string)) {
 }
 
 // fallback reports that tier failed for op and the other answered.
-func (t *Tiered) fallback(ctx context.Context, tier, op string, err error) {
+func (t *tiered) fallback(ctx context.Context, tier, op string, err error) {
 	t.mu.Lock()
 	observe := t.observe
 	t.mu.Unlock()
@@ -121,7 +126,7 @@ func splitTieredToken(token string) (fast, durable string) {
 }
 
 // Acquire implements Store.
-func (t *Tiered) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
+func (t *tiered) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
 	var rec []byte
 	var ft string
 	err := t.fastCall(ctx, func(ctx context.Context) (err error) {
@@ -131,10 +136,11 @@ func (t *Tiered) Acquire(ctx context.Context, key string, lockTTL time.Duration)
 	switch {
 	case err == nil && ft == "":
 		return rec, "", nil // a replay
-	case errors.Is(err, ErrInFlight):
+	case errors.Is(err, ErrInFlight), errors.Is(err, ErrQuotaExceeded):
 		// The fast tier's lock may be one writing a lost record back, or
-		// one a stalled Redis took late: the durable tier may hold the
-		// record, which is then the answer (a read; it takes no lock).
+		// one a stalled Redis took late, and a quota refusal may be of a
+		// key whose record the fast tier lost: the durable tier may hold
+		// the record, which is then the answer (a read; it takes no lock).
 		if d, ok := t.durable.(Admin); ok {
 			if st, derr := d.Inspect(ctx, key); derr == nil && st.Record != nil {
 				return st.Record, "", nil
@@ -165,8 +171,9 @@ func (t *Tiered) Acquire(ctx context.Context, key string, lockTTL time.Duration)
 		return rec, "", nil
 	case err == nil:
 		return nil, tieredToken(ft, dt), nil
-	case errors.Is(err, ErrInFlight):
-		// Held in the durable tier only: taken while the fast one was down.
+	case errors.Is(err, ErrInFlight), errors.Is(err, ErrQuotaExceeded):
+		// Held in the durable tier only: taken while the fast one was down;
+		// or over the quota as the durable tier counts it.
 		t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Release(ctx, key, ft) }) //nolint:errcheck
 		return nil, "", err
 	}
@@ -176,7 +183,7 @@ func (t *Tiered) Acquire(ctx context.Context, key string, lockTTL time.Duration)
 
 // Complete implements Store: the durable tier first, whose answer counts,
 // then the fast one.
-func (t *Tiered) Complete(ctx context.Context, key, token string, record []byte, ttl time.Duration) error {
+func (t *tiered) Complete(ctx context.Context, key, token string, record []byte, ttl time.Duration) error {
 	ft, dt := splitTieredToken(token)
 	var derr error
 	if dt != "" {
@@ -207,12 +214,12 @@ func (t *Tiered) Complete(ctx context.Context, key, token string, record []byte,
 }
 
 // Release implements Store.
-func (t *Tiered) Release(ctx context.Context, key, token string) error {
+func (t *tiered) Release(ctx context.Context, key, token string) error {
 	return t.both(ctx, token, "release", func(ctx context.Context, s Store, tok string) error { return s.Release(ctx, key, tok) })
 }
 
 // Refresh implements Store.
-func (t *Tiered) Refresh(ctx context.Context, key, token string, lockTTL time.Duration) error {
+func (t *tiered) Refresh(ctx context.Context, key, token string, lockTTL time.Duration) error {
 	return t.both(ctx, token, "refresh", func(ctx context.Context, s Store, tok string) error {
 		return s.Refresh(ctx, key, tok, lockTTL)
 	})
@@ -220,7 +227,7 @@ func (t *Tiered) Refresh(ctx context.Context, key, token string, lockTTL time.Du
 
 // both runs op on each tier that holds a part of token, the durable one
 // first, whose answer counts when it holds one.
-func (t *Tiered) both(ctx context.Context, token, name string, op func(context.Context, Store, string) error) error {
+func (t *tiered) both(ctx context.Context, token, name string, op func(context.Context, Store, string) error) error {
 	ft, dt := splitTieredToken(token)
 	var derr error
 	if dt != "" {
@@ -242,7 +249,7 @@ func (t *Tiered) both(ctx context.Context, token, name string, op func(context.C
 }
 
 // Inspect implements Admin: the durable tier's state, or the fast one's.
-func (t *Tiered) Inspect(ctx context.Context, key string) (KeyState, error) {
+func (t *tiered) Inspect(ctx context.Context, key string) (KeyState, error) {
 	d, f, err := t.admins()
 	if err != nil {
 		return KeyState{}, err
@@ -259,7 +266,7 @@ func (t *Tiered) Inspect(ctx context.Context, key string) (KeyState, error) {
 // the fast tier meanwhile. With the fast tier down, the durable tier's
 // record goes, and the fast tier's copy, if it still has one when it comes
 // back, replays until it expires.
-func (t *Tiered) Purge(ctx context.Context, key string) error {
+func (t *tiered) Purge(ctx context.Context, key string) error {
 	d, f, err := t.admins()
 	if err != nil {
 		return err
@@ -298,12 +305,12 @@ func (t *Tiered) Purge(ctx context.Context, key string) error {
 }
 
 // Unlock implements Admin: the lock goes from both tiers.
-func (t *Tiered) Unlock(ctx context.Context, key string) error {
+func (t *tiered) Unlock(ctx context.Context, key string) error {
 	return t.adminBoth(func(a Admin) error { return a.Unlock(ctx, key) })
 }
 
 // InFlight implements Admin: the locks of both tiers, each key once.
-func (t *Tiered) InFlight(ctx context.Context, limit int) ([]KeyState, error) {
+func (t *tiered) InFlight(ctx context.Context, limit int) ([]KeyState, error) {
 	d, f, err := t.admins()
 	if err != nil {
 		return nil, err
@@ -328,7 +335,7 @@ func (t *Tiered) InFlight(ctx context.Context, limit int) ([]KeyState, error) {
 // errNoAdmin reports a tier that does not implement Admin.
 var errNoAdmin = errors.New("idem: a tier of the store does not implement core.Admin")
 
-func (t *Tiered) admins() (durable, fast Admin, err error) {
+func (t *tiered) admins() (durable, fast Admin, err error) {
 	d, ok1 := t.durable.(Admin)
 	f, ok2 := t.fast.(Admin)
 	if !ok1 || !ok2 {
@@ -339,7 +346,7 @@ func (t *Tiered) admins() (durable, fast Admin, err error) {
 
 // adminBoth runs op on both tiers, durable first: ErrNotFound only if both
 // say so, ErrInFlight if either does.
-func (t *Tiered) adminBoth(op func(Admin) error) error {
+func (t *tiered) adminBoth(op func(Admin) error) error {
 	d, f, err := t.admins()
 	if err != nil {
 		return err
@@ -353,4 +360,190 @@ func (t *Tiered) adminBoth(op func(Admin) error) error {
 		return nil
 	}
 	return ferr
+}
+
+// checkpointers returns the tiers as Checkpointers.
+func (t *tiered) checkpointers() (durable, fast Checkpointer, err error) {
+	d, ok1 := t.durable.(Checkpointer)
+	f, ok2 := t.fast.(Checkpointer)
+	if !ok1 || !ok2 {
+		return nil, nil, fmt.Errorf("%w: a tier is not one", errNoCheckpoints)
+	}
+	return d, f, nil
+}
+
+// SaveStep implements Checkpointer: in the durable tier if it holds the
+// lock, else (taken while it was down) in the fast one.
+func (t *tiered) SaveStep(ctx context.Context, key, token, step string, result []byte, ttl time.Duration) error {
+	d, f, err := t.checkpointers()
+	if err != nil {
+		return err
+	}
+	ft, dt := splitTieredToken(token)
+	switch {
+	case dt != "":
+		return d.SaveStep(ctx, key, dt, step, result, ttl)
+	case ft == "":
+		return ErrLockLost
+	}
+	return t.fastCall(ctx, func(ctx context.Context) error { return f.SaveStep(ctx, key, ft, step, result, ttl) })
+}
+
+// LoadSteps implements Checkpointer: the checkpoints of both tiers, the
+// durable one's first; an error only if the durable tier fails and the
+// fast one too.
+func (t *tiered) LoadSteps(ctx context.Context, key string) (map[string][]byte, error) {
+	d, f, err := t.checkpointers()
+	if err != nil {
+		return nil, err
+	}
+	dctx, cancel := durableCtx(ctx, "fast")
+	steps, derr := d.LoadSteps(dctx, key)
+	cancel()
+	var fast map[string][]byte
+	ferr := t.fastCall(ctx, func(ctx context.Context) (err error) {
+		fast, err = f.LoadSteps(ctx, key)
+		return err
+	})
+	switch {
+	case derr != nil && ferr != nil:
+		return nil, derr
+	case derr != nil:
+		t.fallback(ctx, "durable", "load steps", derr)
+	}
+	if steps == nil {
+		steps = make(map[string][]byte, len(fast))
+	}
+	for step, result := range fast {
+		if _, ok := steps[step]; !ok {
+			steps[step] = result
+		}
+	}
+	return steps, nil
+}
+
+// tieredTx is the tiered store over a durable TxStore.
+type tieredTx struct {
+	*tiered
+	tx TxStore
+}
+
+// Begin implements TxStore: a record in the fast tier is a replay, and a
+// fast lock a conflict (or the durable tier's record, as in Acquire);
+// else the durable tier's transaction holds the key, and the fast tier's
+// lock, taken for the initial lease only (a crashed process's lock holds
+// off retries that long), is completed with the record after the commit.
+// With the durable tier down, the fast tier's lock alone holds the key, as
+// in Acquire: the work runs protected, without a transaction.
+func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, Tx, error) {
+	var (
+		rec []byte
+		ft  string
+	)
+	err := t.fastCall(ctx, func(ctx context.Context) (err error) {
+		rec, ft, err = t.fast.Acquire(ctx, key, min(idle, minInitialLease))
+		return err
+	})
+	switch {
+	case err == nil && ft == "":
+		return rec, nil, nil
+	case errors.Is(err, ErrInFlight), errors.Is(err, ErrQuotaExceeded):
+		if d, ok := t.durable.(Admin); ok {
+			if st, derr := d.Inspect(ctx, key); derr == nil && st.Record != nil {
+				return st.Record, nil, nil
+			}
+		}
+		return nil, nil, err
+	case err != nil:
+		t.fallback(ctx, "fast", "begin", err)
+	}
+	dctx, cancel := durableCtx(ctx, ft)
+	rec, tx, err := t.tx.Begin(dctx, key, idle)
+	cancel()
+	if err != nil && ft != "" && !errors.Is(err, ErrInFlight) && !errors.Is(err, ErrQuotaExceeded) {
+		// The fast lock alone holds the key, for idle as a transaction
+		// would: nothing refreshes it.
+		if ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Refresh(ctx, key, ft, idle) }); ferr == nil {
+			t.fallback(ctx, "durable", "begin", err)
+			return nil, &fastTxn{t: t, key: key, ft: ft}, nil
+		}
+	}
+	if err != nil || tx == nil {
+		if ft != "" {
+			t.endFast(ctx, key, ft, rec)
+		}
+		return rec, nil, err
+	}
+	return rec, &tieredTxn{Tx: tx, t: t, key: key, ft: ft}, nil
+}
+
+// endFast completes the fast tier's lock ft with rec, the record of the
+// key, or releases it if there is none.
+func (t *tieredTx) endFast(ctx context.Context, key, ft string, rec []byte) {
+	if r, err := DecodeRecord(rec); rec != nil && err == nil && time.Until(r.ExpiresAt) > 0 {
+		t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Complete(ctx, key, ft, rec, time.Until(r.ExpiresAt)) }) //nolint:errcheck // a cache fill
+		return
+	}
+	t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Release(ctx, key, ft) }) //nolint:errcheck // it expires
+}
+
+// tieredTxn is the durable tier's transaction and the fast tier's lock.
+type tieredTxn struct {
+	Tx
+	t   *tieredTx
+	key string
+	ft  string // the fast tier's lock; "" if this call has none or it ended
+}
+
+// Unwrap returns the durable tier's transaction (Step finds a StepTx
+// behind it).
+func (x *tieredTxn) Unwrap() Tx { return x.Tx }
+
+func (x *tieredTxn) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
+	err := x.Tx.Commit(ctx, record, ttl)
+	if err != nil {
+		record = nil
+	}
+	x.endFast(ctx, record)
+	return err
+}
+
+func (x *tieredTxn) Rollback(ctx context.Context) error {
+	err := x.Tx.Rollback(ctx)
+	x.endFast(ctx, nil)
+	return err
+}
+
+// endFast ends the fast tier's lock, once.
+func (x *tieredTxn) endFast(ctx context.Context, record []byte) {
+	if x.ft != "" {
+		x.t.endFast(ctx, x.key, x.ft, record)
+		x.ft = ""
+	}
+}
+
+// fastTxn is a key held by the fast tier's lock alone, the durable tier
+// being down: no transaction, the record stored in the fast tier. The
+// work's effects happened whatever the store does, so a failed store is a
+// fallback event, not a failed commit (which would answer 503 and release
+// the lock for a retry to run the work again): the lock is left to expire,
+// as in the lease mode.
+type fastTxn struct {
+	t   *tieredTx
+	key string
+	ft  string
+}
+
+func (x *fastTxn) Context(ctx context.Context) context.Context { return ctx }
+
+func (x *fastTxn) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
+	err := x.t.fastCall(ctx, func(ctx context.Context) error { return x.t.fast.Complete(ctx, x.key, x.ft, record, ttl) })
+	if err != nil {
+		x.t.fallback(ctx, "fast", "complete", err)
+	}
+	return nil
+}
+
+func (x *fastTxn) Rollback(ctx context.Context) error {
+	return x.t.fastCall(ctx, func(ctx context.Context) error { return x.t.fast.Release(ctx, x.key, x.ft) })
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/idem-go/idem/core"
@@ -25,6 +26,8 @@ type tier struct {
 var errTierDown = errors.New("tier down")
 
 func newTier() *tier { return &tier{s: core.NewMemoryStore(0)} }
+
+func (t *tier) EnforcesQuota() bool { return true }
 
 func (t *tier) get(ctx context.Context) (*core.MemoryStore, error) {
 	t.calls.Add(1)
@@ -120,11 +123,28 @@ func (t *tier) InFlight(ctx context.Context, limit int) ([]core.KeyState, error)
 	return s.InFlight(ctx, limit)
 }
 
+func (t *tier) SaveStep(ctx context.Context, key, token, step string, result []byte, ttl time.Duration) error {
+	s, err := t.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.SaveStep(ctx, key, token, step, result, ttl)
+}
+
+func (t *tier) LoadSteps(ctx context.Context, key string) (map[string][]byte, error) {
+	s, err := t.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.LoadSteps(ctx, key)
+}
+
 func TestTieredConformance(t *testing.T) {
 	newStore := func(*testing.T) core.Store { return core.NewTiered(newTier(), newTier()) }
-	idemtest.TestStore(t, newStore)
-	idemtest.TestLease(t, newStore)
-	idemtest.TestAdmin(t, newStore)
+	idemtest.TestStore(t, newStore, idemtest.FakeTime())
+	idemtest.TestLease(t, newStore, idemtest.FakeTime())
+	idemtest.TestAdmin(t, newStore, idemtest.FakeTime())
+	idemtest.TestQuota(t, newStore, idemtest.FakeTime())
 }
 
 // tieredEngine returns an Engine on a tiered store and its tiers.
@@ -200,7 +220,9 @@ func TestTieredFastTierDataLost(t *testing.T) {
 
 // The fast tier down, then stalled: calls go to the durable tier, still
 // protected, each fallback reported; the fast tier back: no key runs twice.
-func TestTieredFastTierDownAndBack(t *testing.T) {
+func TestTieredFastTierDownAndBack(t *testing.T) { synctest.Test(t, testTieredFastTierDownAndBack) }
+
+func testTieredFastTierDownAndBack(t *testing.T) {
 	for _, stall := range []bool{false, true} {
 		var ev events
 		eng, fast, _ := tieredEngine(t, &ev)
@@ -254,23 +276,25 @@ func TestTieredDurableTierDown(t *testing.T) {
 }
 
 // Many duplicates of many keys while the fast tier flaps: each key runs once.
-func TestTieredConcurrentFlapping(t *testing.T) {
+func TestTieredConcurrentFlapping(t *testing.T) { synctest.Test(t, testTieredConcurrentFlapping) }
+
+func testTieredConcurrentFlapping(t *testing.T) {
 	eng, fast, _ := tieredEngine(t, nil)
 	var runs [20]atomic.Int32
 	var wg sync.WaitGroup
-	stop := make(chan struct{})
+	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(stopped)
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
-				fast.set(false, false)
 				return
 			default:
 				fast.set(i%2 == 1, false)
 				if i%3 == 0 {
 					fast.lose()
 				}
-				time.Sleep(time.Millisecond)
+				advance(time.Millisecond)
 			}
 		}
 	}()
@@ -288,13 +312,14 @@ func TestTieredConcurrentFlapping(t *testing.T) {
 						t.Errorf("key %d: %v", k, err)
 						return
 					}
-					time.Sleep(time.Millisecond)
+					advance(time.Millisecond)
 				}
 			}()
 		}
 	}
 	wg.Wait()
 	close(stop)
+	<-stopped
 	for k := range runs {
 		if n := runs[k].Load(); n != 1 {
 			t.Errorf("key %d ran %d times, want 1", k, n)
@@ -336,7 +361,7 @@ func TestTieredPurgeInvalidatesReplayCache(t *testing.T) {
 	var runs atomic.Int32
 	run(t, eng, "k", &runs) //nolint:errcheck
 	run(t, eng, "k", &runs) //nolint:errcheck // a replay, now cached
-	if err := store.Purge(context.Background(), core.ID("", "k", "")); err != nil {
+	if err := store.(core.Admin).Purge(context.Background(), core.ID("", "k", "")); err != nil {
 		t.Fatal(err)
 	}
 	run(t, eng, "k", &runs) //nolint:errcheck
@@ -349,6 +374,10 @@ func TestTieredPurgeInvalidatesReplayCache(t *testing.T) {
 // its calls no time: a duplicate of a key whose lock only the fast tier
 // holds still meets it, and does not run the work a second time.
 func TestTieredStalledDurableLeavesFastItsShare(t *testing.T) {
+	synctest.Test(t, testTieredStalledDurableLeavesFastItsShare)
+}
+
+func testTieredStalledDurableLeavesFastItsShare(t *testing.T) {
 	fast, durable := newTier(), newTier()
 	store := core.NewTiered(fast, durable)
 	ctx := func() (context.Context, context.CancelFunc) {
@@ -376,5 +405,170 @@ func TestTieredStalledDurableLeavesFastItsShare(t *testing.T) {
 	defer cancel2()
 	if _, tok, err := store.Acquire(c2, "r", time.Minute); !errors.Is(err, core.ErrInFlight) {
 		t.Fatalf("a duplicate of r after the stall: token %q, err %v; want ErrInFlight (the fast tier's breaker opened)", tok, err)
+	}
+}
+
+// Checkpoints go to the durable tier; with it down, to the fast one; a
+// retry reads both, and runs on while either answers.
+func TestTieredSteps(t *testing.T) {
+	var ev events
+	eng, fast, durable := tieredEngine(t, &ev)
+	runs := map[string]int{}
+	work := func(fail bool) func(ctx context.Context) (string, error) {
+		return func(ctx context.Context) (string, error) {
+			var out string
+			for _, name := range []string{"a", "b"} {
+				v, err := core.Step(ctx, name, func(context.Context) (string, error) { runs[name]++; return name + "1", nil })
+				if err != nil {
+					return "", err
+				}
+				out += v
+				if fail {
+					return "", errors.New("run again")
+				}
+			}
+			return out, nil
+		}
+	}
+	ctx := context.Background()
+	core.Do(ctx, eng, "s", "k", work(true)) //nolint:errcheck // a saved in the durable tier
+	id := core.ID("s", "k", "")
+	if d, _ := durable.s.LoadSteps(ctx, id); string(d["a"]) != `"a1"` {
+		t.Fatalf("durable tier's checkpoints: %q", d)
+	}
+	durable.set(true, false)
+	core.Do(ctx, eng, "s", "k", work(false)) //nolint:errcheck // the durable tier fails the load: the fast tier alone
+	if runs["a"] != 2 {
+		t.Fatalf("step a ran %d times; without the durable tier's checkpoints it runs again", runs["a"])
+	}
+	// The durable tier failed the Acquire: the lock and b's checkpoint are
+	// the fast tier's.
+	durable.set(false, false)
+	if f, _ := fast.s.LoadSteps(ctx, id); len(f) != 0 {
+		t.Fatalf("fast tier's checkpoints after the completion: %q", f)
+	}
+
+	// Both tiers read: a checkpoint saved while the durable tier was down
+	// serves a retry after it came back.
+	runs = map[string]int{}
+	durable.set(true, false)
+	core.Do(ctx, eng, "s", "k2", work(true)) //nolint:errcheck
+	durable.set(false, false)
+	fast.set(true, false)
+	// The fast tier is down now: the lock is the durable tier's, and its
+	// checkpoints are all there is.
+	got, _, err := core.Do(ctx, eng, "s", "k2", work(false))
+	if err != nil || got != "a1b1" || runs["a"] != 2 {
+		t.Fatalf("fast tier down: %q, %v, runs %v", got, err, runs)
+	}
+	fast.set(false, false)
+	runs = map[string]int{}
+	durable.set(true, false)
+	core.Do(ctx, eng, "s", "k3", work(true)) //nolint:errcheck // a in the fast tier
+	durable.set(false, false)
+	got, _, err = core.Do(ctx, eng, "s", "k3", work(false))
+	if err != nil || got != "a1b1" || runs["a"] != 1 || runs["b"] != 1 {
+		t.Fatalf("both tiers up again: %q, %v, runs %v; want a's checkpoint from the fast tier", got, err, runs)
+	}
+}
+
+// Over a durable TxStore the tiered store is one too: the durable tier's
+// transaction holds the key, the fast tier gets the record after the
+// commit and serves the replays, and a fast lock is a conflict.
+func TestTieredTx(t *testing.T) {
+	ctx := context.Background()
+	fast := newTier()
+	store := core.NewTiered(fast, idemtest.NewTxStore(t))
+	if _, ok := store.(core.TxStore); !ok {
+		t.Fatal("NewTiered over a TxStore is not a TxStore")
+	}
+	if _, ok := core.NewTiered(newTier(), newTier()).(core.TxStore); ok {
+		t.Fatal("NewTiered over a plain store is a TxStore")
+	}
+	eng, err := core.New(core.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	if _, err := run(t, eng, "k", &runs); err != nil {
+		t.Fatal(err)
+	}
+	st, err := fast.s.Inspect(ctx, core.ID("", "k", ""))
+	if err != nil || st.Record == nil {
+		t.Fatalf("the fast tier after the commit: %+v, %v; want the record", st, err)
+	}
+	if rec, err := run(t, eng, "k", &runs); err != nil || rec == nil || runs.Load() != 1 {
+		t.Fatalf("replay: %v, %v, %d runs; want the record, 1 run", rec, err, runs.Load())
+	}
+
+	// A fast lock (a request running, or a crashed process's for its
+	// initial lease) holds the key off.
+	if _, _, err := fast.s.Acquire(ctx, core.ID("", "crashed", ""), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, eng, "crashed", &runs); !errors.Is(err, core.ErrInFlight) || runs.Load() != 1 {
+		t.Fatalf("under a fast lock: %v, %d runs; want ErrInFlight", err, runs.Load())
+	}
+
+	// Concurrent duplicates: one run.
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(t, eng, "dup", &runs) //nolint:errcheck // ErrInFlight for most
+		}()
+	}
+	wg.Wait()
+	if runs.Load() != 2 {
+		t.Fatalf("%d runs after 50 duplicates, want 2 in all", runs.Load())
+	}
+}
+
+func TestTieredTxHTTPConformance(t *testing.T) {
+	idemtest.TestHTTP(t, serveMux, func(t *testing.T) core.Store {
+		return core.NewTiered(core.NewMemoryStore(0), idemtest.NewTxStore(t))
+	})
+}
+
+// downTx is a TxStore whose Begin fails while down.
+type downTx struct {
+	core.TxStore
+	down atomic.Bool
+}
+
+func (d *downTx) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
+	if d.down.Load() {
+		return nil, nil, errors.New("durable tier down")
+	}
+	return d.TxStore.Begin(ctx, key, idle)
+}
+
+// With the durable TxStore down, the fast tier's lock alone holds the key,
+// as in the lease mode: concurrent duplicates run once, and the record
+// replays from the fast tier.
+func TestTieredTxDurableDown(t *testing.T) {
+	durable := &downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}
+	durable.down.Store(true)
+	var ev events
+	eng, err := core.New(core.Config{Store: core.NewTiered(newTier(), durable), Observer: ev.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(t, eng, "k", &runs) //nolint:errcheck // ErrInFlight for most
+		}()
+	}
+	wg.Wait()
+	if rec, err := run(t, eng, "k", &runs); err != nil || rec == nil || runs.Load() != 1 {
+		t.Fatalf("replay with the durable tier down: %v, %v, %d runs; want the record, 1 run", rec, err, runs.Load())
+	}
+	if ev.count(core.OutcomeFallback) == 0 {
+		t.Error("no fallback reported")
 	}
 }

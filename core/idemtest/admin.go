@@ -17,12 +17,14 @@ import (
 // TestAdmin runs the conformance suite of core.Admin on the stores newStore
 // returns, which must implement it. newStore is called once per subtest, and
 // InFlight must list only the keys of the store it returned: give each one a
-// prefix, a schema or a table of its own on a shared backend.
-func TestAdmin(t *testing.T, newStore func(t *testing.T) core.Store) {
+// prefix, a schema or a table of its own on a shared backend. opts as for
+// TestStore.
+func TestAdmin(t *testing.T, newStore func(t *testing.T) core.Store, opts ...Option) {
 	t.Helper()
+	o := newOptions(opts)
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s adminStore)
+		fn   func(t *testing.T, s adminStore, o *options)
 	}{
 		{"InspectRecord", testInspectRecord},
 		{"InspectLock", testInspectLock},
@@ -37,12 +39,14 @@ func TestAdmin(t *testing.T, newStore func(t *testing.T) core.Store) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t)
-			a, ok := s.(core.Admin)
-			if !ok {
-				t.Fatalf("%T does not implement core.Admin", s)
-			}
-			tt.fn(t, adminStore{s, a})
+			o.run(t, func(t *testing.T) {
+				s := newStore(t)
+				a, ok := s.(core.Admin)
+				if !ok {
+					t.Fatalf("%T does not implement core.Admin", s)
+				}
+				tt.fn(t, adminStore{s, a}, o)
+			})
 		})
 	}
 }
@@ -82,7 +86,7 @@ func inspect(t *testing.T, s adminStore, key string) core.KeyState {
 	return st
 }
 
-func testInspectRecord(t *testing.T, s adminStore) {
+func testInspectRecord(t *testing.T, s adminStore, _ *options) {
 	ctx := context.Background()
 	key := Key(t)
 	token := mustLock(t, s, key, time.Minute)
@@ -98,7 +102,7 @@ func testInspectRecord(t *testing.T, s adminStore) {
 	wantTime(t, "Expires", st.Expires, before.Add(time.Hour), after.Add(time.Hour))
 }
 
-func testInspectLock(t *testing.T, s adminStore) {
+func testInspectLock(t *testing.T, s adminStore, _ *options) {
 	key := Key(t)
 	before := time.Now()
 	mustLock(t, s, key, time.Minute)
@@ -111,7 +115,7 @@ func testInspectLock(t *testing.T, s adminStore) {
 	wantTime(t, "Expires", st.Expires, before.Add(time.Minute), after.Add(time.Minute))
 }
 
-func testInspectMissing(t *testing.T, s adminStore) {
+func testInspectMissing(t *testing.T, s adminStore, _ *options) {
 	ctx := context.Background()
 	key := Key(t)
 	_, err := s.Inspect(ctx, key)
@@ -126,7 +130,7 @@ func testInspectMissing(t *testing.T, s adminStore) {
 
 // testEngineRecordByID: what the Engine stores for a scope and a client
 // key is found under core.ID(scope, key, ""), as admin tools look for it.
-func testEngineRecordByID(t *testing.T, s adminStore) {
+func testEngineRecordByID(t *testing.T, s adminStore, _ *options) {
 	e := newEngine(t, core.Config{Store: s})
 	scope, key := "user-"+Key(t)[:8], "order-"+Key(t)[:8]
 	c := &core.Call{Key: key, Scope: scope, Method: "POST", Route: "/orders", Fingerprint: sha256.Sum256([]byte("r"))}
@@ -151,7 +155,7 @@ func testEngineRecordByID(t *testing.T, s adminStore) {
 	wantNotFound(t, "Inspect with the route joined (not ScopeRoute)", err)
 }
 
-func testPurgeInFlight(t *testing.T, s adminStore) {
+func testPurgeInFlight(t *testing.T, s adminStore, _ *options) {
 	ctx := context.Background()
 	key := Key(t)
 	token := mustLock(t, s, key, time.Minute)
@@ -165,7 +169,7 @@ func testPurgeInFlight(t *testing.T, s adminStore) {
 	wantRecord(t, s, key, []byte("done"))
 }
 
-func testPurge(t *testing.T, s adminStore) {
+func testPurge(t *testing.T, s adminStore, _ *options) {
 	ctx := context.Background()
 	key := Key(t)
 	wantNotFound(t, "Purge of a key never used", s.Purge(ctx, key))
@@ -186,7 +190,7 @@ func testPurge(t *testing.T, s adminStore) {
 	wantRecord(t, s, key, []byte("right"))
 }
 
-func testUnlock(t *testing.T, s adminStore) {
+func testUnlock(t *testing.T, s adminStore, _ *options) {
 	ctx := context.Background()
 	key := Key(t)
 	wantNotFound(t, "Unlock of a key never used", s.Unlock(ctx, key))
@@ -209,7 +213,7 @@ func testUnlock(t *testing.T, s adminStore) {
 	wantRecord(t, s, key, []byte("fresh"))
 }
 
-func testInFlight(t *testing.T, s adminStore) {
+func testInFlight(t *testing.T, s adminStore, o *options) {
 	ctx := context.Background()
 	if got, err := s.InFlight(ctx, 10); err != nil || len(got) != 0 {
 		t.Fatalf("InFlight of an empty store = %v, %v", got, err)
@@ -227,7 +231,7 @@ func testInFlight(t *testing.T, s adminStore) {
 	locks := make([]lock, 3)
 	for i := range locks {
 		if i > 0 {
-			nextTick(locks[i-1].after)
+			o.pass(t, 3*time.Millisecond) // stores keeping times to the millisecond tell the locks apart
 		}
 		locks[i].key = Key(t)
 		locks[i].before = time.Now()
@@ -259,19 +263,11 @@ func testInFlight(t *testing.T, s adminStore) {
 	check(10, locks[1:])
 }
 
-// nextTick returns once the clock is a few milliseconds past t, so that
-// stores keeping times to the millisecond tell two locks apart.
-func nextTick(t time.Time) {
-	for time.Since(t) < 3*time.Millisecond {
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // testConcurrentPurge: workers acquire one key in a loop, each completing
 // when it gets the lock, while an operator purges it again and again. A
 // purge never lets a second request in while one holds the lock, nor drops
 // a lock: every purge lets exactly one request run again.
-func testConcurrentPurge(t *testing.T, s adminStore) {
+func testConcurrentPurge(t *testing.T, s adminStore, _ *options) {
 	const (
 		workers = 16
 		purges  = 20
@@ -296,12 +292,14 @@ func testConcurrentPurge(t *testing.T, s adminStore) {
 				_, token, err := s.Acquire(ctx, key, time.Minute)
 				switch {
 				case errors.Is(err, core.ErrInFlight):
+					runtime.Gosched() // let the holder and the operator on
 					continue
 				case err != nil:
 					t.Errorf("Acquire: %v", err)
 					return
 				case token == "":
-					continue // the record: a replay
+					runtime.Gosched() // the record, a replay: let the operator purge it
+					continue
 				}
 				if n := holders.Add(1); n != 1 {
 					t.Errorf("%d requests hold the lock at once", n)

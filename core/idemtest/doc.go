@@ -10,7 +10,12 @@
 //     flight, safe among concurrent requests), unlock, InFlight.
 //   - TestHTTP checks an HTTP integration, row by row of the HTTP contract,
 //     through a real loopback server. The net/http middleware runs it, and
-//     so does every framework adapter.
+//     so does every framework adapter. On a core.TxStore it also checks
+//     that a failed commit answers 503 and nothing of the handler's response
+//     reached the client (on NewTxStore, an in-memory TxStore, otherwise).
+//   - NewTxStore returns a TxStore, a core.TxStore in memory whose commits
+//     fail on demand, for an adapter's tests of Buffered flights without a
+//     database.
 //   - BenchEngine gives an adapter's benchmarks an Engine whose store never
 //     fills up mid-benchmark.
 //
@@ -19,4 +24,8 @@
 //	func TestMyStore(t *testing.T) {
 //		idemtest.TestStore(t, func(t *testing.T) core.Store { return mystore.New(...) })
 //	}
+//
+// Where a lock or a record must expire, the suites wait in real time for
+// the store's server; FakeTime (a testing/synctest bubble) or Advance (a
+// fake server's clock) make it instant.
 package idemtest

@@ -11,9 +11,10 @@ import (
 
 // A store proves itself with one call in its own test file:
 // func TestMyStore(t *testing.T) { idemtest.TestStore(t, newStore) }.
+// A store whose clock is the process's lets the suite fake time.
 func ExampleTestStore() {
 	testMyStore := func(t *testing.T) {
-		idemtest.TestStore(t, func(*testing.T) core.Store { return core.NewMemoryStore(0) })
+		idemtest.TestStore(t, func(*testing.T) core.Store { return core.NewMemoryStore(0) }, idemtest.FakeTime())
 	}
 	_ = testMyStore
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/idemkey"
 )
 
 // Serve mounts app behind an adapter's idempotency middleware built on eng,
@@ -40,11 +41,13 @@ const OuterHeader = "X-Outer"
 
 // Request headers that drive the suite's handler.
 const (
-	hdrStatus = "X-Test-Status"   // status to answer with (default 201)
-	hdrDelay  = "X-Test-Delay-Ms" // sleep before answering
-	hdrPanic  = "X-Test-Panic"    // panic instead of answering
-	hdrSize   = "X-Test-Size"     // answer with a body of this many bytes
-	hdrUser   = "X-User-ID"       // the scope
+	hdrStatus = "X-Test-Status" // status to answer with (default 201)
+	hdrHold   = "X-Test-Hold"   // wait for the test to release the server's held requests
+	hdrPanic  = "X-Test-Panic"  // panic instead of answering
+	hdrLate   = "X-Test-Late"   // panic after answering
+	hdrSize   = "X-Test-Size"   // answer with a body of this many bytes
+	hdrFlush  = "X-Test-Flush"  // flush the response after writing it
+	hdrUser   = "X-User-ID"     // the scope
 )
 
 // TestHTTP runs the HTTP conformance suite, the contract table row by row,
@@ -83,6 +86,8 @@ func TestHTTP(t *testing.T, serve Serve, newStore func(t *testing.T) core.Store)
 		{"StoreFailClosed", testStoreFailClosed},
 		{"ConcurrentDuplicates", testConcurrentDuplicates},
 		{"ConcurrentDuplicatesWait", testConcurrentDuplicatesWait},
+		{"BufferedCommitFails", testBufferedCommitFails},
+		{"BufferedPanic", testBufferedPanic},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -102,7 +107,13 @@ type harness struct {
 type app struct {
 	runs    atomic.Int64
 	started chan struct{}
+	held    chan struct{} // closed by release: the held requests answer
+	once    sync.Once
+	tx      bool // the store is a core.TxStore
 }
+
+// release lets the held requests answer, and every later one at once.
+func (a *app) release() { a.once.Do(func() { close(a.held) }) }
 
 func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
@@ -115,11 +126,15 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case a.started <- struct{}{}:
 	default:
 	}
-	if ms, _ := strconv.Atoi(r.Header.Get(hdrDelay)); ms > 0 {
-		time.Sleep(time.Duration(ms) * time.Millisecond)
+	if r.Header.Get(hdrHold) != "" {
+		<-a.held
 	}
 	if r.Header.Get(hdrPanic) != "" {
 		panic("idemtest: handler panics as asked")
+	}
+	if _, protected := core.InfoFromContext(r.Context()); protected && a.tx && r.Context().Value(probeTxKey{}) == nil {
+		http.Error(w, "idemtest: the handler's context lacks the request's transaction (core.Flight.NewContext)", http.StatusInternalServerError)
+		return
 	}
 	status := http.StatusCreated
 	if s, _ := strconv.Atoi(r.Header.Get(hdrStatus)); s != 0 {
@@ -131,9 +146,15 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(status)
 	if size, _ := strconv.Atoi(r.Header.Get(hdrSize)); size > 0 {
 		w.Write(bytes.Repeat([]byte("x"), size)) //nolint:errcheck
-		return
+	} else {
+		fmt.Fprintf(w, `{"run":%d,"path":%q,"bytes":%d}`, n, r.URL.Path, len(body))
 	}
-	fmt.Fprintf(w, `{"run":%d,"path":%q,"bytes":%d}`, n, r.URL.Path, len(body))
+	if r.Header.Get(hdrFlush) != "" {
+		http.NewResponseController(w).Flush() //nolint:errcheck // a writer that cannot flush buffers
+	}
+	if r.Header.Get(hdrLate) != "" {
+		panic("idemtest: handler panics after its response as asked")
+	}
 }
 
 // server is one integration under test with its own Engine and app.
@@ -141,6 +162,7 @@ type server struct {
 	t      *testing.T
 	url    string
 	app    *app
+	store  *probe
 	client *http.Client
 }
 
@@ -149,6 +171,21 @@ func (h *harness) start(t *testing.T, cfg core.Config) *server {
 	if cfg.Store == nil {
 		cfg.Store = h.newStore(t)
 	}
+	if cfg.StoreTimeout == 0 {
+		cfg.StoreTimeout = slowStoreTimeout
+	}
+	p := &probe{Store: cfg.Store, changed: make(chan struct{}), failCommit: make(map[string]bool)}
+	cfg.Store = p
+	_, waits := p.Store.(core.Waiter)
+	_, tx := p.Store.(core.TxStore)
+	switch {
+	case waits && tx:
+		cfg.Store = txWaitingProbe{txProbe{p}}
+	case waits:
+		cfg.Store = waitingProbe{p}
+	case tx:
+		cfg.Store = txProbe{p}
+	}
 	if cfg.Scope == nil {
 		cfg.Scope = func(r *core.Request) string { return r.Header.Get(hdrUser) }
 	}
@@ -156,14 +193,123 @@ func (h *harness) start(t *testing.T, cfg core.Config) *server {
 	if err != nil {
 		t.Fatalf("core.New: %v", err)
 	}
-	a := &app{started: make(chan struct{}, 1)}
+	a := &app{started: make(chan struct{}, 1), held: make(chan struct{}), tx: tx}
 	url := h.serve(t, eng, a)
 	tr := &http.Transport{MaxIdleConnsPerHost: 256}
-	// Registered after serve, so it runs before the server's own cleanup:
-	// a server that waits for idle connections on shutdown (fasthttp) is
-	// not left waiting for ours.
+	// Registered after serve, so they run before the server's own cleanup:
+	// a server that waits for its handlers or for idle connections on
+	// shutdown (fasthttp) is not left waiting for ours.
 	t.Cleanup(tr.CloseIdleConnections)
-	return &server{t: t, url: url, app: a, client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	t.Cleanup(a.release)
+	return &server{t: t, url: url, app: a, store: p, client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+}
+
+// probe is a test server's store: it counts the Acquires (and a TxStore's
+// Begins) that find their key in flight, so that a test knows its duplicates have arrived.
+type probe struct {
+	core.Store
+	mu         sync.Mutex
+	inFlight   int
+	changed    chan struct{}   // closed and replaced on every count
+	failCommit map[string]bool // store keys whose next transaction fails to commit
+}
+
+func (p *probe) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
+	rec, token, err := p.Store.Acquire(ctx, key, lockTTL)
+	p.count(err)
+	return rec, token, err
+}
+
+// count counts err if it is ErrInFlight.
+func (p *probe) count(err error) {
+	if errors.Is(err, core.ErrInFlight) {
+		p.mu.Lock()
+		p.inFlight++
+		close(p.changed)
+		p.changed = make(chan struct{})
+		p.mu.Unlock()
+	}
+}
+
+// Unwrap lets the Engine find the store's Notifier and Invalidator.
+func (p *probe) Unwrap() core.Store { return p.Store }
+
+// waitingProbe is the probe of a store that implements core.Waiter.
+type waitingProbe struct{ *probe }
+
+func (p waitingProbe) Wait(ctx context.Context, key string) error {
+	return p.Store.(core.Waiter).Wait(ctx, key)
+}
+
+// txProbe is the probe of a core.TxStore: the Engine sees a TxStore, and
+// the probe counts the Begins that find their key in flight.
+type txProbe struct{ *probe }
+
+func (p txProbe) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
+	rec, tx, err := p.Store.(core.TxStore).Begin(ctx, key, idle)
+	p.count(err)
+	if tx == nil {
+		return rec, nil, err
+	}
+	p.mu.Lock()
+	fail := p.failCommit[key]
+	delete(p.failCommit, key)
+	p.mu.Unlock()
+	return rec, &probeTx{Tx: tx, fail: fail}, err
+}
+
+// probeTx is a TxStore's transaction as the probe hands it to the Engine:
+// its Context marks the handler's context (probeTxKey), and its Commit
+// fails, rolling back, if the test asked for it (probe.failCommit).
+type probeTx struct {
+	core.Tx
+	fail bool
+}
+
+type probeTxKey struct{}
+
+func (t *probeTx) Context(ctx context.Context) context.Context {
+	return context.WithValue(t.Tx.Context(ctx), probeTxKey{}, t)
+}
+
+func (t *probeTx) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
+	if t.fail {
+		t.Tx.Rollback(ctx) //nolint:errcheck // the failure is the point
+		return ErrCommit
+	}
+	return t.Tx.Commit(ctx, record, ttl)
+}
+
+// txWaitingProbe is the probe of a TxStore that implements core.Waiter.
+type txWaitingProbe struct{ txProbe }
+
+func (p txWaitingProbe) Wait(ctx context.Context, key string) error {
+	return p.Store.(core.Waiter).Wait(ctx, key)
+}
+
+// failCommitOf makes the next commit of the key in the scope fail.
+func (s *server) failCommitOf(scope, k string) {
+	s.store.mu.Lock()
+	s.store.failCommit[core.ID(scope, k, "")] = true
+	s.store.mu.Unlock()
+}
+
+// waitInFlight waits until n Acquires have found their key in flight.
+func (s *server) waitInFlight(n int) error {
+	timeout := time.After(10 * time.Second)
+	for {
+		s.store.mu.Lock()
+		got, changed := s.store.inFlight, s.store.changed
+		s.store.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			return fmt.Errorf("%d requests found the key in flight in 10 s, want %d", got, n)
+		}
+	}
 }
 
 type response struct {
@@ -213,8 +359,16 @@ func (s *server) wantRuns(want int64) {
 func wantStatus(t *testing.T, r response, want int) {
 	t.Helper()
 	if r.status != want {
-		t.Fatalf("status %d, want %d; body %s", r.status, want, r.body)
+		t.Fatalf("status %d, want %d; body %s", r.status, want, short(r.body))
 	}
+}
+
+// short returns b, cut to 200 bytes, for a failure's message.
+func short(b []byte) []byte {
+	if len(b) > 200 {
+		return append(b[:200:200], "..."...)
+	}
+	return b
 }
 
 func wantProblem(t *testing.T, r response, status int, typ string) {
@@ -235,7 +389,7 @@ func wantProblem(t *testing.T, r response, status int, typ string) {
 func wantReplayOf(t *testing.T, got, first response) {
 	t.Helper()
 	if got.status != first.status || !bytes.Equal(got.body, first.body) {
-		t.Fatalf("replay = %d %s, want %d %s", got.status, got.body, first.status, first.body)
+		t.Fatalf("replay = %d %s, want %d %s", got.status, short(got.body), first.status, short(first.body))
 	}
 	if got.header.Get(core.HeaderReplay) != "true" {
 		t.Fatalf("replay lacks %s: true (headers %v)", core.HeaderReplay, got.header)
@@ -281,7 +435,7 @@ func testNoKeyRequired(t *testing.T, h *harness) {
 }
 
 func testInvalidKeys(t *testing.T, h *harness) {
-	s := h.start(t, core.Config{ValidateKey: core.ValidateUUID})
+	s := h.start(t, core.Config{ValidateKey: idemkey.UUID})
 	uuid := "123e4567-e89b-42d3-a456-426614174000"
 	cases := []struct {
 		name    string
@@ -448,7 +602,7 @@ func testInFlightConflict(t *testing.T, h *harness) {
 	s := h.start(t, core.Config{})
 	done := make(chan response, 1)
 	go func() {
-		r, err := s.try(http.MethodPost, "/orders", order, key, "flight-1", hdrDelay, "1500")
+		r, err := s.try(http.MethodPost, "/orders", order, key, "flight-1", hdrHold, "1")
 		if err != nil {
 			t.Error(err)
 		}
@@ -460,6 +614,7 @@ func testInFlightConflict(t *testing.T, h *harness) {
 	if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 {
 		t.Fatalf("Retry-After %q, want a number of seconds", r.header.Get("Retry-After"))
 	}
+	s.app.release()
 	first := <-done
 	wantStatus(t, first, http.StatusCreated)
 	wantReplayOf(t, s.do(http.MethodPost, "/orders", order, key, "flight-1"), first)
@@ -481,27 +636,33 @@ func testWaitMode(t *testing.T, h *harness) {
 	s := h.start(t, core.Config{Wait: 10 * time.Second})
 	done := make(chan response, 1)
 	go func() {
-		r, err := s.try(http.MethodPost, "/orders", order, key, "wait-1", hdrDelay, "300")
+		r, err := s.try(http.MethodPost, "/orders", order, key, "wait-1", hdrHold, "1")
 		if err != nil {
 			t.Error(err)
 		}
 		done <- r
 	}()
 	waitStarted(t, s)
-	r := s.do(http.MethodPost, "/orders", order, key, "wait-1")
+	waiter := make(chan response, 1)
+	go func() { waiter <- s.do(http.MethodPost, "/orders", order, key, "wait-1") }()
+	if err := s.waitInFlight(1); err != nil { // the second request found the key in flight: it waits
+		t.Error(err)
+	}
+	s.app.release()
 	first := <-done
 	wantStatus(t, first, http.StatusCreated)
-	wantReplayOf(t, r, first)
+	wantReplayOf(t, <-waiter, first)
 	s.wantRuns(1)
 
 	// A bound shorter than the handler: 409 after waiting.
 	s = h.start(t, core.Config{Wait: 100 * time.Millisecond})
 	go func() {
-		r, _ := s.try(http.MethodPost, "/orders", order, key, "wait-2", hdrDelay, "1500")
+		r, _ := s.try(http.MethodPost, "/orders", order, key, "wait-2", hdrHold, "1")
 		done <- r
 	}()
 	waitStarted(t, s)
 	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "wait-2"), http.StatusConflict, core.ProblemKeyInFlight)
+	s.app.release()
 	<-done
 	s.wantRuns(1)
 }
@@ -630,9 +791,18 @@ func testStoreFailClosed(t *testing.T, h *harness) {
 
 const duplicates = 200
 
+// burstTimeout is Config.StoreTimeout for the duplicates' burst: a store
+// call that a busy machine slows past the default second would run its
+// request unprotected (fail-open), which then holds until the test ends.
+const burstTimeout = time.Minute
+
 func testConcurrentDuplicates(t *testing.T, h *harness) {
-	s := h.start(t, core.Config{})
-	results := concurrently(t, s, duplicates, "dup-1", "50")
+	s := h.start(t, core.Config{StoreTimeout: burstTimeout})
+	results := concurrently(t, s, duplicates, "dup-1", func(answered int) {
+		if answered == duplicates-1 { // every duplicate got its 409
+			s.app.release()
+		}
+	})
 	s.wantRuns(1)
 	firsts, conflicts := 0, 0
 	var first response
@@ -656,12 +826,20 @@ func testConcurrentDuplicates(t *testing.T, h *harness) {
 			t.Fatalf("a duplicate got %d %s, want 409 or the replay", r.status, r.body)
 		}
 	}
-	t.Logf("%d duplicates: 1 run, %d conflicts, %d replays", duplicates, conflicts, duplicates-1-conflicts)
+	if conflicts != duplicates-1 {
+		t.Fatalf("%d conflicts among %d duplicates of a held request, want %d", conflicts, duplicates, duplicates-1)
+	}
 }
 
 func testConcurrentDuplicatesWait(t *testing.T, h *harness) {
-	s := h.start(t, core.Config{Wait: 20 * time.Second})
-	results := concurrently(t, s, duplicates, "dup-2", "100")
+	s := h.start(t, core.Config{Wait: 20 * time.Second, StoreTimeout: burstTimeout})
+	go func() {
+		if err := s.waitInFlight(duplicates - 1); err != nil { // the duplicates wait
+			t.Error(err)
+		}
+		s.app.release()
+	}()
+	results := concurrently(t, s, duplicates, "dup-2", nil)
 	s.wantRuns(1)
 	for _, r := range results {
 		if r.status != http.StatusCreated || !bytes.Equal(r.body, results[0].body) {
@@ -670,22 +848,31 @@ func testConcurrentDuplicatesWait(t *testing.T, h *harness) {
 	}
 }
 
-// concurrently sends n identical requests at once.
-func concurrently(t *testing.T, s *server, n int, k, delayMs string) []response {
+// concurrently sends n identical requests at once, each held by the handler
+// until the server's release; answered, if not nil, is told how many have
+// been answered after each answer.
+func concurrently(t *testing.T, s *server, n int, k string, answered func(int)) []response {
 	t.Helper()
 	results := make([]response, n)
-	var wg sync.WaitGroup
+	var (
+		wg    sync.WaitGroup
+		count atomic.Int64
+	)
 	start := make(chan struct{})
 	for i := range results {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			r, err := s.try(http.MethodPost, "/orders", order, key, k, hdrDelay, delayMs)
+			r, err := s.try(http.MethodPost, "/orders", order, key, k, hdrHold, "1")
 			if err != nil {
 				t.Errorf("request %d: %v", i, err)
+				s.app.release()
 			}
 			results[i] = r
+			if answered != nil {
+				answered(int(count.Add(1)))
+			}
 		}()
 	}
 	close(start)
@@ -694,4 +881,59 @@ func concurrently(t *testing.T, s *server, n int, k, delayMs string) []response 
 		t.FailNow()
 	}
 	return results
+}
+
+// testBufferedCommitFails runs on a core.TxStore: newStore's if it is one,
+// else NewTxStore's. A flight whose commit fails answers 503 instead of the
+// handler's response, none of which reached the client, even flushed and
+// larger than any write buffer; the headers set before the handler stay.
+// Nothing was kept: the retry runs the handler, and its response, sent
+// after its commit, replays.
+func testBufferedCommitFails(t *testing.T, h *harness) {
+	store := h.newStore(t)
+	if _, ok := store.(core.TxStore); !ok {
+		store = NewTxStore(t)
+	}
+	s := h.start(t, core.Config{Store: store})
+	s.failCommitOf("u1", "commit-1")
+	const size = "200000"
+	r := s.do(http.MethodPost, "/orders", order, key, "commit-1", hdrUser, "u1", hdrSize, size, hdrFlush, "1", OuterHeader, "o1")
+	wantProblem(t, r, http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
+	if r.header.Get("Retry-After") == "" || r.header.Get("X-Order-Id") != "" || r.header.Get(OuterHeader) != "o1" {
+		t.Fatalf("503 headers %v: want Retry-After, %s: o1 and none of the handler's", r.header, OuterHeader)
+	}
+	s.wantRuns(1)
+
+	first := s.do(http.MethodPost, "/orders", order, key, "commit-1", hdrUser, "u1", hdrSize, size, hdrFlush, "1")
+	wantStatus(t, first, http.StatusCreated)
+	wantNotReplay(t, first)
+	if n, _ := strconv.Atoi(size); len(first.body) != n || first.header.Get("X-Order-Id") != "2" {
+		t.Fatalf("retry answered %d bytes, X-Order-Id %q: want %s bytes of run 2", len(first.body), first.header.Get("X-Order-Id"), size)
+	}
+	s.wantRuns(2)
+	wantReplayOf(t, s.do(http.MethodPost, "/orders", order, key, "commit-1", hdrUser, "u1", hdrSize, size), first)
+	s.wantRuns(2)
+}
+
+// testBufferedPanic runs on a core.TxStore, as testBufferedCommitFails: a
+// handler that panics after writing its response (past any write buffer)
+// rolls back, and none of that response reaches the client, who gets the
+// recovery's 500 (or a broken connection); the retry runs the handler. (Not
+// after a flush: Fiber's adaptor of net/http handlers swallows a panic once
+// the handler flushed, and sends what it wrote as a whole response.)
+func testBufferedPanic(t *testing.T, h *harness) {
+	store := h.newStore(t)
+	if _, ok := store.(core.TxStore); !ok {
+		store = NewTxStore(t)
+	}
+	s := h.start(t, core.Config{Store: store})
+	r, err := s.try(http.MethodPost, "/orders", order, key, "late-1", hdrSize, "200000", hdrLate, "1")
+	if err == nil && (r.status < 500 || r.header.Get("X-Order-Id") != "" || r.header.Get("Set-Cookie") != "") {
+		t.Fatalf("a handler that panicked after its response: %d %v %s, want a 5xx without its headers", r.status, r.header, short(r.body))
+	}
+	s.wantRuns(1)
+	first := s.do(http.MethodPost, "/orders", order, key, "late-1")
+	wantStatus(t, first, http.StatusCreated)
+	wantNotReplay(t, first)
+	s.wantRuns(2)
 }

@@ -13,10 +13,11 @@ import (
 )
 
 // TestLease runs the conformance suite of the transport-neutral layer
-// (Engine.Acquire, Lease, Engine.Once) on the stores newStore returns: what
-// a transport other than HTTP relies on.
-func TestLease(t *testing.T, newStore func(t *testing.T) core.Store) {
+// (Engine.Acquire, Lease, Engine.Once, Do) on the stores newStore returns: what
+// a transport other than HTTP relies on. opts as for TestStore.
+func TestLease(t *testing.T, newStore func(t *testing.T) core.Store, opts ...Option) {
 	t.Helper()
+	o := newOptions(opts)
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s core.Store)
@@ -26,17 +27,29 @@ func TestLease(t *testing.T, newStore func(t *testing.T) core.Store) {
 		{"Replay", testLeaseReplay},
 		{"ReleaseLetsRetry", testLeaseRelease},
 		{"OnceAppliesOnce", testOnce},
+		{"DoReplaysTypedResult", testDoReplay},
+		{"DoConcurrentCalls", testDoConcurrent},
+		{"DoTransientAndPermanentErrors", testDoErrors},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			tt.fn(t, newStore(t))
+			o.run(t, func(t *testing.T) { tt.fn(t, newStore(t)) })
 		})
 	}
 }
 
+// slowStoreTimeout is the suites' Config.StoreTimeout: on a loaded machine
+// a store call may take longer than the default second, and a timed-out
+// call would run the work unprotected (fail-open), which is not what the
+// suites test.
+const slowStoreTimeout = 30 * time.Second
+
 func newEngine(t *testing.T, cfg core.Config) *core.Engine {
 	t.Helper()
+	if cfg.StoreTimeout == 0 {
+		cfg.StoreTimeout = slowStoreTimeout
+	}
 	e, err := core.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +64,8 @@ func call(key string) *core.Call {
 
 // runCalls makes n concurrent calls of one key, each of whose work counts
 // its run and completes with body; it returns the runs and the results.
-func runCalls(t *testing.T, e *core.Engine, key string, n int, started chan<- struct{}, hold <-chan struct{}) (runs int64, results []*core.Record, errs []error) {
+func runCalls(t *testing.T, e *core.Engine, key string, n int, started chan<- struct{}, hold <-chan struct{},
+) (runs int64, results []*core.Record, errs []error) {
 	t.Helper()
 	results, errs = make([]*core.Record, n), make([]error, n)
 	var wg sync.WaitGroup

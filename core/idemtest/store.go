@@ -15,12 +15,14 @@ import (
 
 // TestStore runs the store conformance suite. newStore is called once per
 // subtest; the stores it returns may share one backend (a shared Redis, say):
-// every subtest uses keys of its own, random hex like the Engine's.
-func TestStore(t *testing.T, newStore func(t *testing.T) core.Store) {
+// every subtest uses keys of its own, random hex like the Engine's. opts say
+// how time passes for the store (FakeTime, Advance).
+func TestStore(t *testing.T, newStore func(t *testing.T) core.Store, opts ...Option) {
 	t.Helper()
+	o := newOptions(opts)
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s core.Store)
+		fn   func(t *testing.T, s core.Store, o *options)
 	}{
 		{"AcquireLocks", testAcquireLocks},
 		{"CompleteStoresRecord", testCompleteStoresRecord},
@@ -34,11 +36,16 @@ func TestStore(t *testing.T, newStore func(t *testing.T) core.Store) {
 		{"BinaryAndLargeRecords", testBinaryRecords},
 		{"ConcurrentAcquire", testConcurrentAcquire},
 		{"Wait", testWait},
+		{"StepsCheckpoint", testStepsCheckpoint},
+		{"StepsFenced", testStepsFenced},
+		{"StepsResumeAfterLockExpired", testStepsResume},
+		{"StepsExpire", testStepsExpire},
+		{"StepsDroppedOnComplete", testStepsDroppedOnComplete},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			tt.fn(t, newStore(t))
+			o.run(t, func(t *testing.T) { tt.fn(t, newStore(t), o) })
 		})
 	}
 }
@@ -93,14 +100,14 @@ func wantLockLost(t *testing.T, what string, err error) {
 	}
 }
 
-func testAcquireLocks(t *testing.T, s core.Store) {
+func testAcquireLocks(t *testing.T, s core.Store, _ *options) {
 	key := Key(t)
 	mustLock(t, s, key, time.Minute)
 	wantInFlight(t, s, key)
 	wantInFlight(t, s, key)
 }
 
-func testCompleteStoresRecord(t *testing.T, s core.Store) {
+func testCompleteStoresRecord(t *testing.T, s core.Store, _ *options) {
 	ctx := context.Background()
 	key := Key(t)
 	token := mustLock(t, s, key, time.Minute)
@@ -115,7 +122,7 @@ func testCompleteStoresRecord(t *testing.T, s core.Store) {
 	wantRecord(t, s, key, []byte("record"))
 }
 
-func testReleaseLetsRetry(t *testing.T, s core.Store) {
+func testReleaseLetsRetry(t *testing.T, s core.Store, _ *options) {
 	ctx := context.Background()
 	key := Key(t)
 	first := mustLock(t, s, key, time.Minute)
@@ -130,7 +137,7 @@ func testReleaseLetsRetry(t *testing.T, s core.Store) {
 	wantInFlight(t, s, key)
 }
 
-func testWrongToken(t *testing.T, s core.Store) {
+func testWrongToken(t *testing.T, s core.Store, _ *options) {
 	ctx := context.Background()
 	key := Key(t)
 	token := mustLock(t, s, key, time.Minute)
@@ -146,14 +153,14 @@ func testWrongToken(t *testing.T, s core.Store) {
 	wantLockLost(t, "Release of a key never locked", s.Release(ctx, other, token))
 }
 
-func testRefreshKeepsLock(t *testing.T, s core.Store) {
+func testRefreshKeepsLock(t *testing.T, s core.Store, o *options) {
 	ctx := context.Background()
 	key := Key(t)
 	token := mustLock(t, s, key, 300*time.Millisecond)
 	if err := s.Refresh(ctx, key, token, 10*time.Second); err != nil {
 		t.Fatalf("Refresh: %v", err)
 	}
-	time.Sleep(600 * time.Millisecond) // past the first TTL, well within the refreshed one
+	o.pass(t, 600*time.Millisecond) // past the first TTL, well within the refreshed one
 	wantInFlight(t, s, key)
 	if err := s.Complete(ctx, key, token, []byte("slow"), time.Minute); err != nil {
 		t.Fatalf("Complete after a refresh: %v", err)
@@ -161,11 +168,11 @@ func testRefreshKeepsLock(t *testing.T, s core.Store) {
 	wantRecord(t, s, key, []byte("slow"))
 }
 
-func testExpiredLockFenced(t *testing.T, s core.Store) {
+func testExpiredLockFenced(t *testing.T, s core.Store, o *options) {
 	ctx := context.Background()
 	key := Key(t)
 	stale := mustLock(t, s, key, 200*time.Millisecond)
-	time.Sleep(500 * time.Millisecond)
+	o.pass(t, 500*time.Millisecond)
 	fresh := mustLock(t, s, key, time.Minute) // the expired lock is free again
 	wantLockLost(t, "Refresh of an expired lock", s.Refresh(ctx, key, stale, time.Minute))
 	wantLockLost(t, "late Complete", s.Complete(ctx, key, stale, []byte("stale"), time.Minute))
@@ -181,11 +188,11 @@ func testExpiredLockFenced(t *testing.T, s core.Store) {
 // testExpiredLockCompletesLate: a lock that expired with no other request
 // taking the key (a long pause, refreshes failing) still stores its
 // response, so a retry gets the replay instead of running the handler again.
-func testExpiredLockCompletesLate(t *testing.T, s core.Store) {
+func testExpiredLockCompletesLate(t *testing.T, s core.Store, o *options) {
 	ctx := context.Background()
 	key := Key(t)
 	stale := mustLock(t, s, key, 200*time.Millisecond)
-	time.Sleep(500 * time.Millisecond)
+	o.pass(t, 500*time.Millisecond)
 	wantLockLost(t, "Refresh of an expired lock", s.Refresh(ctx, key, stale, time.Minute))
 	if err := s.Complete(ctx, key, stale, []byte("late"), time.Minute); err != nil {
 		t.Fatalf("Complete of an expired lock nobody took: %v", err)
@@ -195,7 +202,7 @@ func testExpiredLockCompletesLate(t *testing.T, s core.Store) {
 	wantRecord(t, s, key, []byte("late"))
 }
 
-func testRecordExpires(t *testing.T, s core.Store) {
+func testRecordExpires(t *testing.T, s core.Store, o *options) {
 	ctx := context.Background()
 	key := Key(t)
 	token := mustLock(t, s, key, time.Minute)
@@ -203,11 +210,11 @@ func testRecordExpires(t *testing.T, s core.Store) {
 		t.Fatalf("Complete: %v", err)
 	}
 	wantRecord(t, s, key, []byte("short"))
-	time.Sleep(500 * time.Millisecond)
+	o.pass(t, 500*time.Millisecond)
 	mustLock(t, s, key, time.Minute)
 }
 
-func testKeysIndependent(t *testing.T, s core.Store) {
+func testKeysIndependent(t *testing.T, s core.Store, _ *options) {
 	ctx := context.Background()
 	a, b := Key(t), Key(t)
 	ta := mustLock(t, s, a, time.Minute)
@@ -223,7 +230,7 @@ func testKeysIndependent(t *testing.T, s core.Store) {
 	mustLock(t, s, b, time.Minute)
 }
 
-func testBinaryRecords(t *testing.T, s core.Store) {
+func testBinaryRecords(t *testing.T, s core.Store, _ *options) {
 	ctx := context.Background()
 	records := [][]byte{
 		{0, 1, 2, 0xff, 0, '\n', '\r'},
@@ -239,7 +246,7 @@ func testBinaryRecords(t *testing.T, s core.Store) {
 	}
 }
 
-func testConcurrentAcquire(t *testing.T, s core.Store) {
+func testConcurrentAcquire(t *testing.T, s core.Store, _ *options) {
 	const n = 100
 	key := Key(t)
 	var (
@@ -274,7 +281,7 @@ func testConcurrentAcquire(t *testing.T, s core.Store) {
 	}
 }
 
-func testWait(t *testing.T, s core.Store) {
+func testWait(t *testing.T, s core.Store, o *options) {
 	w, ok := s.(core.Waiter)
 	if !ok {
 		t.Skip("store does not implement core.Waiter; the Engine polls")
@@ -312,7 +319,7 @@ func testWait(t *testing.T, s core.Store) {
 	// And a lock that expires, which nobody releases.
 	key = Key(t)
 	mustLock(t, s, key, 500*time.Millisecond)
-	wakes(t, w, key, "the lock's expiry", func() {})
+	wakes(t, w, key, "the lock's expiry", func() { o.pass(t, 500*time.Millisecond) })
 }
 
 // wakes checks that a Wait on key, blocked while its lock is held, returns

@@ -1,0 +1,127 @@
+package core
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DoOptions configures Do. Every field is optional.
+type DoOptions struct {
+	// Args are fn's arguments: the SHA-256 of their JSON is the call's
+	// fingerprint, so a call with the same key and other Args gets
+	// ErrKeyReused. Default: none; any call with the key matches.
+	Args any
+	// TTL is how long the result is kept. Default: Config.ResponseTTL.
+	TTL time.Duration
+	// Marshal and Unmarshal encode the result in the store. Default:
+	// encoding/json.
+	Marshal   func(any) ([]byte, error)
+	Unmarshal func([]byte, any) error
+}
+
+// Codes of the records Do stores: a result, or a permanent error's message.
+const (
+	doResult    = 200
+	doPermanent = 400
+)
+
+// doAnswers accepts only Do's own records: the same scope and key used by
+// Once, or by another transport, is a corrupt record to Do.
+var doAnswers = answers{valid: func(code int) bool { return code == doResult || code == doPermanent }}
+
+// Do runs fn at most once per (scope, key) and stores its result: the first
+// call runs fn, and later calls get the stored result, with replayed true,
+// without running fn. A call while another runs fn waits up to Config.Wait,
+// then returns ErrInFlight. An error of fn is returned and not stored, so a
+// later call runs fn again, unless it is wrapped with Permanent: then its
+// message is stored, and later calls get an error of that message with
+// replayed true (a transient error is never replayed).
+//
+// fn's context carries the key: Step and DerivedKey work inside it. A result
+// whose encoding is over Config.MaxStoredBodyBytes is returned but not
+// stored. With the store failing and Config.FailClosed off, fn runs
+// unprotected; with it on, Do returns an error wrapping ErrStoreUnavailable.
+// With a TxStore, fn writes through the transaction of its context, and a
+// commit that fails is such an error too: the result is not returned (a
+// permanent error commits with fn's writes).
+func Do[T any](ctx context.Context, e *Engine, scope, key string, fn func(context.Context) (T, error), opts ...DoOptions) (result T, replayed bool, err error) {
+	var o DoOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	marshal, unmarshal := o.Marshal, o.Unmarshal
+	if marshal == nil {
+		marshal = json.Marshal
+	}
+	if unmarshal == nil {
+		unmarshal = json.Unmarshal
+	}
+	if key == "" {
+		return result, false, fmt.Errorf("%w: empty key", ErrInvalidKey)
+	}
+	c := &Call{Context: ctx, Key: key, Scope: scope, Method: "do", Route: scope, TTL: o.TTL}
+	if o.Args != nil {
+		b, err := json.Marshal(o.Args)
+		if err != nil {
+			return result, false, fmt.Errorf("idem: fingerprinting Do's Args: %w", err)
+		}
+		c.Fingerprint = sha256.Sum256(b)
+	}
+	l, rec, err := e.acquire(c, c.Route, time.Now(), &doAnswers, &Lease{})
+	switch {
+	case err != nil:
+		return result, false, err
+	case rec != nil && rec.Code == doPermanent:
+		return result, true, Permanent(errors.New(string(rec.Body)))
+	case rec != nil:
+		if err := unmarshal(rec.Body, &result); err != nil {
+			return result, false, fmt.Errorf("%w: Do's result: %w", ErrCorruptRecord, err)
+		}
+		return result, true, nil
+	}
+	defer l.Release(0, errAborted) // a panic of fn
+	result, err = fn(l.NewContext(ctx))
+	var p *permanentError
+	switch {
+	case errors.As(err, &p):
+		if cerr := l.Complete(&Record{Code: doPermanent, Body: []byte(err.Error())}); cerr != nil {
+			return result, false, cerr
+		}
+		return result, false, err
+	case err != nil:
+		l.Release(0, err)
+		return result, false, err
+	}
+	body, merr := marshal(result)
+	switch {
+	case merr != nil:
+		l.Release(0, fmt.Errorf("idem: encoding Do's result: %w", merr))
+	case len(body) > e.cfg.MaxStoredBodyBytes:
+		l.Release(0, fmt.Errorf("idem: Do's result is %d bytes, over MaxStoredBodyBytes", len(body)))
+	default:
+		if err := l.Complete(&Record{Code: doResult, Body: body}); err != nil {
+			var zero T
+			return zero, false, err
+		}
+	}
+	return result, false, nil
+}
+
+// Permanent marks err as final for Do: its message is stored and returned
+// to later calls with the same key, which do not run fn again. It returns
+// nil for a nil err.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (p *permanentError) Error() string { return p.err.Error() }
+func (p *permanentError) Unwrap() error { return p.err }

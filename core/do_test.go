@@ -1,0 +1,151 @@
+package core_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/core"
+)
+
+func newDoEngine(t *testing.T, cfg core.Config) *core.Engine {
+	t.Helper()
+	if cfg.Store == nil {
+		cfg.Store = core.NewMemoryStore(0)
+	}
+	e, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestDoCodec(t *testing.T) {
+	e := newDoEngine(t, core.Config{})
+	var encoded []byte
+	opts := core.DoOptions{
+		Marshal: func(v any) ([]byte, error) {
+			encoded = []byte(strconv.Itoa(v.(int)) + "!")
+			return encoded, nil
+		},
+		Unmarshal: func(b []byte, v any) error {
+			n, err := strconv.Atoi(string(bytes.TrimSuffix(b, []byte("!"))))
+			*v.(*int) = n
+			return err
+		},
+	}
+	fn := func(context.Context) (int, error) { return 7, nil }
+	for _, want := range []bool{false, true} {
+		got, replayed, err := core.Do(context.Background(), e, "s", "k", fn, opts)
+		if got != 7 || replayed != want || err != nil {
+			t.Fatalf("Do = %d, %v, %v", got, replayed, err)
+		}
+	}
+	if string(encoded) != "7!" {
+		t.Fatalf("Marshal not used: %q", encoded)
+	}
+}
+
+func TestDoContextCarriesKey(t *testing.T) {
+	e := newDoEngine(t, core.Config{})
+	_, _, err := core.Do(context.Background(), e, "scope", "key", func(ctx context.Context) (string, error) {
+		info, ok := core.InfoFromContext(ctx)
+		if !ok || info.Key != "key" || info.Scope != "scope" {
+			t.Errorf("InfoFromContext in fn = %+v, %v", info, ok)
+		}
+		return "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := core.Do(context.Background(), e, "scope", "", func(context.Context) (int, error) { return 0, nil }); !errors.Is(err, core.ErrInvalidKey) {
+		t.Fatalf("empty key: %v, want ErrInvalidKey", err)
+	}
+}
+
+func TestDoPanicReleases(t *testing.T) {
+	e := newDoEngine(t, core.Config{})
+	func() {
+		defer func() { recover() }() //nolint:errcheck // the panic is the test's
+		core.Do(context.Background(), e, "s", "k", func(context.Context) (int, error) { panic("boom") })
+	}()
+	got, replayed, err := core.Do(context.Background(), e, "s", "k", func(context.Context) (int, error) { return 1, nil })
+	if got != 1 || replayed || err != nil {
+		t.Fatalf("after a panic: %d, %v, %v; want a run", got, replayed, err)
+	}
+}
+
+func TestDoResultTooLargeNotStored(t *testing.T) {
+	var ev events
+	e := newDoEngine(t, core.Config{MaxStoredBodyBytes: 10, Observer: ev.observe})
+	runs := 0
+	fn := func(context.Context) (string, error) { runs++; return "longer than ten bytes", nil }
+	for range 2 {
+		if got, replayed, err := core.Do(context.Background(), e, "s", "k", fn); err != nil || replayed || got == "" {
+			t.Fatalf("Do = %q, %v, %v", got, replayed, err)
+		}
+	}
+	if runs != 2 || ev.count(core.OutcomeNotStored) != 2 {
+		t.Fatalf("runs %d, not stored %d; want 2 and 2", runs, ev.count(core.OutcomeNotStored))
+	}
+}
+
+func TestDoFailClosed(t *testing.T) {
+	store := &faultyStore{Store: core.NewMemoryStore(0)}
+	store.acquires.Store(2) // every Acquire fails
+	runs := 0
+	fn := func(context.Context) (int, error) { runs++; return 1, nil }
+	e := newDoEngine(t, core.Config{Store: store, FailClosed: true, Observer: (&events{}).observe})
+	if _, _, err := core.Do(context.Background(), e, "s", "k", fn); !errors.Is(err, core.ErrStoreUnavailable) || runs != 0 {
+		t.Fatalf("fail-closed: err %v, runs %d", err, runs)
+	}
+	e = newDoEngine(t, core.Config{Store: store, Observer: (&events{}).observe})
+	if got, replayed, err := core.Do(context.Background(), e, "s", "k", fn); got != 1 || replayed || err != nil || runs != 1 {
+		t.Fatalf("fail-open: %d, %v, %v, runs %d; want an unprotected run", got, replayed, err, runs)
+	}
+}
+
+func TestDoRefusesOtherRecords(t *testing.T) {
+	e := newDoEngine(t, core.Config{Observer: (&events{}).observe})
+	if _, err := e.Once(context.Background(), "s", "k", func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// Once's record is no result of Do: refused, fail-open or not, since
+	// the key was used and running fn could run it twice.
+	runs := 0
+	_, replayed, err := core.Do(context.Background(), e, "s", "k", func(context.Context) (int, error) { runs++; return 5, nil })
+	if !errors.Is(err, core.ErrStoreUnavailable) || !errors.Is(err, core.ErrCorruptRecord) || replayed || runs != 0 {
+		t.Fatalf("Do over Once's record: %v, %v, runs %d; want ErrStoreUnavailable, no run", replayed, err, runs)
+	}
+}
+
+// A record that does not open (a sealing key this instance lacks) is never
+// a reason to run the work unprotected, even fail-open.
+func TestUnopenableRecordNotRunAgain(t *testing.T) {
+	store := core.NewMemoryStore(0)
+	e := newDoEngine(t, core.Config{Store: store, Observer: (&events{}).observe})
+	ctx := context.Background()
+	if _, _, err := core.Do(ctx, e, "s", "k", func(context.Context) (int, error) { return 1, nil }); err != nil {
+		t.Fatal(err)
+	}
+	// The record is overwritten with bytes that do not decode.
+	id := core.ID("s", "k", "")
+	if err := store.Purge(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	_, token, err := store.Acquire(ctx, id, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Complete(ctx, id, token, []byte("not a record"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	_, _, err = core.Do(ctx, e, "s", "k", func(context.Context) (int, error) { runs++; return 2, nil })
+	if !errors.Is(err, core.ErrStoreUnavailable) || runs != 0 {
+		t.Fatalf("over a corrupt record: %v, runs %d; want ErrStoreUnavailable, no run", err, runs)
+	}
+}

@@ -1,0 +1,133 @@
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/core"
+)
+
+// charge is a typed result for the Do cases: a struct, a slice and a map
+// survive the round trip through the store.
+type charge struct {
+	ID     string            `json:"id"`
+	Amount int64             `json:"amount"`
+	Tags   []string          `json:"tags"`
+	Meta   map[string]string `json:"meta"`
+}
+
+func testDoReplay(t *testing.T, s core.Store) {
+	e := newEngine(t, core.Config{Store: s})
+	ctx := context.Background()
+	key := Key(t)
+	want := charge{ID: "ch_1", Amount: 1250, Tags: []string{"a", "b"}, Meta: map[string]string{"k": "v"}}
+	runs := 0
+	fn := func(context.Context) (charge, error) {
+		runs++
+		return want, nil
+	}
+	for i, wantReplayed := range []bool{false, true, true} {
+		got, replayed, err := core.Do(ctx, e, "do", key, fn, core.DoOptions{Args: map[string]int{"amount": 1250}})
+		if err != nil || replayed != wantReplayed || got.ID != want.ID || got.Amount != want.Amount ||
+			len(got.Tags) != 2 || got.Meta["k"] != "v" {
+			t.Fatalf("call %d: %+v, replayed %v, err %v; want %+v, replayed %v", i, got, replayed, err, want, wantReplayed)
+		}
+	}
+	if runs != 1 {
+		t.Fatalf("fn ran %d times, want 1", runs)
+	}
+	if _, _, err := core.Do(ctx, e, "do", key, fn, core.DoOptions{Args: map[string]int{"amount": 99}}); !errors.Is(err, core.ErrKeyReused) {
+		t.Fatalf("same key, other Args: err %v, want ErrKeyReused", err)
+	}
+	// Another scope is another record.
+	if _, replayed, err := core.Do(ctx, e, "other", key, fn, core.DoOptions{Args: map[string]int{"amount": 1250}}); err != nil || replayed || runs != 2 {
+		t.Fatalf("other scope: replayed %v, err %v, runs %d; want a run", replayed, err, runs)
+	}
+}
+
+func testDoConcurrent(t *testing.T, s core.Store) {
+	e := newEngine(t, core.Config{Store: s, Wait: time.Minute})
+	key := Key(t)
+	var runs atomic.Int64
+	started, hold := make(chan struct{}), make(chan struct{})
+	fn := func(context.Context) (int, error) {
+		runs.Add(1)
+		close(started)
+		<-hold
+		return 42, nil
+	}
+	const n = 20
+	var wg sync.WaitGroup
+	results, replays, errs := make([]int, n), make([]bool, n), make([]error, n)
+	do := func(i int) {
+		defer wg.Done()
+		results[i], replays[i], errs[i] = core.Do(context.Background(), e, "do", key, fn)
+	}
+	wg.Add(1)
+	go do(0)
+	<-started // the first call holds the key; the others wait for its result
+	for i := 1; i < n; i++ {
+		wg.Add(1)
+		go do(i)
+	}
+	close(hold)
+	wg.Wait()
+	if runs.Load() != 1 {
+		t.Fatalf("fn ran %d times, want 1", runs.Load())
+	}
+	for i := range n {
+		if errs[i] != nil || results[i] != 42 || replays[i] != (i != 0) {
+			t.Fatalf("call %d: %d, replayed %v, err %v", i, results[i], replays[i], errs[i])
+		}
+	}
+	// Without Config.Wait, a call while fn runs gets ErrInFlight.
+	e = newEngine(t, core.Config{Store: s})
+	key = Key(t)
+	started, hold = make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := core.Do(context.Background(), e, "do", key, fn)
+		done <- err
+	}()
+	<-started
+	if _, _, err := core.Do(context.Background(), e, "do", key, fn); !errors.Is(err, core.ErrInFlight) {
+		t.Fatalf("call in flight: err %v, want ErrInFlight", err)
+	}
+	close(hold)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testDoErrors(t *testing.T, s core.Store) {
+	e := newEngine(t, core.Config{Store: s})
+	ctx := context.Background()
+	key := Key(t)
+	runs := 0
+	errDown := errors.New("provider down")
+	transient := func(context.Context) (string, error) { runs++; return "", errDown }
+	if _, replayed, err := core.Do(ctx, e, "do", key, transient); !errors.Is(err, errDown) || replayed {
+		t.Fatalf("transient error: replayed %v, err %v", replayed, err)
+	}
+	// Not stored: the next call runs fn again, and its result is stored.
+	ok := func(context.Context) (string, error) { runs++; return "done", nil }
+	if got, replayed, err := core.Do(ctx, e, "do", key, ok); err != nil || replayed || got != "done" || runs != 2 {
+		t.Fatalf("after a transient error: %q, replayed %v, err %v, runs %d", got, replayed, err, runs)
+	}
+
+	key = Key(t)
+	errDeclined := errors.New("card declined")
+	permanent := func(context.Context) (string, error) { runs++; return "", core.Permanent(errDeclined) }
+	if _, replayed, err := core.Do(ctx, e, "do", key, permanent); !errors.Is(err, errDeclined) || replayed {
+		t.Fatalf("permanent error: replayed %v, err %v; want errDeclined", replayed, err)
+	}
+	// Stored: later calls get its message back without running fn.
+	_, replayed, err := core.Do(ctx, e, "do", key, ok)
+	if err == nil || err.Error() != "card declined" || !replayed || runs != 3 {
+		t.Fatalf("after a permanent error: replayed %v, err %v, runs %d; want the stored error", replayed, err, runs)
+	}
+}

@@ -1,0 +1,137 @@
+package idemtest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/core"
+)
+
+// Smuggle checks that a server leaves no refused request body on the
+// connection to be read as the next request. On a new connection to the
+// server at baseURL ("http://host:port") it writes, at once, a POST to path
+// with an idempotency key and a body declared as declared bytes (0: all it
+// sends): offset filler bytes (what a server reads before its handlers run:
+// 8 KiB for fasthttp), then a complete second POST to path with key
+// SmuggledKey and body body. It returns the status of the first response,
+// then sends a GET that no route serves and returns the status of every
+// further response up to the 404 that answers it, or until the server
+// closes the connection. Any other status is the smuggled request's: the
+// server parsed the refused body as a request.
+func Smuggle(t testing.TB, baseURL, path, body string, offset, declared int) (first int, more []int) {
+	t.Helper()
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	smuggled := strings.Repeat(" ", offset) + fmt.Sprintf(
+		"POST %s HTTP/1.1\r\nHost: %s\r\nIdempotency-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		path, u.Host, SmuggledKey, len(body), body)
+	if declared == 0 {
+		declared = len(smuggled)
+	}
+	if declared < len(smuggled) {
+		t.Fatalf("Smuggle: declared %d bytes, less than the %d it sends", declared, len(smuggled))
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A bound for a server that neither answers nor closes, so that the
+	// test fails instead of hanging; no pass depends on it.
+	conn.SetDeadline(time.Now().Add(time.Minute)) //nolint:errcheck // a fresh connection
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nIdempotency-Key: %s-outer\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+		path, u.Host, SmuggledKey, declared)
+	if _, err := io.WriteString(conn, head+smuggled); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("Smuggle: first response: %v", err)
+	}
+	drain(resp)
+	first = resp.StatusCode
+	if resp.Close {
+		return first, nil
+	}
+	// The server kept the connection: a probe shows what it reads next.
+	probe := fmt.Sprintf("GET /idemtest-smuggle-probe HTTP/1.1\r\nHost: %s\r\n\r\n", u.Host)
+	if _, err := io.WriteString(conn, probe); err != nil {
+		return first, nil // closed after all
+	}
+	for {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || isReset(err) {
+				return first, more
+			}
+			t.Fatalf("Smuggle: reading after the first response: %v", err)
+		}
+		drain(resp)
+		if resp.StatusCode == http.StatusNotFound {
+			return first, more
+		}
+		more = append(more, resp.StatusCode)
+	}
+}
+
+// SmuggledKey is the idempotency key of the request that Smuggle hides in
+// a body.
+const SmuggledKey = "idemtest-smuggled"
+
+func drain(resp *http.Response) {
+	io.Copy(io.Discard, resp.Body) //nolint:errcheck // only the status matters
+	resp.Body.Close()
+}
+
+func isReset(err error) bool {
+	return strings.Contains(err.Error(), "connection reset")
+}
+
+// TestSmuggling runs Smuggle on the requests an Engine refuses before it
+// has read their body whole (over MaxBodyBytes, a bad key; bodies sent
+// whole or declared larger than sent): each gets its 413 or 400 and no
+// request inside its body runs. serve starts a server for cfg whose
+// POST /orders goes through the adapter to a handler that calls run, and
+// returns its base URL; offset is as for Smuggle.
+func TestSmuggling(t *testing.T, offset int, serve func(t *testing.T, cfg core.Config, run func()) string) {
+	refuseOuter := func(key string) error {
+		if strings.HasSuffix(key, "-outer") { // Smuggle's outer request
+			return errors.New("refused")
+		}
+		return nil
+	}
+	for _, tc := range []struct {
+		name     string
+		cfg      core.Config
+		declared int // 0: all sent
+		status   int
+	}{
+		{"over MaxBodyBytes, all sent", core.Config{MaxBodyBytes: 64}, 0, http.StatusRequestEntityTooLarge},
+		{"over MaxBodyBytes, 2 MiB declared", core.Config{MaxBodyBytes: 64}, 2 << 20, http.StatusRequestEntityTooLarge},
+		{"5 MiB declared", core.Config{}, 5 << 20, http.StatusRequestEntityTooLarge},
+		{"a bad key, all sent", core.Config{ValidateKey: refuseOuter}, 0, http.StatusBadRequest},
+		{"a bad key, 2 MiB declared", core.Config{ValidateKey: refuseOuter}, 2 << 20, http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var runs atomic.Int64
+			url := serve(t, tc.cfg, func() { runs.Add(1) })
+			first, more := Smuggle(t, url, "/orders", `{"item":"book","qty":1}`, offset, tc.declared)
+			if first != tc.status || len(more) != 0 || runs.Load() != 0 {
+				t.Fatalf("first response %d, then %v, %d runs; want %d, nothing more, no run", first, more, runs.Load(), tc.status)
+			}
+		})
+	}
+}

@@ -1,0 +1,106 @@
+package core
+
+import (
+	"encoding/binary"
+	"errors"
+	"runtime"
+	"strconv"
+	"testing"
+)
+
+// corruptRecords are records of about size bytes crafted to make a decoder
+// allocate much more than they hold: counts that size maps and slices, and
+// many small elements each costing more in memory than on the wire.
+func corruptRecords(size int) map[string][]byte {
+	prefix := func() []byte {
+		b := append([]byte{recordVersion, 0}, make([]byte, 32)...)
+		b = binary.AppendUvarint(b, 201)
+		for range 3 {
+			b = binary.AppendVarint(b, 1)
+		}
+		return append(b, 0, 0) // key and scope: empty
+	}
+	pad := func(b []byte) []byte { return append(b, make([]byte, size-len(b))...) }
+	out := make(map[string][]byte)
+
+	// Counts as large as the input allows, and as large as the decoder's
+	// budget allows.
+	for _, fit := range []string{"input", "budget"} {
+		headers, values := size/5, size-64
+		if fit == "budget" {
+			headers, values = decodeBudget(size)/headerCost, decodeBudget(size)/valueCost-64
+		}
+		// A header count, then nothing valid.
+		b := binary.AppendUvarint(prefix(), uint64(headers))
+		out["header count/"+fit] = pad(b)
+
+		// Headers with distinct short names and no values.
+		for i := range min(headers, (size-len(b))/5) {
+			b = append(b, 3, byte(i>>16), byte(i>>8), byte(i), 0)
+		}
+		out["headers/"+fit] = pad(b)
+
+		// One header with many empty values.
+		b = binary.AppendUvarint(append(prefix(), 1, 1, 'a'), uint64(values))
+		out["values/"+fit] = pad(b)
+	}
+	return out
+}
+
+// TestDecodeRecordAllocationBounded decodes corrupt records of 1 MiB: the
+// decoder allocates at most a small multiple of its input, however the
+// counts inside it lie.
+func TestDecodeRecordAllocationBounded(t *testing.T) {
+	const size = 1 << 20
+	for name, data := range corruptRecords(size) {
+		var least uint64 = 1 << 62
+		for range 3 { // the least of three runs: other goroutines allocate too
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			DecodeRecord(data) //nolint:errcheck // corrupt or not, the allocations are measured
+			runtime.ReadMemStats(&after)
+			least = min(least, after.TotalAlloc-before.TotalAlloc)
+		}
+		if least > 5*size {
+			t.Errorf("%s: decoding %d bytes allocated %d bytes (%.1fx)", name, size, least, float64(least)/size)
+		} else {
+			t.Logf("%s: %.1fx", name, float64(least)/size)
+		}
+	}
+}
+
+// TestDecodeRecordManyHeaders: a record with hundreds of short headers
+// decodes; one with more than its allocation bound allows is not stored by
+// Lease.Complete (released, so that it is not a record no replay can read).
+func TestDecodeRecordManyHeaders(t *testing.T) {
+	header := func(n int) map[string][]string {
+		h := make(map[string][]string, n)
+		for i := range n {
+			h["X-H-"+strconv.Itoa(i)] = []string{"v"}
+		}
+		return h
+	}
+	rec := sampleRecord()
+	rec.Header = header(500)
+	if _, err := DecodeRecord(rec.appendBinary(nil)); err != nil {
+		t.Fatalf("500 headers: %v", err)
+	}
+
+	store := NewMemoryStore(0)
+	var events []Event
+	e, err := New(Config{Store: store, Observer: func(ev Event) { events = append(events, ev) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _, err := e.Acquire(&Call{Key: "k"})
+	if err != nil || l == nil {
+		t.Fatalf("Acquire: %v, %v", l, err)
+	}
+	l.Complete(&Record{Code: 200, Header: header(5000)})
+	if last := events[len(events)-1]; last.Outcome != OutcomeNotStored || !errors.Is(last.Err, errHeadersTooMany) {
+		t.Fatalf("event %+v, want OutcomeNotStored: too many headers", last)
+	}
+	if store.Len() != 0 {
+		t.Fatalf("store holds %d keys, want the lock released and nothing stored", store.Len())
+	}
+}

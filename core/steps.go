@@ -1,0 +1,152 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// errNoCheckpoints is Step's error on a store that is not a Checkpointer.
+var errNoCheckpoints = errors.New("idem: the store keeps no step checkpoints (core.Checkpointer)")
+
+// steps are a lease's checkpoints, read from the store by its first Step:
+// while the lease holds the key, only its own steps write any.
+type steps struct {
+	mu     sync.Mutex
+	loaded bool
+	done   map[string][]byte
+}
+
+// Step runs fn as the step called name of the work that runs under ctx's
+// key (an HTTP or gRPC handler, Do, Once), once per key: its result is
+// checkpointed in the store, fenced by the key's lock. When the work runs
+// again under the key (after a crash, a 5xx, a lost lock), a step that
+// finished returns its checkpoint, decoded, without running fn; a step
+// whose fn failed was not checkpointed and runs again. Names must be unique
+// within the work.
+//
+// Checkpoints are JSON, kept for the key's TTL and dropped once the work's
+// result is stored. With a TxStore, each step runs in a transaction of its
+// own, which fn writes through (its context carries it) and which commits
+// with the checkpoint. Outside a key, or when the work runs unprotected
+// after a store failure, fn just runs.
+//
+// Step fails if the store is not a Checkpointer (nor, with a TxStore, its
+// Tx a StepTx), if it cannot read the checkpoints, or if it cannot write
+// fn's (wrapping ErrLockLost if another call may hold the key): fn's effect
+// happened, and a run again runs it again, which a downstream key
+// (DerivedKey) makes harmless. Docs: docs/steps.md.
+func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, error)) (T, error) {
+	var zero T
+	l, ok := ctx.Value(leaseKey{}).(*Lease)
+	if !ok || !l.Protected() {
+		return fn(ctx)
+	}
+	cp := l.e.checkpointer()
+	st := stepTx(l.tx)
+	if cp == nil || l.tx != nil && st == nil {
+		return zero, fmt.Errorf("%w: step %q", errNoCheckpoints, name)
+	}
+	data, found, err := l.checkpoint(cp, name)
+	if err != nil {
+		return zero, err
+	}
+	if found {
+		var v T
+		if data, err = openStep(l.ctx, l.e.cfg.Sealer, l.id, name, data); err != nil {
+			return zero, fmt.Errorf("idem: checkpoint of step %q: %w", name, err)
+		}
+		if err := json.Unmarshal(data, &v); err != nil {
+			return zero, fmt.Errorf("%w: checkpoint of step %q: %w", ErrCorruptRecord, name, err)
+		}
+		return v, nil
+	}
+	var (
+		v     T
+		fnErr error
+	)
+	run := func(ctx context.Context) ([]byte, error) {
+		if v, fnErr = fn(ctx); fnErr != nil {
+			return nil, fnErr
+		}
+		if data, err = json.Marshal(v); err != nil {
+			return nil, fmt.Errorf("idem: step %q: encoding its result: %w", name, err)
+		}
+		return sealStep(ctx, l.e.cfg.Sealer, l.id, name, data)
+	}
+	if st != nil {
+		_, err = st.RunStep(ctx, name, l.ttl, run)
+	} else if stored, rerr := run(ctx); rerr != nil {
+		err = rerr
+	} else {
+		sc, cancel := l.storeContext()
+		err = cp.SaveStep(sc, l.id, l.token, name, stored, l.ttl)
+		cancel()
+	}
+	switch {
+	case fnErr != nil:
+		return v, fnErr
+	case err != nil:
+		return zero, fmt.Errorf("idem: step %q ran, its checkpoint was not saved: %w", name, err)
+	}
+	l.steps.mu.Lock()
+	l.steps.done[name] = data
+	l.steps.mu.Unlock()
+	return v, nil
+}
+
+// checkpoint returns the checkpoint of step, reading the key's checkpoints
+// from cp the first time.
+func (l *Lease) checkpoint(cp Checkpointer, step string) ([]byte, bool, error) {
+	st := &l.steps
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.loaded {
+		sc, cancel := l.storeContext()
+		done, err := cp.LoadSteps(sc, l.id)
+		cancel()
+		if err != nil {
+			return nil, false, fmt.Errorf("idem: step %q: reading the checkpoints: %w", step, err)
+		}
+		if done == nil {
+			done = make(map[string][]byte)
+		}
+		st.done, st.loaded = done, true
+	}
+	data, ok := st.done[step]
+	return data, ok, nil
+}
+
+// stepTx returns tx as a StepTx, looking through transactions that wrap
+// another (Unwrap), or nil.
+func stepTx(tx Tx) StepTx {
+	for tx != nil {
+		if st, ok := tx.(StepTx); ok {
+			return st
+		}
+		u, ok := tx.(interface{ Unwrap() Tx })
+		if !ok {
+			return nil
+		}
+		tx = u.Unwrap()
+	}
+	return nil
+}
+
+// checkpointer returns the Engine's store as a Checkpointer, looking
+// through stores that wrap another (Unwrap), or nil.
+func (e *Engine) checkpointer() Checkpointer {
+	for s := e.cfg.Store; s != nil; {
+		if cp, ok := s.(Checkpointer); ok {
+			return cp
+		}
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			return nil
+		}
+		s = u.Unwrap()
+	}
+	return nil
+}

@@ -1,0 +1,226 @@
+package core_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/instrument"
+)
+
+type chargeResult struct {
+	ID     string `json:"id"`
+	Amount int    `json:"amount"`
+}
+
+// payments is a handler of two steps, charge and record; failRecord makes
+// the record step fail while it is set.
+type payments struct {
+	mu         sync.Mutex
+	charges    int
+	records    int
+	failRecord bool
+}
+
+func (p *payments) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ch, err := core.Step(r.Context(), "charge", func(context.Context) (chargeResult, error) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.charges++
+		return chargeResult{ID: fmt.Sprintf("ch_%d", p.charges), Amount: 500}, nil
+	})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	id, err := core.Step(r.Context(), "record", func(context.Context) (int, error) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.failRecord {
+			return 0, errors.New("database down")
+		}
+		p.records++
+		return p.records, nil
+	})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusCreated)
+	json.NewEncoder(w).Encode(map[string]any{"id": id, "charge": ch}) //nolint:errcheck
+}
+
+// A handler whose second step fails answers 503, not stored; the retry
+// skips the charge that finished and runs the record step; the stored
+// response then replays, and the checkpoints are gone.
+func TestStepsResumeAfterFailure(t *testing.T) {
+	store := core.NewMemoryStore(0)
+	eng := newDoEngine(t, core.Config{Store: store})
+	p := &payments{failRecord: true}
+	h := eng.Middleware(p)
+	if w := post(t, h, "k1", "{}"); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("first run: %d %s", w.Code, w.Body)
+	}
+	p.failRecord = false
+	w := post(t, h, "k1", "{}")
+	if w.Code != http.StatusCreated || w.Body.String() != `{"charge":{"id":"ch_1","amount":500},"id":1}`+"\n" {
+		t.Fatalf("retry: %d %s", w.Code, w.Body)
+	}
+	if w := post(t, h, "k1", "{}"); w.Header().Get(core.HeaderReplay) != "true" || w.Code != http.StatusCreated {
+		t.Fatalf("third: %d, replay %q", w.Code, w.Header().Get(core.HeaderReplay))
+	}
+	if p.charges != 1 || p.records != 1 {
+		t.Fatalf("charges %d, records %d; want 1 and 1", p.charges, p.records)
+	}
+	steps, err := store.LoadSteps(context.Background(), core.ID("", "k1", ""))
+	if err != nil || len(steps) != 0 {
+		t.Fatalf("checkpoints after the response was stored: %q, %v", steps, err)
+	}
+}
+
+// A process that dies after its charge step leaves the lock to expire; the
+// retry on another process resumes after the charge. The dead process,
+// had it lived on, could not write a checkpoint any more.
+func TestStepsResumeAfterLockExpired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := core.NewMemoryStore(0)
+		// The dead process: none of its refreshes reaches the store.
+		dead := newDoEngine(t, core.Config{Store: flakyRefresh{store}, LockTTL: time.Minute, Observer: (&events{}).observe})
+		charged, crashed := make(chan struct{}), make(chan struct{})
+		defer synctest.Wait()
+		defer close(crashed)
+		var stale error
+		go core.Do(context.Background(), dead, "s", "k", func(ctx context.Context) (string, error) { //nolint:errcheck // the dead process
+			core.Step(ctx, "charge", func(context.Context) (string, error) { return "ch_1", nil }) //nolint:errcheck
+			close(charged)
+			<-crashed
+			_, stale = core.Step(ctx, "late", func(context.Context) (int, error) { return 1, nil })
+			return "", errors.New("crashed")
+		})
+		<-charged
+		advance(time.Minute) // past the initial lease
+		eng := newDoEngine(t, core.Config{Store: store})
+		runs := map[string]int{}
+		got, replayed, err := core.Do(context.Background(), eng, "s", "k", func(ctx context.Context) (string, error) {
+			ch, err := core.Step(ctx, "charge", func(context.Context) (string, error) { runs["charge"]++; return "ch_2", nil })
+			if err != nil {
+				return "", err
+			}
+			n, err := core.Step(ctx, "record", func(context.Context) (int, error) { runs["record"]++; return 7, nil })
+			return fmt.Sprint(ch, " ", n), err
+		})
+		if got != "ch_1 7" || replayed || err != nil || runs["charge"] != 0 || runs["record"] != 1 {
+			t.Fatalf("retry: %q, %v, %v, runs %v; want the charge's checkpoint and a record run", got, replayed, err, runs)
+		}
+		crashed <- struct{}{} // the dead process wakes up
+		synctest.Wait()
+		if !errors.Is(stale, core.ErrLockLost) {
+			t.Fatalf("a step of the call that lost its lock: %v, want ErrLockLost", stale)
+		}
+	})
+}
+
+func TestStepOutsideKey(t *testing.T) {
+	v, err := core.Step(context.Background(), "a", func(context.Context) (int, error) { return 3, nil })
+	if v != 3 || err != nil {
+		t.Fatalf("Step without a key: %d, %v", v, err)
+	}
+	errFn := errors.New("fn")
+	if _, err := core.Step(context.Background(), "a", func(context.Context) (int, error) { return 0, errFn }); err != errFn {
+		t.Fatalf("Step without a key: err %v", err)
+	}
+}
+
+// plainStore is a Store and nothing more.
+type plainStore struct{ core.Store }
+
+func TestStepNeedsCheckpointer(t *testing.T) {
+	eng := newDoEngine(t, core.Config{Store: plainStore{core.NewMemoryStore(0)}})
+	ran := false
+	_, _, err := core.Do(context.Background(), eng, "s", "k", func(ctx context.Context) (int, error) {
+		return core.Step(ctx, "a", func(context.Context) (int, error) { ran = true; return 1, nil })
+	})
+	if err == nil || ran {
+		t.Fatalf("Step on a store without checkpoints: ran %v, err %v; want an error before fn runs", ran, err)
+	}
+	// Through a wrapper (metrics), the wrapped store's checkpoints serve.
+	eng = newDoEngine(t, core.Config{Store: instrument.Store(core.NewMemoryStore(0), func(context.Context, instrument.Op, time.Duration, error, int) {})})
+	v, _, err := core.Do(context.Background(), eng, "s", "k", func(ctx context.Context) (int, error) {
+		return core.Step(ctx, "a", func(context.Context) (int, error) { return 1, nil })
+	})
+	if v != 1 || err != nil {
+		t.Fatalf("Step through instrument.Store: %d, %v", v, err)
+	}
+}
+
+// A step whose checkpoint does not decode into its type fails, and so does
+// one whose checkpoint cannot be written.
+func TestStepCheckpointErrors(t *testing.T) {
+	store := core.NewMemoryStore(0)
+	eng := newDoEngine(t, core.Config{Store: store})
+	work := func(ctx context.Context) (int, error) {
+		if _, err := core.Step(ctx, "a", func(context.Context) (string, error) { return "text", nil }); err != nil {
+			return 0, err
+		}
+		return 0, errors.New("again")
+	}
+	core.Do(context.Background(), eng, "s", "k", work) //nolint:errcheck
+	_, _, err := core.Do(context.Background(), eng, "s", "k", func(ctx context.Context) (int, error) {
+		return core.Step(ctx, "a", func(context.Context) (int, error) { return 1, nil })
+	})
+	if !errors.Is(err, core.ErrCorruptRecord) {
+		t.Fatalf("checkpoint of another type: %v, want ErrCorruptRecord", err)
+	}
+
+	full := core.NewMemoryStore(1) // room for the lock, none for checkpoints of another key
+	eng = newDoEngine(t, core.Config{Store: full})
+	_, _, err = core.Do(context.Background(), eng, "s", "k", func(ctx context.Context) (int, error) {
+		if err := full.SaveStep(context.Background(), "other", "x", "a", nil, time.Minute); !errors.Is(err, core.ErrLockLost) {
+			t.Errorf("SaveStep of a key not locked: %v", err)
+		}
+		return core.Step(ctx, "a", func(context.Context) (int, error) { return 1, nil })
+	})
+	if err != nil {
+		t.Fatalf("one key's checkpoints in a store of one key: %v", err)
+	}
+}
+
+// Steps of one run may run from several goroutines; each runs once.
+func TestStepsConcurrent(t *testing.T) {
+	eng := newDoEngine(t, core.Config{})
+	var mu sync.Mutex
+	runs := map[string]int{}
+	work := func(ctx context.Context) (int, error) {
+		var wg sync.WaitGroup
+		errs := make([]error, 10)
+		for i := range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				name := fmt.Sprint("step", i)
+				_, errs[i] = core.Step(ctx, name, func(context.Context) (int, error) {
+					mu.Lock()
+					runs[name]++
+					mu.Unlock()
+					return i, nil
+				})
+			}()
+		}
+		wg.Wait()
+		return 0, errors.Join(append(errs, errors.New("run again"))...)
+	}
+	core.Do(context.Background(), eng, "s", "k", work) //nolint:errcheck
+	core.Do(context.Background(), eng, "s", "k", work) //nolint:errcheck
+	for i := range 10 {
+		if n := runs[fmt.Sprint("step", i)]; n != 1 {
+			t.Fatalf("step%d ran %d times, want 1", i, n)
+		}
+	}
+}

@@ -1,0 +1,189 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
+	"github.com/idem-go/idem/seal"
+)
+
+func mustSealer(t *testing.T, primary string, keys map[string][]byte) core.Sealer {
+	t.Helper()
+	kp, err := seal.NewStaticKeys(primary, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seal.New(kp)
+}
+
+// an instance that cannot open a sealed record (rolling key rotation,
+// rolling enablement of sealing) runs the work again under the default
+// fail-open policy.
+func TestUnopenableRecordAcrossInstances(t *testing.T) {
+	store := core.NewMemoryStore(0)
+	k1 := make([]byte, 32)
+	k2 := make([]byte, 32)
+	k2[0] = 1
+	a, _ := core.New(core.Config{Store: store, Sealer: mustSealer(t, "k2", map[string][]byte{"k1": k1, "k2": k2})})
+	b, _ := core.New(core.Config{Store: store, Sealer: mustSealer(t, "k1", map[string][]byte{"k1": k1})})
+	var runs atomic.Int32
+	fn := func(context.Context) (string, error) { runs.Add(1); return "charged", nil }
+	if _, _, err := core.Do(context.Background(), a, "u1", "pay-1", fn); err != nil {
+		t.Fatal(err)
+	}
+	_, replayed, err := core.Do(context.Background(), b, "u1", "pay-1", fn)
+	t.Logf("instance B: replayed=%v err=%v runs=%d", replayed, err, runs.Load())
+	if runs.Load() != 1 {
+		t.Fatalf("the charge ran %d times for one key", runs.Load())
+	}
+}
+
+// Once then Do on the same scope and key: Do's answers call the
+// record corrupt and fail open.
+func TestDoAfterOnceNotRunAgain(t *testing.T) {
+	store := core.NewMemoryStore(0)
+	e, _ := core.New(core.Config{Store: store})
+	var runs atomic.Int32
+	if _, err := e.Once(context.Background(), "u1", "k-1", func(context.Context) error { runs.Add(1); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	_, replayed, err := core.Do(context.Background(), e, "u1", "k-1", func(context.Context) (int, error) { runs.Add(1); return 1, nil })
+	t.Logf("Do after Once: replayed=%v err=%v runs=%d", replayed, err, runs.Load())
+	if runs.Load() != 1 {
+		t.Fatalf("work ran %d times for one key (unprotected)", runs.Load())
+	}
+}
+
+// in the transactional mode, a response with too many headers is not
+// stored: the transaction is rolled back, yet the handler's response is
+// sent as if its effect had been committed.
+func TestTxTooManyHeadersNotAnswered(t *testing.T) {
+	store := idemtest.NewTxStore(t)
+	e, _ := core.New(core.Config{Store: store})
+	var runs atomic.Int32
+	h := func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		for i := range 20000 {
+			w.Header().Add("X-H"+strconv.Itoa(i), "v")
+		}
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(`{"id":1}`))
+	}
+	serve := func() int {
+		req := httptest.NewRequest("POST", "/orders", nil)
+		req.Header.Set("Idempotency-Key", "abcdef-123")
+		rec := httptest.NewRecorder()
+		f, resp := e.Begin(&core.Request{Context: req.Context(), Method: "POST", Path: "/orders", Header: req.Header, ContentLength: -1})
+		if resp != nil {
+			resp.Write(rec)
+			return rec.Code
+		}
+		if !f.Buffered() {
+			t.Fatal("not buffered")
+		}
+		defer f.Abort()
+		h(f.ResponseWriter(rec), f.Request(req))
+		f.Finish()
+		return rec.Code
+	}
+	first := serve()
+	second := serve()
+	t.Logf("first %d, retry %d, handler runs %d", first, second, runs.Load())
+	if first != http.StatusServiceUnavailable {
+		t.Fatalf("first answer %d for an effect that was rolled back, want 503", first)
+	}
+}
+
+// memoryStore is the memory store as these tests use it.
+type memoryStore interface {
+	core.Store
+	core.Checkpointer
+}
+
+// failingTx is a TxStore whose Begin always fails (PostgreSQL down).
+type failingTx struct{ memoryStore }
+
+func (failingTx) Begin(context.Context, string, time.Duration) ([]byte, core.Tx, error) {
+	return nil, nil, errors.New("postgres down")
+}
+
+// tiered over a TxStore with the durable tier down: the fast lock is
+// taken for the initial lease only and never refreshed (l.tx != nil), so a
+// duplicate runs the work again after 10 s.
+func TestTieredTxFallbackLockHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fast := core.NewMemoryStore(0)
+		st := core.NewTiered(fast, failingTx{core.NewMemoryStore(0)})
+		e, err := core.New(core.Config{Store: st, StoreTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l1, _, err := e.Acquire(&core.Call{Key: "k", Scope: "s"})
+		if err != nil || l1 == nil || !l1.Protected() {
+			t.Fatalf("first: %v %v", l1, err)
+		}
+		advance(15 * time.Second) // the first request's work is still running
+		l2, rec, err := e.Acquire(&core.Call{Key: "k", Scope: "s"})
+		t.Logf("duplicate after 15 s: lease=%v protected=%v rec=%v err=%v", l2 != nil, l2 != nil && l2.Protected(), rec != nil, err)
+		if l2 != nil {
+			t.Errorf("duplicate got a lease while the first still runs: double run")
+			l2.Release(0, nil)
+		}
+		l1.Release(0, nil)
+	})
+}
+
+type stepTxStore struct{ memoryStore }
+
+func (s stepTxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
+	rec, token, err := s.Acquire(ctx, key, idle)
+	if err != nil || token == "" {
+		return rec, nil, err
+	}
+	return nil, &stepTx{s: s.memoryStore, key: key, token: token}, nil
+}
+
+type stepTx struct {
+	s          memoryStore
+	key, token string
+}
+
+func (t *stepTx) Context(ctx context.Context) context.Context { return ctx }
+func (t *stepTx) Commit(ctx context.Context, r []byte, ttl time.Duration) error {
+	return t.s.Complete(ctx, t.key, t.token, r, ttl)
+}
+func (t *stepTx) Rollback(ctx context.Context) error { return t.s.Release(ctx, t.key, t.token) }
+func (t *stepTx) RunStep(ctx context.Context, step string, ttl time.Duration, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+	b, err := fn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return b, t.s.SaveStep(ctx, t.key, t.token, step, b, ttl)
+}
+
+// Step under the tiered store over a TxStore: tieredTxn hides the
+// durable Tx's StepTx (no Unwrap), so every Step fails.
+func TestTieredTxSteps(t *testing.T) {
+	for name, s := range map[string]core.Store{
+		"durable alone": stepTxStore{core.NewMemoryStore(0)},
+		"tiered":        core.NewTiered(core.NewMemoryStore(0), stepTxStore{core.NewMemoryStore(0)}),
+	} {
+		e, _ := core.New(core.Config{Store: s})
+		_, _, err := core.Do(context.Background(), e, "u", "k", func(ctx context.Context) (int, error) {
+			return core.Step(ctx, "charge", func(context.Context) (int, error) { return 7, nil })
+		})
+		t.Logf("%s: %v", name, err)
+		if err != nil {
+			t.Errorf("%s: Step failed: %v", name, err)
+		}
+	}
+}

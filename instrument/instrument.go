@@ -1,0 +1,189 @@
+// Package instrument wraps a core.Store so that each of its calls is
+// reported, for metrics: idemprom and idemotel build on it.
+//
+//	store = instrument.Store(store, func(ctx context.Context, op instrument.Op, d time.Duration, err error, held int) { ... })
+package instrument
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/idem-go/idem/core"
+)
+
+// Op is a store operation, as Store reports it.
+type Op int
+
+// Store operations; NumOps counts them, for arrays indexed by them.
+const (
+	Acquire Op = iota
+	Complete
+	Release
+	Refresh
+	NumOps
+)
+
+// String returns "acquire", "complete", "release" or "refresh".
+func (o Op) String() string {
+	if o < 0 || o >= NumOps {
+		return "unknown"
+	}
+	return [...]string{"acquire", "complete", "release", "refresh"}[o]
+}
+
+// An Observer receives each call of a store wrapped by Store:
+// its operation, duration and error, and held, the change it made to the
+// locks this process holds: +1 for an Acquire that took one, -1 for the
+// Complete or Release that ended it, else 0.
+type Observer func(ctx context.Context, op Op, d time.Duration, err error, held int)
+
+// Store returns s reporting each call to observe. The result implements
+// core.Waiter and core.Admin if s does, passed through and not reported,
+// and core.TxStore, reported (Begin as Acquire, Commit as Complete,
+// Rollback as Release); it unwraps to s (Unwrap() core.Store), so that
+// core.New finds its other capabilities behind it.
+func Store(s core.Store, observe Observer) core.Store {
+	is := &instrumented{Store: s, observe: observe, held: make(map[heldLock]struct{})}
+	w, waits := s.(core.Waiter)
+	a, admin := s.(core.Admin)
+	if ts, ok := s.(core.TxStore); ok {
+		it := &instrumentedTx{instrumented: is, tx: ts}
+		if admin {
+			return &struct {
+				*instrumentedTx
+				core.Admin
+			}{it, a}
+		}
+		return it
+	}
+	switch {
+	case waits && admin:
+		return &struct {
+			*instrumented
+			core.Waiter
+			core.Admin
+		}{is, w, a}
+	case waits:
+		return &struct {
+			*instrumented
+			core.Waiter
+		}{is, w}
+	case admin:
+		return &struct {
+			*instrumented
+			core.Admin
+		}{is, a}
+	}
+	return is
+}
+
+type heldLock struct{ key, token string }
+
+type instrumented struct {
+	core.Store
+	observe Observer
+
+	mu   sync.Mutex
+	held map[heldLock]struct{} // so that a lock counts once, whatever is called twice
+}
+
+// Unwrap returns the instrumented store.
+func (s *instrumented) Unwrap() core.Store { return s.Store }
+
+func (s *instrumented) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
+	start := time.Now()
+	rec, token, err := s.Store.Acquire(ctx, key, lockTTL)
+	held := 0
+	if err == nil && token != "" {
+		s.mu.Lock()
+		if _, ok := s.held[heldLock{key, token}]; !ok {
+			s.held[heldLock{key, token}] = struct{}{}
+			held = 1
+		}
+		s.mu.Unlock()
+	}
+	s.observe(ctx, Acquire, time.Since(start), err, held)
+	return rec, token, err
+}
+
+// Complete and Release end the lock whatever they return: the Engine calls
+// neither again for that token.
+func (s *instrumented) Complete(ctx context.Context, key, token string, record []byte, ttl time.Duration) error {
+	start := time.Now()
+	err := s.Store.Complete(ctx, key, token, record, ttl)
+	s.observe(ctx, Complete, time.Since(start), err, s.drop(key, token))
+	return err
+}
+
+func (s *instrumented) Release(ctx context.Context, key, token string) error {
+	start := time.Now()
+	err := s.Store.Release(ctx, key, token)
+	s.observe(ctx, Release, time.Since(start), err, s.drop(key, token))
+	return err
+}
+
+func (s *instrumented) Refresh(ctx context.Context, key, token string, lockTTL time.Duration) error {
+	start := time.Now()
+	err := s.Store.Refresh(ctx, key, token, lockTTL)
+	s.observe(ctx, Refresh, time.Since(start), err, 0)
+	return err
+}
+
+// drop forgets a held lock: -1 if it was held, else 0.
+func (s *instrumented) drop(key, token string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.held[heldLock{key, token}]; ok {
+		delete(s.held, heldLock{key, token})
+		return -1
+	}
+	return 0
+}
+
+// instrumentedTx is an instrumented TxStore.
+type instrumentedTx struct {
+	*instrumented
+	tx core.TxStore
+}
+
+func (s *instrumentedTx) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
+	start := time.Now()
+	rec, tx, err := s.tx.Begin(ctx, key, idle)
+	held := 0
+	if tx != nil {
+		held, tx = 1, &observedTx{Tx: tx, observe: s.observe}
+	}
+	s.observe(ctx, Acquire, time.Since(start), err, held)
+	return rec, tx, err
+}
+
+// Unwrap returns the transaction observed, for Step to find a StepTx.
+func (t *observedTx) Unwrap() core.Tx { return t.Tx }
+
+// observedTx reports the end of a transaction, once.
+type observedTx struct {
+	core.Tx
+	observe Observer
+	once    sync.Once
+}
+
+func (t *observedTx) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
+	start := time.Now()
+	err := t.Tx.Commit(ctx, record, ttl)
+	t.done(ctx, Complete, start, err)
+	return err
+}
+
+func (t *observedTx) Rollback(ctx context.Context) error {
+	start := time.Now()
+	err := t.Tx.Rollback(ctx)
+	t.done(ctx, Release, start, err)
+	return err
+}
+
+func (t *observedTx) done(ctx context.Context, op Op, start time.Time, err error) {
+	held := 0
+	t.once.Do(func() { held = -1 })
+	t.observe(ctx, op, time.Since(start), err, held)
+}

@@ -1,0 +1,61 @@
+package instrument_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
+	"github.com/idem-go/idem/instrument"
+)
+
+type opLog struct {
+	mu   sync.Mutex
+	ops  []string
+	held int
+}
+
+func (l *opLog) observe(_ context.Context, op instrument.Op, _ time.Duration, err error, held int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	name := op.String()
+	if err != nil {
+		name += "!"
+	}
+	l.ops = append(l.ops, name)
+	l.held += held
+}
+
+func TestInstrumentStore(t *testing.T) {
+	var log opLog
+	s := instrument.Store(core.NewMemoryStore(0), log.observe)
+	if _, ok := s.(core.Waiter); !ok {
+		t.Fatal("the memory store's Waiter was not passed through")
+	}
+	if _, ok := s.(core.Admin); !ok {
+		t.Fatal("the memory store's Admin was not passed through")
+	}
+	ctx := context.Background()
+	_, tok, _ := s.Acquire(ctx, "k", time.Minute)
+	s.Acquire(ctx, "k", time.Minute)      //nolint:errcheck // in flight
+	s.Refresh(ctx, "k", tok, time.Minute) //nolint:errcheck
+	if log.held != 1 {
+		t.Fatalf("held %d with one lock taken", log.held)
+	}
+	s.Complete(ctx, "k", tok, []byte("r"), time.Minute) //nolint:errcheck
+	s.Release(ctx, "k", tok)                            //nolint:errcheck // a second end counts nothing
+	want := []string{"acquire", "acquire!", "refresh", "complete", "release!"}
+	if len(log.ops) != len(want) || log.held != 0 {
+		t.Fatalf("ops %v, held %d; want %v, 0", log.ops, log.held, want)
+	}
+	for i := range want {
+		if log.ops[i] != want[i] {
+			t.Fatalf("ops %v, want %v", log.ops, want)
+		}
+	}
+	idemtest.TestStore(t, func(*testing.T) core.Store { return instrument.Store(core.NewMemoryStore(0), (&opLog{}).observe) }, idemtest.FakeTime())
+	idemtest.TestAdmin(t, func(*testing.T) core.Store { return instrument.Store(core.NewMemoryStore(0), (&opLog{}).observe) }, idemtest.FakeTime())
+	idemtest.TestQuota(t, func(*testing.T) core.Store { return instrument.Store(core.NewMemoryStore(0), (&opLog{}).observe) }, idemtest.FakeTime())
+}
