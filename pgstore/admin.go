@@ -89,7 +89,10 @@ func (s *Store) Purge(ctx context.Context, key string) error {
 				return nil
 			}
 			result = nil
-			_, err = tx.Exec(ctx, sql.purge, key)
+			if _, err = tx.Exec(ctx, sql.purge, key); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, "SELECT pg_notify($1, $2)", s.purgeChannel(), key) // SetInvalidate's listeners, on commit
 			return err
 		})
 	})

@@ -51,6 +51,10 @@ func ExampleMigrations() {
 	// Output:
 	// migrations/0001_init.down.sql
 	// migrations/0001_init.up.sql
+	// migrations/0002_steps.down.sql
+	// migrations/0002_steps.up.sql
+	// migrations/0003_quota.down.sql
+	// migrations/0003_quota.up.sql
 }
 
 // A consumer applies each event once: the balance's update and the

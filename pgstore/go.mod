@@ -3,7 +3,7 @@ module github.com/idem-go/idem/pgstore
 go 1.25.0
 
 require (
-	github.com/idem-go/idem v0.0.0
+	github.com/idem-go/idem v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 )
 

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -133,14 +132,17 @@ func TestIntegrationInboxConcurrent(t *testing.T) {
 		applied atomic.Int64
 	)
 	start := make(chan struct{})
+	var arrived [events]sync.WaitGroup // each event's duplicates, once they call Process
 	for e := range events {
+		arrived[e].Add(dups)
 		for range dups {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				<-start
+				arrived[e].Done()
 				ok, err := in.Process(ctx, "ev-"+strconv.Itoa(e), func(ctx context.Context, tx pgx.Tx) error {
-					time.Sleep(5 * time.Millisecond) // the duplicates wait on the mark meanwhile
+					arrived[e].Wait() // the duplicates wait on the mark meanwhile
 					return credit(accounts, "bob", int64(e+1), &runs)(ctx, tx)
 				})
 				if err != nil {

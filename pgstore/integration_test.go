@@ -16,6 +16,12 @@ func TestIntegrationConformance(t *testing.T) {
 	idemtest.TestStore(t, pgtest.NewStore)
 }
 
+// TestIntegrationQuota runs the quota suite: 200 concurrent new keys of one
+// scope, of which exactly the bound are admitted, on a real PostgreSQL.
+func TestIntegrationQuota(t *testing.T) {
+	idemtest.TestQuota(t, pgtest.NewStore)
+}
+
 // TestIntegrationLease runs the conformance suite of core's
 // transport-neutral layer on the PostgreSQL store.
 func TestIntegrationLease(t *testing.T) {
@@ -26,6 +32,14 @@ func TestIntegrationLease(t *testing.T) {
 // core.Engine.Middleware on the PostgreSQL store.
 func TestIntegrationHTTP(t *testing.T) {
 	idemtest.TestHTTP(t, serveMux, pgtest.NewStore)
+}
+
+// TestIntegrationTx runs the lease and HTTP conformance suites on the
+// transactional mode.
+func TestIntegrationTx(t *testing.T) {
+	t.Run("Lease", func(t *testing.T) { idemtest.TestLease(t, pgtest.NewTxStore) })
+	t.Run("Quota", func(t *testing.T) { idemtest.TestQuota(t, pgtest.NewTxStore) })
+	t.Run("HTTP", func(t *testing.T) { idemtest.TestHTTP(t, serveMux, pgtest.NewTxStore) })
 }
 
 // serveMux is the net/http harness of the HTTP conformance suite.

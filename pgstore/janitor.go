@@ -35,8 +35,9 @@ func (s *Store) janitor() {
 	}
 }
 
-// Sweep deletes the expired rows: records past their expiry, and locks
-// that expired over Options.StaleLockAge ago, in batches of
+// Sweep deletes the expired rows: records past their expiry, locks that
+// expired over Options.StaleLockAge ago, step checkpoints past their
+// expiry and quota admissions out of their window, in batches of
 // Options.JanitorBatch rows, each DELETE its own transaction that skips
 // the rows live requests hold. It runs on a connection of its own (not one
 // of the pool's) and only if no other instance is sweeping the table (a
@@ -61,6 +62,8 @@ func (s *Store) Sweep(ctx context.Context) (deleted int64, err error) {
 	}{
 		{s.sql.sweepExpired, []any{batch}},
 		{s.sql.sweepStale, []any{batch, s.opts.StaleLockAge}},
+		{s.sql.sweepSteps, []any{batch}},
+		{s.qsql.sweep, []any{batch}},
 	} {
 		for {
 			tag, err := conn.Exec(ctx, q.sql, q.args...)

@@ -23,7 +23,8 @@ func seed(t *testing.T, exec func(string, ...any) error, table, prefix string, n
 		 SELECT $2 || 'expired-' || i, 'completed', '\x00', now(), now() - interval '1 second' FROM generate_series(1, $1) i`,
 		`INSERT INTO ` + table + ` (key, status, lock_token, locked_until)
 		 SELECT $2 || 'stale-' || i, 'processing', 't', now() - interval '2 hours' FROM generate_series(1, $1) i`,
-		`INSERT INTO ` + table + ` (key, status, record, completed_at, expires_at) VALUES ($1 || 'live-record', 'completed', '\x00', now(), now() + interval '1 hour')`,
+		`INSERT INTO ` + table + ` (key, status, record, completed_at, expires_at)
+		 VALUES ($1 || 'live-record', 'completed', '\x00', now(), now() + interval '1 hour')`,
 		`INSERT INTO ` + table + ` (key, status, lock_token, locked_until) VALUES ($1 || 'live-lock', 'processing', 't', now() + interval '1 hour')`,
 		`INSERT INTO ` + table + ` (key, status, lock_token, locked_until) VALUES ($1 || 'recent-lock', 'processing', 't', now() - interval '1 minute')`,
 	}
@@ -53,8 +54,8 @@ func keys(t *testing.T, q func(string) (pgx.Rows, error), table string) []string
 	return ks
 }
 
-// TestIntegrationSweep: Sweep deletes the expired records and the stale
-// locks, in batches, and keeps the rest; a Sweep while another instance
+// TestIntegrationSweep: Sweep deletes the expired records, the stale
+// locks and the expired checkpoints, in batches, and keeps the rest; a Sweep while another instance
 // sweeps (holds the advisory lock) deletes nothing.
 func TestIntegrationSweep(t *testing.T) {
 	t.Parallel()
@@ -63,6 +64,12 @@ func TestIntegrationSweep(t *testing.T) {
 	table := pgx.Identifier{schema, pgstore.DefaultTable}.Sanitize()
 	exec := func(sql string, args ...any) error { _, err := pool.Exec(ctx, sql, args...); return err }
 	seed(t, exec, table, "", 100)
+	steps := pgx.Identifier{schema, pgstore.DefaultTable + "_steps"}.Sanitize()
+	if err := exec(`INSERT INTO ` + steps + ` (key, step, result, expires_at)
+	SELECT 'k', 'expired-' || i, '\x00'::bytea, now() - interval '1 second' FROM generate_series(1, 10) i
+	UNION ALL SELECT 'k', 'live', '\x00', now() + interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
 
 	// Another instance's sweep in progress: its advisory lock.
 	other, err := pool.Acquire(ctx)
@@ -81,12 +88,16 @@ func TestIntegrationSweep(t *testing.T) {
 	other.Release()
 
 	n, err := s.Sweep(ctx)
-	if err != nil || n != 200 {
-		t.Fatalf("Sweep: %d deleted, %v; want 200", n, err)
+	if err != nil || n != 210 {
+		t.Fatalf("Sweep: %d deleted, %v; want 210", n, err)
 	}
 	q := func(sql string) (pgx.Rows, error) { return pool.Query(ctx, sql) }
 	if got := keys(t, q, table); len(got) != 3 || got[0] != "live-lock" || got[1] != "live-record" || got[2] != "recent-lock" {
 		t.Fatalf("rows left: %v", got)
+	}
+	var left string
+	if err := pool.QueryRow(ctx, "SELECT string_agg(step, ',') FROM "+steps).Scan(&left); err != nil || left != "live" {
+		t.Fatalf("checkpoints left: %q, %v; want the live one", left, err)
 	}
 }
 
@@ -145,9 +156,8 @@ func TestIntegrationJanitor(t *testing.T) {
 	}
 	s.Close()
 	s.Close() // twice is fine
-	// Stopped: expired rows stay.
+	// Stopped (Close waits for the janitor): expired rows stay.
 	seed(t, exec, table, "again-", 1)
-	time.Sleep(100 * time.Millisecond) // five intervals
 	if got := len(keys(t, q, table)); got != 3+2+3 {
 		t.Fatalf("%d rows after Close, want 8", got)
 	}

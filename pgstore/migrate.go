@@ -134,15 +134,16 @@ func upMigrations(fsys fs.FS, dir string) ([]migration, error) {
 }
 
 // render replaces, in a migration written for the default names, the
-// table's default name by the schema-qualified table, and its indexes'
-// names (the default name and a suffix: def_expires_at_idx) by the same
+// default name of the table, or of another table named after it with a
+// suffix (def_steps), by the schema-qualified name on table, and its
+// indexes' names (a suffix ending in _idx: def_expires_at_idx) by the same
 // suffix on table, which PostgreSQL creates in the table's schema.
 func render(sql string, o *Options, def, table string) string {
 	re := regexp.MustCompile(`\b` + regexp.QuoteMeta(def) + `(_\w+)?\b`)
 	return re.ReplaceAllStringFunc(sql, func(m string) string {
-		if suffix := strings.TrimPrefix(m, def); suffix != "" {
+		if suffix := strings.TrimPrefix(m, def); strings.HasSuffix(suffix, "_idx") {
 			return pgx.Identifier{table + suffix}.Sanitize()
 		}
-		return o.ident(table)
+		return o.ident(table + strings.TrimPrefix(m, def))
 	})
 }

@@ -4,6 +4,8 @@ package pgstore_test
 
 import (
 	"context"
+	"io/fs"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -45,8 +47,8 @@ func TestIntegrationMigrateConcurrent(t *testing.T) {
 	var version, rows int
 	err := pool.QueryRow(ctx, "SELECT max(version), count(*) FROM "+pgx.Identifier{opts.Schema, pgstore.VersionTable}.Sanitize()+
 		" WHERE table_name = 'my_keys'").Scan(&version, &rows)
-	if err != nil || version != 1 || rows != 1 {
-		t.Fatalf("version %d in %d rows (%v), want 1 in 1", version, rows, err)
+	if err != nil || version != 3 || rows != 1 {
+		t.Fatalf("version %d in %d rows (%v), want 3 in 1", version, rows, err)
 	}
 	var indexes []string
 	r, err := pool.Query(ctx, "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'my_keys' ORDER BY 1", opts.Schema)
@@ -57,9 +59,24 @@ func TestIntegrationMigrateConcurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"my_keys_expires_at_idx", "my_keys_pkey", "my_keys_processing_idx"}
-	if len(indexes) != len(want) || indexes[0] != want[0] || indexes[1] != want[1] || indexes[2] != want[2] {
+	if want := []string{"my_keys_expires_at_idx", "my_keys_pkey", "my_keys_processing_idx", "my_keys_quota_scope_idx"}; !slices.Equal(indexes, want) {
 		t.Fatalf("indexes %v, want %v", indexes, want)
+	}
+	r, err = pool.Query(ctx, "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'my_keys_steps' ORDER BY 1", opts.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexes, err = pgx.CollectRows(r, pgx.RowTo[string])
+	if err != nil || len(indexes) != 2 || indexes[0] != "my_keys_steps_expires_at_idx" || indexes[1] != "my_keys_steps_pkey" {
+		t.Fatalf("indexes of the steps table %v, %v", indexes, err)
+	}
+	r, err = pool.Query(ctx, "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'my_keys_quota' ORDER BY 1", opts.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexes, err = pgx.CollectRows(r, pgx.RowTo[string])
+	if want := []string{"my_keys_quota_pkey", "my_keys_quota_until_idx"}; err != nil || !slices.Equal(indexes, want) {
+		t.Fatalf("indexes of the quota table %v, %v; want %v", indexes, err, want)
 	}
 	s, err := pgstore.New(pool, &pgstore.Options{Schema: opts.Schema, Table: "my_keys", JanitorInterval: -1})
 	if err != nil {
@@ -72,9 +89,9 @@ func TestIntegrationMigrateConcurrent(t *testing.T) {
 }
 
 // TestIntegrationMigrateFiles: the plain files, run as they are (the
-// default names, in the search_path's schema), make the table that Migrate
-// makes; Migrate on top of them changes nothing, and the down file drops
-// it.
+// default names, in the search_path's schema), make the tables that Migrate
+// makes; Migrate on top of them changes nothing, and the down files drop
+// them.
 func TestIntegrationMigrateFiles(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -87,15 +104,25 @@ func TestIntegrationMigrateFiles(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SET search_path TO "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
-	up, _ := pgstore.Migrations.ReadFile("migrations/0001_init.up.sql")
-	down, _ := pgstore.Migrations.ReadFile("migrations/0001_init.down.sql")
-	if _, err := conn.Exec(ctx, string(up)); err != nil {
-		t.Fatalf("0001_init.up.sql: %v", err)
+	files := func(suffix string) []string {
+		names, _ := fs.Glob(pgstore.Migrations, "migrations/*"+suffix)
+		if suffix == ".down.sql" {
+			slices.Reverse(names)
+		}
+		return names
+	}
+	for _, name := range files(".up.sql") {
+		sql, _ := pgstore.Migrations.ReadFile(name)
+		if _, err := conn.Exec(ctx, string(sql)); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
 	}
 	columns := func() string {
 		var s string
-		conn.QueryRow(ctx, `SELECT string_agg(column_name || ' ' || data_type || ' ' || is_nullable, ', ' ORDER BY ordinal_position)
-FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2`, schema, pgstore.DefaultTable).Scan(&s)
+		conn.QueryRow(ctx, `SELECT string_agg(table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable, ', '
+	ORDER BY table_name, ordinal_position)
+FROM information_schema.columns WHERE table_schema = $1 AND table_name IN ($2::text, $2::text || '_steps', $2::text || '_quota')`,
+			schema, pgstore.DefaultTable).Scan(&s)
 		return s
 	}
 	fromFile := columns()
@@ -105,10 +132,13 @@ FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2`, sc
 	if got := columns(); got != fromFile || got == "" {
 		t.Fatalf("Migrate changed the columns:\n%s\n%s", fromFile, got)
 	}
-	if _, err := conn.Exec(ctx, string(down)); err != nil {
-		t.Fatalf("0001_init.down.sql: %v", err)
+	for _, name := range files(".down.sql") {
+		sql, _ := pgstore.Migrations.ReadFile(name)
+		if _, err := conn.Exec(ctx, string(sql)); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
 	}
 	if got := columns(); got != "" {
-		t.Fatalf("the table is still there after the down file: %s", got)
+		t.Fatalf("the tables are still there after the down files: %s", got)
 	}
 }

@@ -116,18 +116,31 @@ type Store struct {
 	pool    *pgxpool.Pool
 	opts    Options
 	sql     statements
+	qsql    quotaStatements
 	resetAt atomic.Int64 // unix nanos of the last pool reset
 
 	stop     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
+
+	inv invalidation // SetInvalidate's purge listener
 }
 
-var _ core.Store = (*Store)(nil)
+var (
+	_ core.Store        = (*Store)(nil)
+	_ core.Checkpointer = (*Store)(nil)
+)
 
 type statements struct {
 	acquire, complete, release, refresh string
 	sweepExpired, sweepStale, lockID    string
+	saveStep, loadSteps, sweepSteps     string
+	// TxStore's steps: the lock of a key's steps, taken by a step's
+	// transaction and waited for by LoadSteps; whether a backend holds the
+	// key's lock; a checkpoint's insert
+	stepsLock, waitSteps, takeSteps, keyHeld, txSaveStep string
+	// TxStore's
+	lock, held, commit, keyLock string
 }
 
 // New returns a Store on the table that Migrate created, and starts its
@@ -141,7 +154,7 @@ func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, opts: o, sql: buildStatements(&o), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{pool: pool, opts: o, sql: buildStatements(&o), qsql: buildQuotaStatements(&o), stop: make(chan struct{}), done: make(chan struct{})}
 	if o.JanitorInterval > 0 {
 		go s.janitor()
 	} else {
@@ -151,17 +164,19 @@ func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
 }
 
 // Close stops the janitor, waiting for a sweep in progress to end its
-// current batch. It does not close the pool.
+// current batch, and the purge listener (SetInvalidate). It does not close
+// the pool.
 func (s *Store) Close() {
 	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.done
+	s.inv.stop()
 }
 
 // buildStatements writes the store's SQL for its table. Every statement
 // reads the time from PostgreSQL (now()), so that instances whose clocks
 // disagree agree on expiries.
 func buildStatements(o *Options) statements {
-	t := o.ident(o.Table)
+	t, st := o.ident(o.Table), o.ident(o.Table+"_steps")
 	return statements{
 		// Returns the key's live record, or nothing if another request holds
 		// a live lock, without writing or locking anything (a replay is a
@@ -187,16 +202,22 @@ SELECT true, NULL::bytea FROM taken
 UNION ALL
 SELECT false, record FROM cur WHERE live`,
 		// Stores if $2 owns the lock, expired or not, or if nobody holds a
-		// live lock or record (the late-store rule); $6 is true on a run
-		// again after a lost reply, when the record may be this call's.
-		complete: `INSERT INTO ` + t + ` AS k (key, status, lock_token, record, status_code, created_at, completed_at, expires_at)
-VALUES ($1, 'completed', $2, $3, $4, now(), now(), now() + $5::interval)
-ON CONFLICT (key) DO UPDATE SET status = 'completed', lock_token = EXCLUDED.lock_token, locked_until = NULL,
-	record = EXCLUDED.record, status_code = EXCLUDED.status_code, completed_at = now(),
-	expires_at = EXCLUDED.expires_at
-WHERE (k.status = 'processing' AND (k.lock_token = $2 OR k.locked_until <= now()))
-	OR (k.status = 'completed' AND (k.expires_at <= now() OR ($6 AND k.lock_token = $2)))
-RETURNING 1`,
+		// live lock or record (the late-store rule), and deletes the key's
+		// checkpoints; $6 is true on a run again after a lost reply, when
+		// the record may be this call's.
+		complete: `WITH done AS (
+	INSERT INTO ` + t + ` AS k (key, status, lock_token, record, status_code, created_at, completed_at, expires_at)
+	VALUES ($1, 'completed', $2, $3, $4, now(), now(), now() + $5::interval)
+	ON CONFLICT (key) DO UPDATE SET status = 'completed', lock_token = EXCLUDED.lock_token, locked_until = NULL,
+		record = EXCLUDED.record, status_code = EXCLUDED.status_code, completed_at = now(),
+		expires_at = EXCLUDED.expires_at
+	WHERE (k.status = 'processing' AND (k.lock_token = $2 OR k.locked_until <= now()))
+		OR (k.status = 'completed' AND (k.expires_at <= now() OR ($6 AND k.lock_token = $2)))
+	RETURNING 1
+), dropped AS (
+	DELETE FROM ` + st + ` WHERE key = $1 AND EXISTS (SELECT FROM done)
+)
+SELECT 1 FROM done`,
 		// Deletes the lock of $2, reporting whether it was still live.
 		release: `DELETE FROM ` + t + `
 WHERE key = $1 AND status = 'processing' AND lock_token = $2
@@ -209,10 +230,49 @@ WHERE key = $1 AND status = 'processing' AND lock_token = $2 AND locked_until > 
 	SELECT ctid FROM ` + t + ` WHERE status = 'processing' AND locked_until <= now() - $2::interval
 	LIMIT $1 FOR UPDATE SKIP LOCKED)`,
 		lockID: "idem-go/idem janitor " + t,
+		// Writes the checkpoint if $2 holds the key's live lock: the lock's
+		// row is share-locked until the write commits, so that a takeover
+		// of the key (an UPDATE of that row) waits for it, and one
+		// committed first fails the check.
+		saveStep: `INSERT INTO ` + st + ` AS s (key, step, result, expires_at)
+SELECT key, $3, $4, now() + $5::interval FROM ` + t + `
+WHERE key = $1 AND status = 'processing' AND lock_token = $2 AND locked_until > now() FOR SHARE
+ON CONFLICT (key, step) DO UPDATE SET result = EXCLUDED.result, expires_at = GREATEST(s.expires_at, EXCLUDED.expires_at)
+RETURNING 1`,
+		loadSteps: `SELECT step, result FROM ` + st + ` WHERE key = $1 AND expires_at > now()`,
+		sweepSteps: `DELETE FROM ` + st + ` WHERE ctid IN (
+	SELECT ctid FROM ` + st + ` WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`,
+
+		// $1: idle_in_transaction_session_timeout in ms, $2: the key's lock name.
+		lock: `SELECT set_config('idle_in_transaction_session_timeout', $1, true), pg_try_advisory_xact_lock(hashtextextended($2, 0))`,
+		// The key's live record, or a live lock of the lease mode.
+		held: `SELECT record, status = 'completed' AND expires_at > now()
+	OR status = 'processing' AND locked_until > now() FROM ` + t + ` WHERE key = $1`,
+		// now() is the transaction's start; the record's times are the commit's.
+		commit: `WITH dropped AS (DELETE FROM ` + st + ` WHERE key = $1)
+INSERT INTO ` + t + ` AS k (key, status, record, status_code, created_at, completed_at, expires_at)
+VALUES ($1, 'completed', $2, $3, now(), clock_timestamp(), clock_timestamp() + $4::interval)
+ON CONFLICT (key) DO UPDATE SET status = 'completed', lock_token = NULL, locked_until = NULL,
+	record = EXCLUDED.record, status_code = EXCLUDED.status_code, created_at = EXCLUDED.created_at,
+	completed_at = EXCLUDED.completed_at, expires_at = EXCLUDED.expires_at`,
+		keyLock: "idem-go/idem key " + t + " ",
+
+		stepsLock: "idem-go/idem steps " + t + " ",
+		waitSteps: `SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))`,
+		takeSteps: `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`,
+		// A bigint advisory lock shows in pg_locks as its high half in
+		// classid, its low half in objid, and objsubid 1.
+		keyHeld: `SELECT EXISTS (SELECT FROM pg_locks
+	WHERE locktype = 'advisory' AND granted AND pid = $2 AND objsubid = 1
+	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND (classid::bigint << 32 | objid::bigint) = hashtextextended($1, 0))`,
+		txSaveStep: `INSERT INTO ` + st + ` AS s (key, step, result, expires_at) VALUES ($1, $2, $3, now() + $4::interval)
+ON CONFLICT (key, step) DO UPDATE SET result = EXCLUDED.result, expires_at = GREATEST(s.expires_at, EXCLUDED.expires_at)`,
 	}
 }
 
-// Acquire implements core.Store in one statement.
+// Acquire implements core.Store in one statement; under core.Config.Quota,
+// a second round trip admits a new key's lock (quota.go).
 func (s *Store) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
 	token := newToken()
 	var (
@@ -228,6 +288,11 @@ func (s *Store) Acquire(ctx context.Context, key string, lockTTL time.Duration) 
 	case err != nil:
 		return nil, "", err
 	case taken:
+		if scope, q, ok := core.QuotaFromContext(ctx); ok {
+			if err := s.admit(ctx, key, token, scope, q); err != nil {
+				return nil, "", err
+			}
+		}
 		return nil, token, nil
 	case record == nil:
 		return nil, "", core.ErrInFlight
@@ -286,6 +351,47 @@ func (s *Store) Refresh(ctx context.Context, key, token string, lockTTL time.Dur
 	return err
 }
 
+// SaveStep implements core.Checkpointer in one statement, in the table
+// <Table>_steps (Migrate creates it).
+func (s *Store) SaveStep(ctx context.Context, key, token, step string, result []byte, ttl time.Duration) error {
+	if result == nil {
+		result = []byte{}
+	}
+	_, err := s.run(ctx, "save step", func(ctx context.Context, c *pgxpool.Conn, _ bool) error {
+		var one int
+		return c.QueryRow(ctx, s.sql.saveStep, key, token, step, result, ttl).Scan(&one)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return core.ErrLockLost
+	}
+	return err
+}
+
+// LoadSteps implements core.Checkpointer in one statement.
+func (s *Store) LoadSteps(ctx context.Context, key string) (map[string][]byte, error) {
+	steps := map[string][]byte{}
+	_, err := s.run(ctx, "load steps", func(ctx context.Context, c *pgxpool.Conn, _ bool) error {
+		clear(steps)
+		rows, err := c.Query(ctx, s.sql.loadSteps, key)
+		if err != nil {
+			return err
+		}
+		var (
+			step   string
+			result []byte
+		)
+		_, err = pgx.ForEachRow(rows, []any{&step, &result}, func() error {
+			steps[step] = result
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return steps, nil
+}
+
 // maxRuns bounds the runs of a statement that keeps losing its connection.
 const maxRuns = 3
 
@@ -341,10 +447,10 @@ func storeError(op string, runs int, err error) error {
 }
 
 // recordCode returns the status code of an encoded core record for the
-// status_code column, or nil if data is not one.
+// status_code column, or nil if data is not one or is sealed.
 func recordCode(data []byte) any {
 	r, err := core.DecodeRecord(data)
-	if err != nil {
+	if err != nil || r.SealedBy != "" {
 		return nil
 	}
 	return int32(r.Code)

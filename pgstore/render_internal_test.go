@@ -28,6 +28,19 @@ func TestRender(t *testing.T) {
 			t.Errorf("render for %+v:\n%s", tc.opts, got)
 		}
 	}
+	// A table named after the store's is schema-qualified like it; its
+	// index is not (PostgreSQL creates it in the table's schema).
+	steps, err := Migrations.ReadFile("migrations/0002_steps.up.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := render(string(steps), &Options{Schema: "billing", Table: "keys"}, DefaultTable, "keys")
+	for _, want := range []string{`CREATE TABLE IF NOT EXISTS "billing"."keys_steps" (`,
+		`CREATE INDEX IF NOT EXISTS "keys_steps_expires_at_idx" ON "billing"."keys_steps" (expires_at)`, `-- the key of "billing"."keys"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("render of 0002_steps lacks %s:\n%s", want, got)
+		}
+	}
 }
 
 func TestUpMigrations(t *testing.T) {

@@ -321,30 +321,50 @@ func TestIntegrationConcurrentDuplicatesEngine(t *testing.T) {
 	s, _, _ := newStore(t, nil)
 	a := newApp(t, s, core.Config{})
 	const keys, dups = 10, 100
+	// Each key's run is held until its other duplicates have answered.
+	held := make(map[string]chan struct{}, keys)
+	answered := make(map[string]*atomic.Int64, keys)
+	for k := range keys {
+		key := "dup-" + strconv.Itoa(k)
+		held[key], answered[key] = make(chan struct{}), new(atomic.Int64)
+	}
+	a.hold = func(key string) {
+		select {
+		case <-held[key]:
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s: its duplicates did not all answer while its run was held", key)
+		}
+	}
 	var (
-		wg    sync.WaitGroup
-		codes sync.Map
+		wg        sync.WaitGroup
+		conflicts atomic.Int64
 	)
 	start := make(chan struct{})
 	for k := range keys {
+		key := "dup-" + strconv.Itoa(k)
 		for range dups {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				<-start
-				w := a.do("dup-" + strconv.Itoa(k))
-				if w.Code != http.StatusCreated && w.Code != http.StatusConflict {
+				w := a.do(key)
+				switch w.Code {
+				case http.StatusConflict:
+					conflicts.Add(1)
+				case http.StatusCreated:
+				default:
 					t.Errorf("status %d: %s", w.Code, w.Body)
 				}
-				n, _ := codes.LoadOrStore(w.Code, new(atomic.Int64))
-				n.(*atomic.Int64).Add(1)
+				if answered[key].Add(1) == dups-1 {
+					close(held[key])
+				}
 			}()
 		}
 	}
 	close(start)
 	wg.Wait()
-	if n := a.runs.Load(); n != keys {
-		t.Fatalf("handler ran %d times for %d keys", n, keys)
+	if n, c := a.runs.Load(), conflicts.Load(); n != keys || c != keys*(dups-1) {
+		t.Fatalf("handler ran %d times for %d keys, %d conflicts; want %d", n, keys, c, keys*(dups-1))
 	}
 }
 
@@ -374,11 +394,13 @@ func TestIntegrationTimeout(t *testing.T) {
 	}
 }
 
-// app is an HTTP handler behind an Engine on a store, counting its runs.
+// app is an HTTP handler behind an Engine on a store, counting its runs;
+// hold, if set, is called with a run's key before it answers.
 type app struct {
 	handler http.Handler
 	runs    atomic.Int64
 	events  chan core.Event
+	hold    func(key string)
 }
 
 func newApp(t testing.TB, store core.Store, cfg core.Config) *app {
@@ -398,7 +420,9 @@ func newApp(t testing.TB, store core.Store, cfg core.Config) *app {
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := a.runs.Add(1)
-		time.Sleep(time.Millisecond)
+		if a.hold != nil {
+			a.hold(r.Header.Get("Idempotency-Key"))
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		w.Write([]byte(`{"order":` + strconv.FormatInt(n, 10) + `}`))

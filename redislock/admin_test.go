@@ -14,17 +14,17 @@ import (
 )
 
 func TestAdminMiniredis(t *testing.T) {
-	_, c := newMiniredis(t, true)
+	_, c := newMiniredis(t)
 	idemtest.TestAdmin(t, func(t *testing.T) core.Store {
-		return redislock.New(c, &redislock.Options{Prefix: "admin:" + idemtest.Key(t)[:8]})
+		return mustNew(t, c, &redislock.Options{Prefix: "admin:" + idemtest.Key(t)[:8]})
 	})
 }
 
 // TestAdminKeys reads what the admin methods leave in Redis, key by key.
 func TestAdminKeys(t *testing.T) {
 	ctx := context.Background()
-	m, c := newMiniredis(t, false)
-	s := redislock.New(c, &redislock.Options{Prefix: "shop"})
+	m, c := newMiniredis(t)
+	s := mustNew(t, c, &redislock.Options{Prefix: "shop"})
 	key := idemtest.Key(t)
 	resp, lock, _ := s.Keys(key)
 
@@ -78,9 +78,9 @@ func TestAdminKeys(t *testing.T) {
 // locks only.
 func TestAdminPrefixPattern(t *testing.T) {
 	ctx := context.Background()
-	_, c := newMiniredis(t, false)
-	star := redislock.New(c, &redislock.Options{Prefix: "a*"})
-	plain := redislock.New(c, &redislock.Options{Prefix: "ab"})
+	_, c := newMiniredis(t)
+	star := mustNew(t, c, &redislock.Options{Prefix: "a*"})
+	plain := mustNew(t, c, &redislock.Options{Prefix: "ab"})
 	k1, k2 := idemtest.Key(t), idemtest.Key(t)
 	star.Acquire(ctx, k1, time.Minute)
 	plain.Acquire(ctx, k2, time.Minute)
@@ -98,8 +98,8 @@ func TestAdminPrefixPattern(t *testing.T) {
 // TestAdminStoreDown: every admin method reports a store error.
 func TestAdminStoreDown(t *testing.T) {
 	ctx := context.Background()
-	m, c := newMiniredis(t, false)
-	s := redislock.New(c, nil)
+	m, c := newMiniredis(t)
+	s := mustNew(t, c, nil)
 	m.Close()
 	key := idemtest.Key(t)
 	if _, err := s.Inspect(ctx, key); err == nil || errors.Is(err, core.ErrNotFound) {
@@ -118,8 +118,8 @@ func TestAdminStoreDown(t *testing.T) {
 type scripterOnly struct{ redis.Scripter }
 
 func TestAdminNoScan(t *testing.T) {
-	_, c := newMiniredis(t, false)
-	s := redislock.New(scripterOnly{c}, nil)
+	_, c := newMiniredis(t)
+	s := mustNew(t, scripterOnly{c}, nil)
 	if _, err := s.InFlight(context.Background(), 1); !errors.Is(err, redislock.ErrNoScan) {
 		t.Fatalf("InFlight on a Scripter: %v, want ErrNoScan", err)
 	}

@@ -144,10 +144,10 @@ func (b *batcher) wait(c *call, timeout <-chan time.Time) *redis.Cmd {
 // queue to the one of its calls that sends it, or ends that batch's turn.
 // A queued call whose context has ended is dropped, never sent.
 //
-// The sender is the call of the batch whose context has no deadline, or
-// the latest one, and the batch goes out with that deadline: so it never
-// waits for the reply past its own deadline, and no other call's deadline
-// cuts a batch short.
+// The sender is the call of the batch with the earliest deadline (with
+// none, the first), and the batch goes out with that deadline: no script is
+// sent after its caller gave up (go-redis retries a batch while Redis is
+// unreachable), at the cost of the other calls' failing with the batch.
 func (b *batcher) handOff() {
 	b.mu.Lock()
 	var (
@@ -176,11 +176,7 @@ func (b *batcher) handOff() {
 	sender := 0
 	for i, c := range batch {
 		d, ok := c.ctx.Deadline()
-		if !ok {
-			sender = i
-			break
-		}
-		if d.After(deadline(batch[sender].ctx)) {
+		if earliest := deadline(batch[sender].ctx); ok && (earliest.IsZero() || d.Before(earliest)) {
 			sender = i
 		}
 	}

@@ -39,7 +39,10 @@ func testBatching(t *testing.T, newClient func(*testing.T) (*redis.Client, strin
 			}
 		}
 		c.AddHook(g)
-		s := New(c, &Options{Prefix: prefix})
+		s, err := New(c, &Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if s.batch == nil {
 			t.Fatal("no batcher on a *redis.Client")
 		}
@@ -200,12 +203,13 @@ func testBatching(t *testing.T, newClient func(*testing.T) (*redis.Client, strin
 	})
 
 	t.Run("deadline-while-sent", func(t *testing.T) {
-		// A batch holding "hold-batch" is kept from Redis: a call with a
-		// deadline in it returns at its deadline, whether it came first
-		// (the sender would be the first call but for its deadline) or
-		// not, while the call without one waits for its reply.
+		// A batch holding "hold-batch" is kept from Redis past the
+		// deadline of the other call in it, whether that call came first
+		// or not: it returns at its deadline, and its script must not run
+		// once the batch goes on (a late lock, refusing retries for its
+		// TTL); the batch carries that deadline, so neither script runs.
 		for _, deadlineFirst := range []bool{true, false} {
-			s, g, _ := setup(t)
+			s, g, c := setup(t)
 			released := g.holdLanes(t, s)
 			first, second := make(chan error, 1), make(chan error, 1)
 			acquire := func(key string, timeout time.Duration, done chan<- error) {
@@ -240,11 +244,13 @@ func testBatching(t *testing.T, newClient func(*testing.T) (*redis.Client, strin
 				t.Errorf("deadline first %v: call with a deadline still waiting 5 s past it", deadlineFirst)
 			}
 			close(g.release2)
-			if err := <-first; err != nil {
-				t.Errorf("deadline first %v: call without a deadline: %v", deadlineFirst, err)
+			if err := <-first; !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("deadline first %v: call without a deadline: %v, want the batch's DeadlineExceeded", deadlineFirst, err)
 			}
-			if got := g.pipelineSizes(); len(got) != 1 || got[0] != 2 {
-				t.Errorf("deadline first %v: pipelines of %v scripts, want one of both", deadlineFirst, got)
+			for _, key := range []string{timed, held} {
+				if _, lock, _ := s.Keys(key); c.Exists(ctx, lock).Val() != 0 {
+					t.Errorf("deadline first %v: %s's script ran after the batch's deadline: it took the lock", deadlineFirst, key)
+				}
 			}
 			checkIdle(t, s.batch)
 		}
@@ -384,7 +390,7 @@ func checkIdle(t *testing.T, b *batcher) {
 
 // A gate is a go-redis hook. It holds the first run of a script on a key
 // starting with "hold-" until release is closed, and a pipeline holding
-// such a key until release2 is; it panics on a pipeline holding the key
+// such a key until release2 is or its context ends; it panics on a pipeline holding the key
 // "panic", and records the commands of every other pipeline.
 type gate struct {
 	entered           chan struct{} // receives as a script or pipeline is held
@@ -422,7 +428,10 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 				panic("hook")
 			case strings.Contains(key, "{hold-"):
 				g.entered <- struct{}{}
-				<-g.release2
+				select { // as the network holds it: until the batch's deadline
+				case <-g.release2:
+				case <-ctx.Done():
+				}
 			}
 			names += cmd.Name() + " "
 		}
@@ -532,5 +541,46 @@ func TestBatcherHandOffDropsEndedCalls(t *testing.T) {
 	<-w.done
 	if len(b.queue) != 0 || b.inFlight != maxBatchesInFlight-1 {
 		t.Errorf("a queue of ended calls: queue %d, in flight %d; want 0, %d", len(b.queue), b.inFlight, maxBatchesInFlight-1)
+	}
+}
+
+// A batch that go-redis retries while Redis is unreachable goes out with
+// its earliest deadline: the script of a call whose caller gave up during
+// the outage never runs when Redis comes back (its late lock would refuse
+// the key's retries for the lock's TTL).
+func TestBatchNotSentAfterOutage(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: 1000,
+		MinRetryBackoff: 5 * time.Millisecond, MaxRetryBackoff: 10 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	s, err := New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.batch.mu.Lock()
+	s.batch.inFlight = maxBatchesInFlight // both lanes busy: the next calls queue
+	s.batch.mu.Unlock()
+	gaveUp, other := make(chan error, 1), make(chan error, 1)
+	acquire := func(key string, timeout time.Duration, done chan<- error) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, _, err := s.Acquire(ctx, key, time.Minute)
+		done <- err
+	}
+	go acquire("gave-up", time.Second, gaveUp)
+	waitQueued(t, s.batch, 1)
+	go acquire("other", time.Minute, other)
+	waitQueued(t, s.batch, 2)
+	m.Close()         // the outage
+	s.batch.handOff() // a lane comes back: the batch goes out, into the outage
+	if err := <-gaveUp; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the call with the earlier deadline: %v, want DeadlineExceeded", err)
+	}
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	<-other // the batch ended: with its first deadline (or, before, with Redis back)
+	if _, lock, _ := s.Keys("gave-up"); m.Exists(lock) {
+		t.Fatal("the script of a call that gave up during the outage ran when Redis came back: a late lock")
 	}
 }

@@ -90,7 +90,7 @@ func BenchmarkRedis(b *testing.B) {
 				c = ap
 			}
 			eng, err := core.New(core.Config{
-				Store:       redislock.New(c, &redislock.Options{Prefix: prefix, DisableBatching: name == "unbatched"}),
+				Store:       mustNew(b, c, &redislock.Options{Prefix: prefix, DisableBatching: name == "unbatched"}),
 				ResponseTTL: time.Minute,
 			})
 			if err != nil {

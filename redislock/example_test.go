@@ -37,7 +37,11 @@ func Example() {
 	}
 	defer client.Close()
 
-	eng, err := core.New(core.Config{Store: redislock.New(client, nil)})
+	store, err := redislock.New(client, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	eng, err := core.New(core.Config{Store: store})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -70,7 +74,10 @@ func ExampleStore_Keys() {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	store := redislock.New(client, &redislock.Options{Prefix: "shop:idem"})
+	store, err := redislock.New(client, &redislock.Options{Prefix: "shop:idem"})
+	if err != nil {
+		log.Fatal(err)
+	}
 	response, lock, err := store.Keys("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")
 	if err != nil {
 		log.Fatal(err)
@@ -95,7 +102,10 @@ func ExampleStore_Purge() {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	store := redislock.New(client, nil)
+	store, err := redislock.New(client, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 
 	done, running := core.ID("alice", "order-1", ""), core.ID("alice", "order-2", "")

@@ -16,35 +16,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/redislock"
 )
 
 // newMiniredis starts a miniredis and returns it with a client. miniredis
-// expires keys only when told to, so with clock set a goroutine moves its
-// time along with the real one (for the conformance suite's sleeps).
-func newMiniredis(t testing.TB, clock bool) (*miniredis.Miniredis, *redis.Client) {
+// expires keys only when told to (FastForward).
+func newMiniredis(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
 	t.Helper()
 	m := miniredis.RunT(t)
 	// No retries: a test that stops Redis gets its errors at once.
 	c := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { c.Close() })
-	if clock {
-		stop, done := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			const step = 5 * time.Millisecond
-			tick := time.NewTicker(step)
-			defer tick.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-					m.FastForward(step)
-				}
-			}
-		}()
-		t.Cleanup(func() { close(stop); <-done })
-	}
 	return m, c
 }
 
@@ -235,4 +217,14 @@ func blackhole(t testing.TB) string {
 // testKey returns a fresh client key.
 func testKey(t testing.TB, n int) string {
 	return t.Name() + "-" + strconv.Itoa(n) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
+// mustNew is redislock.New for a test: it fails the test on an error.
+func mustNew(tb testing.TB, c redis.Scripter, opts *redislock.Options) *redislock.Store {
+	tb.Helper()
+	s, err := redislock.New(c, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
 }

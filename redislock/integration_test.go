@@ -39,10 +39,13 @@ func TestIntegrationConformance(t *testing.T) {
 	c, prefix := redistest.Client(t)
 	t.Run("client", func(t *testing.T) {
 		idemtest.TestStore(t, func(*testing.T) core.Store {
-			return redislock.New(c, &redislock.Options{Prefix: prefix})
+			return mustNew(t, c, &redislock.Options{Prefix: prefix})
 		})
 		idemtest.TestLease(t, func(*testing.T) core.Store {
-			return redislock.New(c, &redislock.Options{Prefix: prefix})
+			return mustNew(t, c, &redislock.Options{Prefix: prefix})
+		})
+		idemtest.TestQuota(t, func(*testing.T) core.Store {
+			return mustNew(t, c, &redislock.Options{Prefix: prefix})
 		})
 	})
 	t.Run("autopipeline", func(t *testing.T) {
@@ -51,7 +54,7 @@ func TestIntegrationConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		idemtest.TestStore(t, func(*testing.T) core.Store {
-			return redislock.New(ap, &redislock.Options{Prefix: prefix})
+			return mustNew(t, ap, &redislock.Options{Prefix: prefix})
 		})
 	})
 }
@@ -60,7 +63,7 @@ func TestIntegrationConformance(t *testing.T) {
 func TestIntegrationTTLs(t *testing.T) {
 	ctx := context.Background()
 	c, prefix := redistest.Client(t)
-	s := redislock.New(c, &redislock.Options{Prefix: prefix})
+	s := mustNew(t, c, &redislock.Options{Prefix: prefix})
 	key := idemtest.Key(t)
 	resp, lock, _ := s.Keys(key)
 	within := func(what string, got, want time.Duration) {
@@ -110,7 +113,7 @@ func TestIntegrationTTLs(t *testing.T) {
 func TestIntegrationTakeoverFenced(t *testing.T) {
 	ctx := context.Background()
 	c, prefix := redistest.Client(t)
-	store := redislock.New(c, &redislock.Options{Prefix: prefix})
+	store := mustNew(t, c, &redislock.Options{Prefix: prefix})
 	slow := newApp(t, store, core.Config{})
 	slow.block, slow.started = make(chan struct{}), make(chan struct{}, 1)
 	fast := newApp(t, store, core.Config{})
@@ -145,7 +148,7 @@ func TestIntegrationRoundTrips(t *testing.T) {
 	c, prefix := redistest.Client(t)
 	var cnt counter
 	c.AddHook(&cnt)
-	a := newApp(t, redislock.New(c, &redislock.Options{Prefix: prefix}), core.Config{})
+	a := newApp(t, mustNew(t, c, &redislock.Options{Prefix: prefix}), core.Config{})
 	a.do(testKey(t, 0)) // warm-up: load the scripts
 	a.do(testKey(t, 0))
 	cnt.take()
@@ -170,7 +173,7 @@ func TestIntegrationBatchedRoundTrips(t *testing.T) {
 	c, prefix := redistest.Client(t)
 	cnt := new(counter)
 	c.AddHook(cnt)
-	a := newApp(t, redislock.New(c, &redislock.Options{Prefix: prefix}), core.Config{})
+	a := newApp(t, mustNew(t, c, &redislock.Options{Prefix: prefix}), core.Config{})
 	a.do(testKey(t, 0)) // warm-up: load the scripts
 	var key string
 	for i := 1; i <= 5; i++ {
@@ -441,7 +444,7 @@ func testFaults(t *testing.T, unbatched bool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	store := redislock.New(client, &redislock.Options{DisableBatching: unbatched})
+	store := mustNew(t, client, &redislock.Options{DisableBatching: unbatched})
 	open := newApp(t, store, core.Config{})
 	closed := newApp(t, store, core.Config{FailClosed: true})
 
@@ -617,7 +620,7 @@ func TestIntegrationClosedConnectionsTLS(t *testing.T) {
 // pool, more than max_retries+1 (4), then sends 10 keys twice each: every
 // key must run once and replay, without a store error.
 func testClosedConnections(t *testing.T, client redis.UniversalClient, admin *redis.Client) {
-	a := newApp(t, redislock.New(client, nil), core.Config{})
+	a := newApp(t, mustNew(t, client, nil), core.Config{})
 	killPool(t, client, admin, 20)
 	for i := range 10 {
 		key := testKey(t, i)
@@ -645,7 +648,7 @@ func TestIntegrationClosedConnectionsBounded(t *testing.T) {
 	killPool(t, client, admin, 40)
 	var cnt counter
 	client.AddHook(&cnt)
-	store := redislock.New(client, nil)
+	store := mustNew(t, client, nil)
 	_, _, err := store.Acquire(context.Background(), idemtest.Key(t), time.Minute)
 	cnt.mu.Lock()
 	runs := len(cnt.scripts)
@@ -757,7 +760,7 @@ func TestIntegrationReadOnlyReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	store := redislock.New(client, nil)
+	store := mustNew(t, client, nil)
 	_, _, err = store.Acquire(context.Background(), idemtest.Key(t), time.Minute)
 	if err == nil || !strings.Contains(err.Error(), "READONLY") {
 		t.Fatalf("Acquire on a replica: %v, want READONLY", err)
@@ -815,7 +818,7 @@ func TestIntegrationCluster(t *testing.T) {
 	}
 
 	// Both keys of a request share a slot; requests spread over the masters.
-	s := redislock.New(client, nil)
+	s := mustNew(t, client, nil)
 	slots := map[int64]bool{}
 	for range 30 {
 		resp, lock, _ := s.Keys(idemtest.Key(t))
@@ -830,16 +833,19 @@ func TestIntegrationCluster(t *testing.T) {
 	}
 
 	t.Run("conformance", func(t *testing.T) {
-		idemtest.TestStore(t, func(*testing.T) core.Store { return redislock.New(client, nil) })
+		idemtest.TestStore(t, func(t *testing.T) core.Store { return mustNew(t, client, nil) })
+	})
+	t.Run("quota", func(t *testing.T) { // the scope's keys in another slot than the request's
+		idemtest.TestQuota(t, func(t *testing.T) core.Store { return mustNew(t, client, nil) })
 	})
 	t.Run("admin", func(t *testing.T) { // InFlight SCANs every master
 		idemtest.TestAdmin(t, func(t *testing.T) core.Store {
-			return redislock.New(client, &redislock.Options{Prefix: "admin" + idemtest.Key(t)[:8]})
+			return mustNew(t, client, &redislock.Options{Prefix: "admin" + idemtest.Key(t)[:8]})
 		})
 	})
 	t.Run("conformance-unbatched", func(t *testing.T) {
 		idemtest.TestStore(t, func(*testing.T) core.Store {
-			return redislock.New(client, &redislock.Options{DisableBatching: true})
+			return mustNew(t, client, &redislock.Options{DisableBatching: true})
 		})
 	})
 	t.Run("batcher-per-master", func(t *testing.T) {
@@ -852,7 +858,7 @@ func TestIntegrationCluster(t *testing.T) {
 		}
 		t.Cleanup(func() { c.Close() })
 		cc := c.(*redis.ClusterClient)
-		s := redislock.New(c, nil)
+		s := mustNew(t, c, nil)
 		master := func(key string) string {
 			resp, _, _ := s.Keys(key)
 			node, err := cc.MasterForKey(ctx, resp)

@@ -32,7 +32,7 @@ func testPurgeInvalidatesCaches(t *testing.T, c redis.UniversalClient, prefix st
 	var instances []http.Handler
 	var stores []*signalling
 	for range 2 {
-		s := &signalling{Store: redislock.New(c, &redislock.Options{Prefix: prefix}), got: make(chan string, 4)}
+		s := &signalling{Store: mustNew(t, c, &redislock.Options{Prefix: prefix}), got: make(chan string, 4)}
 		eng, err := core.New(core.Config{Store: s, ReplayCache: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
@@ -56,7 +56,7 @@ func testPurgeInvalidatesCaches(t *testing.T, c redis.UniversalClient, prefix st
 			t.Fatalf("not a replay: %d", w.Code)
 		}
 	}
-	admin := redislock.New(c, &redislock.Options{Prefix: prefix})
+	admin := mustNew(t, c, &redislock.Options{Prefix: prefix})
 	id := core.ID("", "purged-key", "")
 	if err := admin.Purge(context.Background(), id); err != nil {
 		t.Fatal(err)
@@ -75,6 +75,6 @@ func testPurgeInvalidatesCaches(t *testing.T, c redis.UniversalClient, prefix st
 }
 
 func TestPurgeInvalidatesCachesMiniredis(t *testing.T) {
-	_, c := newMiniredis(t, false)
+	_, c := newMiniredis(t)
 	testPurgeInvalidatesCaches(t, c, "cache")
 }

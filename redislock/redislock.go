@@ -37,6 +37,10 @@ var (
 	ErrUnexpectedReply = errors.New("redislock: unexpected reply")
 	// ErrUnsupportedURL reports a URL scheme NewClient does not know.
 	ErrUnsupportedURL = errors.New("redislock: unsupported URL scheme")
+	// ErrNilClient reports New called without a client.
+	ErrNilClient = errors.New("redislock: nil client")
+	// ErrInvalidPrefix reports an Options.Prefix that holds a brace.
+	ErrInvalidPrefix = errors.New("redislock: invalid prefix")
 )
 
 var (
@@ -55,30 +59,33 @@ var (
 	//go:embed refresh.lua
 	refreshLua    string
 	refreshScript = redis.NewScript(refreshLua)
+
+	//go:embed savestep.lua
+	saveStepLua    string
+	saveStepScript = redis.NewScript(saveStepLua)
+
+	//go:embed loadsteps.lua
+	loadStepsLua    string
+	loadStepsScript = redis.NewScript(loadStepsLua)
 )
 
 // Options configures a Store. A nil *Options means the defaults.
 type Options struct {
-	// Prefix starts both keys of a request: "<Prefix>:{id}" holds the
-	// record and "<Prefix>-lock:{id}" the lock. It must not hold a brace.
+	// Prefix starts the keys of a request, "<Prefix>:{id}" (the record) and
+	// others (docs/redis.md, "Key layout"); it must not hold a brace.
 	// Optional. Default: DefaultPrefix.
 	Prefix string
 
-	// DisableBatching sends every script alone, on a connection of its
-	// own, even while other requests' scripts are on their way to the same
-	// Redis node. See "Batching" in the package docs for what batching
-	// changes: a go-redis hook then sees each request's own context and
-	// command, at the cost of a round trip (a write and a read) per script.
-	// Optional. Default: false, batching on *redis.Client (one node, or the
-	// master of a failover client) and *redis.ClusterClient (per master).
+	// DisableBatching sends every script alone, so that a go-redis hook sees
+	// each request's own context and command (docs/redis.md, "Batching").
+	// Optional. Default: false, batching on *redis.Client and *redis.ClusterClient.
 	DisableBatching bool
 }
 
 // Store is a core.Store on Redis: a single node, Sentinel (a failover
-// client) or Cluster. It is safe for concurrent use, and holds no state of
-// its own besides its configuration and its batches (the scripts waiting
-// for one, and on a Cluster a batcher per master address; see Batching in
-// the package docs), so any number of instances may share one Redis.
+// client) or Cluster. It is safe for concurrent use and keeps no state of
+// its own besides its scripts waiting for a batch, so any number of
+// instances may share one Redis.
 type Store struct {
 	client     redis.Scripter
 	batch      *batcher             // of a *redis.Client; nil: see cluster
@@ -86,33 +93,37 @@ type Store struct {
 	nodes      sync.Map             // a cluster master's address → its *batcher
 	respPrefix string               // "<prefix>:{"
 	lockPrefix string               // "<prefix>-lock:{"
+	stepPrefix string               // "<prefix>-steps:{"
 	purged     string               // "<prefix>:purged", the Pub/Sub channel of purges
+
+	quotaPrefix, ratePrefix string // "<prefix>-quota:{", "<prefix>-rate:{" (quota.go)
 }
 
-var _ core.Store = (*Store)(nil)
+var (
+	_ core.Store        = (*Store)(nil)
+	_ core.Checkpointer = (*Store)(nil)
+)
 
 // New returns a Store over client: a *redis.Client, *redis.ClusterClient,
 // failover client or any redis.UniversalClient (all of them implement
-// redis.Scripter, the only part the Store uses). opts may be nil.
-//
-// New panics if client is nil or the prefix holds a brace (which would move
-// the Redis Cluster hash tag): both are programming errors, better found when
-// the app starts than by every request failing with a store error, which
-// fail-open would serve unprotected.
-func New(client redis.Scripter, opts *Options) *Store {
+// redis.Scripter, the only part the Store uses). opts may be nil. It returns
+// ErrNilClient without a client and ErrInvalidPrefix for a prefix that holds
+// a brace (which would move the Redis Cluster hash tag).
+func New(client redis.Scripter, opts *Options) (*Store, error) {
 	prefix := DefaultPrefix
 	if opts != nil && opts.Prefix != "" {
 		prefix = opts.Prefix
 	}
 	switch {
 	case client == nil:
-		panic("redislock: New with a nil client")
+		return nil, ErrNilClient
 	case strings.ContainsAny(prefix, "{}"):
-		panic(fmt.Sprintf("redislock: prefix %q holds a brace", prefix))
+		return nil, fmt.Errorf("%w: %q holds a brace", ErrInvalidPrefix, prefix)
 	}
-	s := &Store{client: client, respPrefix: prefix + ":{", lockPrefix: prefix + "-lock:{", purged: prefix + ":purged"}
+	s := &Store{client: client, respPrefix: prefix + ":{", lockPrefix: prefix + "-lock:{", stepPrefix: prefix + "-steps:{", purged: prefix + ":purged",
+		quotaPrefix: prefix + "-quota:{", ratePrefix: prefix + "-rate:{"}
 	if opts != nil && opts.DisableBatching {
-		return s
+		return s, nil
 	}
 	switch c := client.(type) {
 	case *redis.Client:
@@ -120,7 +131,7 @@ func New(client redis.Scripter, opts *Options) *Store {
 	case *redis.ClusterClient:
 		s.cluster = c
 	}
-	return s
+	return s, nil
 }
 
 // Keys returns the Redis keys of a store key: the response key, which holds
@@ -136,18 +147,22 @@ func (s *Store) Keys(key string) (response, lock string, err error) {
 }
 
 // Acquire implements core.Store with one script, one round trip: it returns
-// the record if there is one, else sets the lock key with SET NX PX.
-//
-// Acquire, like Complete, Release and Refresh, runs its script again when
-// it fails on a pooled connection that the server had closed (EOF, a
-// reset), up to 8 runs in all: over TLS, go-redis sends on pooled
-// connections without looking whether Redis closed them.
+// the record if there is one, else sets the lock key with SET NX PX. Under
+// core.Config.Quota a second script admits the new lock in its scope, or
+// the lock is released and Acquire returns a *core.QuotaError.
+// Like Complete, Release and Refresh, it runs its script again, up to 8
+// runs, when it fails on a pooled connection that Redis had closed
+// (docs/redis.md, "Failures").
 func (s *Store) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
 	resp, lock, err := s.Keys(key)
 	if err != nil {
 		return nil, "", err
 	}
 	token := newToken()
+	scope, q, quota := core.QuotaFromContext(ctx)
+	if quota {
+		token += tokenScope + scope
+	}
 	cmd, runs := s.run(ctx, acquireScript, []string{resp, lock}, token, millis(lockTTL))
 	res, err := cmd.Result()
 	if err != nil {
@@ -157,10 +172,15 @@ func (s *Store) Acquire(ctx context.Context, key string, lockTTL time.Duration) 
 	case string:
 		return []byte(v), "", nil
 	case int64:
-		if v == 1 {
-			return nil, token, nil
+		if v != 1 {
+			return nil, "", core.ErrInFlight
 		}
-		return nil, "", core.ErrInFlight
+		if quota {
+			if err := s.admit(ctx, lock, scope, token, q, lockTTL); err != nil {
+				return nil, "", err
+			}
+		}
+		return nil, token, nil
 	}
 	return nil, "", fmt.Errorf("%w to acquire: %T", ErrUnexpectedReply, res)
 }
@@ -168,14 +188,18 @@ func (s *Store) Acquire(ctx context.Context, key string, lockTTL time.Duration) 
 // Complete implements core.Store with one script, one round trip: if token
 // still owns the lock, or if the key has neither a lock nor a record (the
 // lock expired and nobody took the key), it stores record with its TTL and
-// deletes the lock.
+// deletes the lock and the key's checkpoints.
 func (s *Store) Complete(ctx context.Context, key, token string, record []byte, ttl time.Duration) error {
 	resp, lock, err := s.Keys(key)
 	if err != nil {
 		return err
 	}
-	cmd, runs := s.run(ctx, completeScript, []string{resp, lock}, token, record, millis(ttl))
-	return fenced("complete", cmd, runs)
+	cmd, runs := s.run(ctx, completeScript, []string{resp, lock, s.stepPrefix + key + "}"}, token, record, millis(ttl))
+	err = fenced("complete", cmd, runs)
+	if err == nil || errors.Is(err, core.ErrLockLost) {
+		s.quotaLeave(ctx, token)
+	}
+	return err
 }
 
 // Release implements core.Store with one script, one round trip: if token
@@ -186,15 +210,19 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	cmd, runs := s.run(ctx, releaseScript, []string{lock}, token)
-	if n, err := cmd.Int64(); err == nil && n == 2 {
+	err = fenced("release", cmd, runs)
+	if n, nerr := cmd.Int64(); nerr == nil && n == 2 {
 		// No lock at all: it expired, or, if the script ran more than
 		// once, an earlier run whose reply was lost deleted it.
+		err = core.ErrLockLost
 		if runs > 1 {
-			return nil
+			err = nil
 		}
-		return core.ErrLockLost
 	}
-	return fenced("release", cmd, runs)
+	if err == nil || errors.Is(err, core.ErrLockLost) {
+		s.quotaLeave(ctx, token)
+	}
+	return err
 }
 
 // Refresh implements core.Store with one script, one round trip: if token
@@ -205,7 +233,45 @@ func (s *Store) Refresh(ctx context.Context, key, token string, lockTTL time.Dur
 		return err
 	}
 	cmd, runs := s.run(ctx, refreshScript, []string{lock}, token, millis(lockTTL))
-	return fenced("refresh", cmd, runs)
+	err = fenced("refresh", cmd, runs)
+	if err == nil {
+		s.quotaRefresh(ctx, token, lockTTL)
+	}
+	return err
+}
+
+// SaveStep implements core.Checkpointer with one script, one round trip:
+// if token owns the lock, it sets step in the hash "<prefix>-steps:{id}",
+// in the lock's slot, whose TTL it extends to ttl.
+func (s *Store) SaveStep(ctx context.Context, key, token, step string, result []byte, ttl time.Duration) error {
+	_, lock, err := s.Keys(key)
+	if err != nil {
+		return err
+	}
+	cmd, runs := s.run(ctx, saveStepScript, []string{lock, s.stepPrefix + key + "}"}, token, step, result, millis(ttl))
+	return fenced("save step", cmd, runs)
+}
+
+// LoadSteps implements core.Checkpointer with one script, one round trip.
+func (s *Store) LoadSteps(ctx context.Context, key string) (map[string][]byte, error) {
+	if _, _, err := s.Keys(key); err != nil {
+		return nil, err
+	}
+	cmd, runs := s.run(ctx, loadStepsScript, []string{s.stepPrefix + key + "}"})
+	res, err := cmd.Slice()
+	if err != nil {
+		return nil, storeError("load steps", runs, err)
+	}
+	steps := make(map[string][]byte, len(res)/2)
+	for i := 0; i+1 < len(res); i += 2 {
+		step, ok1 := res[i].(string)
+		result, ok2 := res[i+1].(string)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("%w to load steps: %T", ErrUnexpectedReply, res[i+1])
+		}
+		steps[step] = []byte(result)
+	}
+	return steps, nil
 }
 
 // maxDeadConnRuns bounds the runs of a script that keep meeting pooled
@@ -217,20 +283,8 @@ const maxDeadConnRuns = 8
 // run runs script, and runs it again while it fails on a connection that
 // the server had closed and the pool held idle connections, which may be
 // dead too, when that run began; up to maxDeadConnRuns runs in all. It
-// returns the last run's reply and the number of runs.
-//
-// go-redis looks at a pooled connection before it sends on it only over
-// TCP and Unix sockets: over TLS, after Redis closed the pool's
-// connections (a restart, a failover, an idle timeout), each command spent
-// its attempts on dead ones and failed while Redis was up, and fail-open
-// served the request unprotected. A server that closes new connections at
-// once (a proxy whose Redis is down) gets two runs: the second finds no
-// idle connection to blame.
-//
-// Running a script again is safe, as when go-redis retries one whose reply
-// was lost: acquire.lua knows its own token, complete.lua its own record,
-// refresh.lua only extends, and Release takes "no lock" after a lost reply
-// for its own deletion.
+// returns the last run's reply and the number of runs. Why, and why
+// running a script again is safe: docs/redis.md, "Failures".
 func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (*redis.Cmd, int) {
 	cmd := s.exec(ctx, script, keys, args...)
 	runs, pooled := 1, true // a first failure gets one more run, whatever the pool holds
@@ -337,11 +391,9 @@ var (
 	tokenSeq atomic.Uint64
 )
 
-// newToken returns a fresh owner token. Every Acquire sends one, replays
-// included, so it is a counter behind a random per-process prefix rather
-// than a read of crypto/rand per request: fencing needs tokens that never
-// repeat, not tokens that cannot be guessed. Between the two, the time in
-// milliseconds: the lock's LockedAt for InFlight and Inspect (tokenTime).
+// newToken returns a fresh owner token: the random per-process prefix, the
+// time in milliseconds (the lock's LockedAt, tokenTime) and a counter.
+// Unique, not unguessable: fencing needs no more (docs/redis.md).
 func newToken() string {
 	var buf [64]byte
 	b := append(buf[:0], tokenPrefix...)
@@ -384,29 +436,12 @@ const defaultDialTimeout = 5 * time.Second
 // protocol and so on. The client connects lazily: NewClient does no I/O.
 // Close the client when done.
 //
-// Three defaults differ from go-redis's:
-//
-//   - ContextTimeoutEnabled is set (unless a sentinel URL sets
-//     context_timeout_enabled), so that a command gives up at its
-//     context's deadline, which the Engine sets on every store call
-//     (Config.StoreTimeout);
-//   - a dial that Redis refuses (a restart) is dialled again every 10 ms
-//     until the command's deadline, and go-redis's own dial retries are
-//     off (dialer_retries=1 unless the URL sets it): protection resumes
-//     within milliseconds of Redis accepting connections;
-//   - a sentinel URL without dial_timeout gets go-redis's default of 5 s for
-//     the master's connections too (go-redis leaves them without one, which
-//     over TLS meant a handshake the master never answers was waited on for
-//     ever).
-//
-// The clients keep go-redis's pool health check, a non-blocking peek at a
-// pooled connection before each command: it finds the connections that
-// Redis closed while they sat in the pool (a restart, its timeout setting,
-// a proxy, a failover) before a command is sent on them. go-redis has no
-// such check over TLS, nor for a custom Dialer whose connections do not
-// implement syscall.Conn: commands then fail with EOF on dead connections
-// while Redis is up, as many in a row as the pool holds, which the Store
-// makes up for in part by running a script again (see Store.Acquire).
+// Three defaults differ from go-redis's (docs/redis.md, "URLs", says why):
+// ContextTimeoutEnabled is set (unless a sentinel URL sets
+// context_timeout_enabled); a refused dial is tried again every 10 ms until
+// the command's deadline, go-redis's own dial retries off (dialer_retries=1
+// unless the URL sets it); and a sentinel URL without dial_timeout gives
+// the master's connections go-redis's default of 5 s too.
 func NewClient(redisURL string) (redis.UniversalClient, error) {
 	scheme, rest, ok := strings.Cut(redisURL, "://")
 	if !ok {
@@ -444,9 +479,7 @@ func NewClient(redisURL string) (redis.UniversalClient, error) {
 		if u, err := url.Parse(redisURL); err == nil && !u.Query().Has("context_timeout_enabled") {
 			opt.ContextTimeoutEnabled = true
 		}
-		// setRedial gives the master's connections go-redis's default dial
-		// timeout, which go-redis gives the sentinels' only: over TLS, the
-		// master's handshake had no deadline at all.
+		// setRedial also gives the master's connections a dial timeout.
 		setRedial(&opt.Dialer, &opt.DialerRetries, &opt.DialTimeout, opt.TLSConfig)
 		return redis.NewFailoverClient(opt), nil
 	}

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem/core"
@@ -28,25 +29,55 @@ import (
 )
 
 func TestConformanceMiniredis(t *testing.T) {
-	_, c := newMiniredis(t, true)
-	idemtest.TestStore(t, func(*testing.T) core.Store { return redislock.New(c, nil) })
-	idemtest.TestLease(t, func(*testing.T) core.Store { return redislock.New(c, nil) })
+	var servers miniredisPerTest
+	idemtest.TestStore(t, func(t *testing.T) core.Store { return mustNew(t, servers.client(t), nil) }, servers.advance())
+	_, c := newMiniredis(t)
+	idemtest.TestLease(t, func(t *testing.T) core.Store { return mustNew(t, c, nil) })
 }
 
 // TestConformanceAutoPipeline runs the store on go-redis's AutoPipeliner,
 // which batches the scripts of concurrent requests into pipelines.
 func TestConformanceAutoPipeline(t *testing.T) {
-	_, c := newMiniredis(t, true)
-	ap, err := c.AutoPipeline()
-	if err != nil {
-		t.Fatal(err)
+	var servers miniredisPerTest
+	idemtest.TestStore(t, func(t *testing.T) core.Store {
+		ap, err := servers.client(t).AutoPipeline()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ap.Close() })
+		return mustNew(t, ap, nil)
+	}, servers.advance())
+}
+
+// miniredisPerTest gives each subtest of a conformance suite a miniredis of
+// its own, whose clock the suite's Advance moves on at once.
+type miniredisPerTest struct {
+	mu      sync.Mutex
+	servers map[*testing.T]*miniredis.Miniredis
+}
+
+func (p *miniredisPerTest) client(t *testing.T) *redis.Client {
+	m, c := newMiniredis(t)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.servers == nil {
+		p.servers = map[*testing.T]*miniredis.Miniredis{}
 	}
-	t.Cleanup(func() { ap.Close() })
-	idemtest.TestStore(t, func(*testing.T) core.Store { return redislock.New(ap, nil) })
+	p.servers[t] = m
+	return c
+}
+
+func (p *miniredisPerTest) advance() idemtest.Option {
+	return idemtest.Advance(func(t *testing.T, d time.Duration) {
+		p.mu.Lock()
+		m := p.servers[t]
+		p.mu.Unlock()
+		m.FastForward(d)
+	})
 }
 
 func TestKeys(t *testing.T) {
-	_, c := newMiniredis(t, false)
+	_, c := newMiniredis(t)
 	id := idemtest.Key(t)
 	tests := []struct {
 		prefix     string
@@ -56,12 +87,12 @@ func TestKeys(t *testing.T) {
 		{"app1:idem", "app1:idem:{" + id + "}", "app1:idem-lock:{" + id + "}"},
 	}
 	for _, tt := range tests {
-		resp, lock, err := redislock.New(c, &redislock.Options{Prefix: tt.prefix}).Keys(id)
+		resp, lock, err := mustNew(t, c, &redislock.Options{Prefix: tt.prefix}).Keys(id)
 		if err != nil || resp != tt.resp || lock != tt.lock {
 			t.Errorf("prefix %q: Keys = %q, %q, %v; want %q, %q", tt.prefix, resp, lock, err, tt.resp, tt.lock)
 		}
 	}
-	s := redislock.New(c, nil)
+	s := mustNew(t, c, nil)
 	for _, key := range []string{"", "a}b", "{x}", "}", "{"} {
 		if _, _, err := s.Keys(key); !errors.Is(err, redislock.ErrInvalidStoreKey) {
 			t.Errorf("Keys(%q): err = %v, want ErrInvalidStoreKey", key, err)
@@ -72,29 +103,29 @@ func TestKeys(t *testing.T) {
 	}
 }
 
-func TestNewPanicsOnBadConfig(t *testing.T) {
-	_, c := newMiniredis(t, false)
-	for name, f := range map[string]func(){
-		"prefix with {": func() { redislock.New(c, &redislock.Options{Prefix: "a{b"}) },
-		"prefix with }": func() { redislock.New(c, &redislock.Options{Prefix: "a}"}) },
-		"nil client":    func() { redislock.New(nil, nil) },
+func TestNewRefusesBadConfig(t *testing.T) {
+	_, c := newMiniredis(t)
+	for _, tt := range []struct {
+		name   string
+		client redis.Scripter
+		opts   *redislock.Options
+		want   error
+	}{
+		{"prefix with {", c, &redislock.Options{Prefix: "a{b"}, redislock.ErrInvalidPrefix},
+		{"prefix with }", c, &redislock.Options{Prefix: "a}"}, redislock.ErrInvalidPrefix},
+		{"nil client", nil, nil, redislock.ErrNilClient},
 	} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%s: New did not panic", name)
-				}
-			}()
-			f()
-		}()
+		if s, err := redislock.New(tt.client, tt.opts); !errors.Is(err, tt.want) || s != nil {
+			t.Errorf("%s: New = %v, %v; want nil, %v", tt.name, s, err, tt.want)
+		}
 	}
 }
 
 // TestTTLs checks the TTLs the scripts set, as Redis reports them.
 func TestTTLs(t *testing.T) {
 	ctx := context.Background()
-	m, c := newMiniredis(t, false)
-	s := redislock.New(c, nil)
+	m, c := newMiniredis(t)
+	s := mustNew(t, c, nil)
 	key := idemtest.Key(t)
 	resp, lock, _ := s.Keys(key)
 
@@ -114,8 +145,18 @@ func TestTTLs(t *testing.T) {
 	if ttl := m.TTL(lock); ttl != 3*time.Minute {
 		t.Errorf("refreshed lock TTL = %v, want 3m", ttl)
 	}
+	steps := "idempotency-steps:{" + key + "}"
+	if err := s.SaveStep(ctx, key, token, "charge", []byte("ch_1"), 72*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.HGet(steps, "charge"); got != "ch_1" || m.TTL(steps) != 72*time.Hour {
+		t.Errorf("steps key: charge %q, TTL %v; want ch_1, 72h", got, m.TTL(steps))
+	}
 	if err := s.Complete(ctx, key, token, []byte("rec"), 72*time.Hour); err != nil {
 		t.Fatal(err)
+	}
+	if m.Exists(steps) {
+		t.Error("steps key still there after Complete")
 	}
 	if ttl := m.TTL(resp); ttl != 72*time.Hour {
 		t.Errorf("record TTL = %v, want 72h", ttl)
@@ -136,10 +177,10 @@ func TestTTLs(t *testing.T) {
 
 // TestRoundTrips counts Redis round trips per request through the Engine.
 func TestRoundTrips(t *testing.T) {
-	_, c := newMiniredis(t, false)
+	_, c := newMiniredis(t)
 	var cnt counter
 	c.AddHook(&cnt)
-	a := newApp(t, redislock.New(c, nil), core.Config{})
+	a := newApp(t, mustNew(t, c, nil), core.Config{})
 
 	// Warm up: the first run of each script on a Redis is EVALSHA, NOSCRIPT,
 	// EVAL: one extra round trip, once per script per Redis node.
@@ -197,8 +238,8 @@ func TestRoundTrips(t *testing.T) {
 // duplicate takes the key over and completes, and the late completion of the
 // first request neither overwrites the record nor reports success.
 func TestLateCompletionFenced(t *testing.T) {
-	m, c := newMiniredis(t, false)
-	store := redislock.New(c, nil)
+	m, c := newMiniredis(t)
+	store := mustNew(t, c, nil)
 	slow := newApp(t, store, core.Config{LockTTL: time.Minute})
 	slow.block, slow.started = make(chan struct{}), make(chan struct{}, 1)
 	fast := newApp(t, store, core.Config{LockTTL: time.Minute})
@@ -232,8 +273,8 @@ func TestLateCompletionFenced(t *testing.T) {
 // reports the error, fail-closed answers 503; when Redis is back,
 // protection resumes without a restart of the app.
 func TestStoreDown(t *testing.T) {
-	m, c := newMiniredis(t, false)
-	store := redislock.New(c, nil)
+	m, c := newMiniredis(t)
+	store := mustNew(t, c, nil)
 	open := newApp(t, store, core.Config{})
 	closed := newApp(t, store, core.Config{FailClosed: true})
 
@@ -283,8 +324,8 @@ func TestStoreDown(t *testing.T) {
 // TestCorruptRecord puts something other than a record under a response
 // key: the Engine's store-error policy applies, no panic.
 func TestCorruptRecord(t *testing.T) {
-	m, c := newMiniredis(t, false)
-	store := redislock.New(c, nil)
+	m, c := newMiniredis(t)
+	store := mustNew(t, c, nil)
 	open := newApp(t, store, core.Config{})
 	closed := newApp(t, store, core.Config{FailClosed: true})
 	// respKey runs a first request with key and returns the response key
@@ -336,7 +377,7 @@ func TestTimeout(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: blackhole(t), ReadTimeout: 50 * time.Millisecond,
 		WriteTimeout: 50 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
-	store := redislock.New(c, nil)
+	store := mustNew(t, c, nil)
 	closed := newApp(t, store, core.Config{FailClosed: true})
 	start := time.Now()
 	if w := closed.do(testKey(t, 0)); w.Code != http.StatusServiceUnavailable {
@@ -366,7 +407,7 @@ func TestNewClientHonoursDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	store := redislock.New(c, nil)
+	store := mustNew(t, c, nil)
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -429,7 +470,7 @@ func TestClosedConnectionRunsTwice(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	var cnt counter
 	c.AddHook(&cnt)
-	_, _, err = redislock.New(c, nil).Acquire(context.Background(), idemtest.Key(t), time.Minute)
+	_, _, err = mustNew(t, c, nil).Acquire(context.Background(), idemtest.Key(t), time.Minute)
 	if err == nil || !strings.Contains(err.Error(), "(2 runs)") {
 		t.Fatalf("Acquire on a server that closes every connection: %v, want an error after 2 runs", err)
 	}
@@ -470,9 +511,9 @@ func (l *lossyScripter) maybeLose(ctx context.Context, cmd *redis.Cmd) *redis.Cm
 // script takes its own earlier run for what it is: Acquire gets its lock,
 // Complete its record stored, Release its lock deleted (not a lost lock).
 func TestScriptRunAgainAfterLostReply(t *testing.T) {
-	m, c := newMiniredis(t, false)
+	m, c := newMiniredis(t)
 	l := &lossyScripter{Scripter: c}
-	s := redislock.New(l, nil)
+	s := mustNew(t, l, nil)
 	ctx := context.Background()
 	if _, _, err := s.Acquire(ctx, idemtest.Key(t)+"-warm", time.Minute); err != nil { // loads the scripts
 		t.Fatal(err)
@@ -517,8 +558,8 @@ func TestScriptRunAgainAfterLostReply(t *testing.T) {
 // TestNoGoroutineLeak sends many requests to a Redis that is down: the
 // goroutine count must not grow with them.
 func TestNoGoroutineLeak(t *testing.T) {
-	m, c := newMiniredis(t, false)
-	a := newApp(t, redislock.New(c, nil), core.Config{LockTTL: 30 * time.Millisecond})
+	m, c := newMiniredis(t)
+	a := newApp(t, mustNew(t, c, nil), core.Config{LockTTL: 30 * time.Millisecond})
 	a.do(testKey(t, 0))
 	m.Close()
 	before := runtime.NumGoroutine()
@@ -545,8 +586,8 @@ func TestNoGoroutineLeak(t *testing.T) {
 // TestWaitAcrossInstances runs two Engines on one Redis with Config.Wait:
 // the duplicate polls until the first completes, then gets the replay.
 func TestWaitAcrossInstances(t *testing.T) {
-	_, c := newMiniredis(t, false)
-	store := redislock.New(c, nil)
+	_, c := newMiniredis(t)
+	store := mustNew(t, c, nil)
 	first := newApp(t, store, core.Config{})
 	first.block, first.started = make(chan struct{}), make(chan struct{}, 1)
 	second := newApp(t, store, core.Config{Wait: 10 * time.Second})

@@ -17,7 +17,10 @@ func TestScriptsIdempotentUnderRetry(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer c.Close()
 	ctx := context.Background()
-	s := New(c, nil)
+	s, err := New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	resp, lock, err := s.Keys("0123abcd")
 	if err != nil {
 		t.Fatal(err)
@@ -32,12 +35,12 @@ func TestScriptsIdempotentUnderRetry(t *testing.T) {
 		t.Fatalf("acquire by another token: %d, want 0 (in flight)", n)
 	}
 	for try := range 2 {
-		n, err := completeScript.Run(ctx, c, []string{resp, lock}, "tok", "record", 60000).Int64()
+		n, err := completeScript.Run(ctx, c, []string{resp, lock, s.stepPrefix + "0123abcd}"}, "tok", "record", 60000).Int64()
 		if err != nil || n != 1 {
 			t.Fatalf("complete, try %d: %d, %v; want 1", try, n, err)
 		}
 	}
-	if n, _ := completeScript.Run(ctx, c, []string{resp, lock}, "tok", "another record", 60000).Int64(); n != 0 {
+	if n, _ := completeScript.Run(ctx, c, []string{resp, lock, s.stepPrefix + "0123abcd}"}, "tok", "another record", 60000).Int64(); n != 0 {
 		t.Fatalf("complete of another record with a spent token: %d, want 0", n)
 	}
 	if got, _ := c.Get(ctx, resp).Result(); got != "record" {

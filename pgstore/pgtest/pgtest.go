@@ -82,6 +82,31 @@ func PoolURL(t testing.TB, url string) (*pgxpool.Pool, string) {
 // t.Cleanup closes the store, then drops the schema.
 func Store(t testing.TB, opts *pgstore.Options) *pgstore.Store {
 	t.Helper()
+	pool, o := migrated(t, opts)
+	s, err := pgstore.New(pool, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TxStore is Store in the transactional mode (pgstore.NewTx).
+func TxStore(t testing.TB, opts *pgstore.Options) *pgstore.TxStore {
+	t.Helper()
+	pool, o := migrated(t, opts)
+	s, err := pgstore.NewTx(pool, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// migrated returns a pool and opts with a schema of the test's own, where
+// Migrate has run.
+func migrated(t testing.TB, opts *pgstore.Options) (*pgxpool.Pool, *pgstore.Options) {
+	t.Helper()
 	pool, schema := Pool(t)
 	o := pgstore.Options{}
 	if opts != nil {
@@ -91,14 +116,12 @@ func Store(t testing.TB, opts *pgstore.Options) *pgstore.Store {
 	if err := pgstore.Migrate(context.Background(), pool, &o); err != nil {
 		t.Fatal(err)
 	}
-	s, err := pgstore.New(pool, &o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return pool, &o
 }
 
 // NewStore is Store with the default options: the newStore of
 // idemtest.TestStore and idemtest.TestHTTP.
 func NewStore(t *testing.T) core.Store { return Store(t, nil) }
+
+// NewTxStore is TxStore with the default options.
+func NewTxStore(t *testing.T) core.Store { return TxStore(t, nil) }

@@ -52,7 +52,11 @@ func Client(t testing.TB) (*redis.Client, string) {
 // the test's own: the newStore of idemtest.TestStore and idemtest.TestHTTP.
 func NewStore(t *testing.T) core.Store {
 	c, prefix := Client(t)
-	return redislock.New(c, &redislock.Options{Prefix: prefix})
+	s, err := redislock.New(c, &redislock.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // DeleteKeys deletes the keys matching pattern, one by one (the keys of a

@@ -42,8 +42,12 @@ func main() {
 		log.Fatal(err)
 	}
 	defer client.Close()
+	store, err := redislock.New(client, &redislock.Options{Prefix: *prefix, DisableBatching: *unbatched})
+	if err != nil {
+		log.Fatal(err)
+	}
 	eng, err := core.New(core.Config{
-		Store:      redislock.New(client, &redislock.Options{Prefix: *prefix, DisableBatching: *unbatched}),
+		Store:      store,
 		FailClosed: true, // a store error must not run the handler unprotected here
 		Observer: func(ev core.Event) {
 			if ev.Outcome == core.OutcomeStoreError || ev.Outcome == core.OutcomeLockLost {

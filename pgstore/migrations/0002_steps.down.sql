@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS idempotency_keys_steps;

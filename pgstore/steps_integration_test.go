@@ -1,0 +1,190 @@
+//go:build integration
+
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/instrument"
+	"github.com/idem-go/idem/pgstore"
+	"github.com/idem-go/idem/pgstore/pgtest"
+)
+
+// stepsApp is an Engine on the transactional store and a table, rows,
+// that the tests' steps and work insert into.
+type stepsApp struct {
+	eng    *core.Engine
+	store  *pgstore.TxStore
+	pool   *pgxpool.Pool
+	schema string
+	rows   string
+}
+
+func newStepsApp(t *testing.T, instrumented bool) *stepsApp {
+	t.Helper()
+	ctx := context.Background()
+	pool, schema := pgtest.Pool(t)
+	o := pgstore.Options{Schema: schema, JanitorInterval: -1}
+	if err := pgstore.Migrate(ctx, pool, &o); err != nil {
+		t.Fatal(err)
+	}
+	a := &stepsApp{pool: pool, schema: schema, rows: pgx.Identifier{schema, "rows"}.Sanitize()}
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+a.rows+" (kind text NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if a.store, err = pgstore.NewTx(pool, &o); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.store.Close)
+	var store core.Store = a.store
+	if instrumented { // as metrics do: Step finds the StepTx behind the wrapper
+		store = instrument.Store(store, func(context.Context, instrument.Op, time.Duration, error, int) {})
+	}
+	if a.eng, err = core.New(core.Config{Store: store}); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// count returns the rows of kind.
+func (a *stepsApp) count(t *testing.T, kind string) int {
+	t.Helper()
+	var n int
+	if err := a.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+a.rows+" WHERE kind = $1", kind).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// insert inserts a row of kind through the transaction of ctx.
+func (a *stepsApp) insert(ctx context.Context, kind string) error {
+	tx := pgstore.Tx(ctx)
+	if tx == nil {
+		return errors.New("no transaction in the context")
+	}
+	_, err := tx.Exec(ctx, "INSERT INTO "+a.rows+" (kind) VALUES ($1)", kind)
+	return err
+}
+
+// In the transactional mode, a step's writes commit with its checkpoint in
+// a transaction of their own: the work failing after it rolls back its own
+// writes, not the step's; the retry skips the step and commits the rest
+// with the record; the checkpoints go with the commit.
+func TestIntegrationTxSteps(t *testing.T) {
+	t.Parallel()
+	for _, instrumented := range []bool{false, true} {
+		testTxSteps(t, newStepsApp(t, instrumented))
+	}
+}
+
+func testTxSteps(t *testing.T, a *stepsApp) {
+	ctx := context.Background()
+	work := func(failAfterCharge bool) func(context.Context) (string, error) {
+		return func(ctx context.Context) (string, error) {
+			keyTx := pgstore.Tx(ctx)
+			ch, err := core.Step(ctx, "charge", func(ctx context.Context) (string, error) {
+				if pgstore.Tx(ctx) == keyTx {
+					return "", errors.New("the step writes through the key's transaction")
+				}
+				return "ch_1", a.insert(ctx, "charge")
+			})
+			if err != nil {
+				return "", err
+			}
+			if err := a.insert(ctx, "response"); err != nil {
+				return "", err
+			}
+			if failAfterCharge {
+				return "", errors.New("crash after the charge")
+			}
+			n, err := core.Step(ctx, "record", func(ctx context.Context) (int, error) { return 7, a.insert(ctx, "record") })
+			if err != nil {
+				return "", err
+			}
+			return ch + " " + string(rune('0'+n)), nil
+		}
+	}
+	if _, _, err := core.Do(ctx, a.eng, "s", "k", work(true)); err == nil || err.Error() != "crash after the charge" {
+		t.Fatalf("first run: %v", err)
+	}
+	if c, r := a.count(t, "charge"), a.count(t, "response"); c != 1 || r != 0 {
+		t.Fatalf("after the failed run: %d charges, %d responses; want the step's 1 and the rolled back 0", c, r)
+	}
+	got, replayed, err := core.Do(ctx, a.eng, "s", "k", work(false))
+	if err != nil || replayed || got != "ch_1 7" {
+		t.Fatalf("retry: %q, %v, %v", got, replayed, err)
+	}
+	if c, r, rec := a.count(t, "charge"), a.count(t, "response"), a.count(t, "record"); c != 1 || r != 1 || rec != 1 {
+		t.Fatalf("after the retry: %d charges, %d responses, %d records; want 1 each", c, r, rec)
+	}
+	if steps, err := a.store.LoadSteps(ctx, core.ID("s", "k", "")); err != nil || len(steps) != 0 {
+		t.Fatalf("checkpoints after the commit: %q, %v", steps, err)
+	}
+}
+
+// A step of a transaction that lost its key (its connection died) is
+// refused; a retry's LoadSteps waits for a step's transaction that holds
+// the lock of the key's steps, and sees what it committed.
+func TestIntegrationTxStepFenced(t *testing.T) {
+	t.Parallel()
+	a := newStepsApp(t, false)
+	ctx := context.Background()
+	pool := a.pool
+	_, _, err := core.Do(ctx, a.eng, "s", "k", func(ctx context.Context) (int, error) {
+		var pid uint32
+		if err := pgstore.Tx(ctx).QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			return 0, err
+		}
+		if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+			return 0, err
+		}
+		return core.Step(ctx, "charge", func(ctx context.Context) (int, error) { return 1, a.insert(ctx, "charge") })
+	})
+	if !errors.Is(err, core.ErrLockLost) || a.count(t, "charge") != 0 {
+		t.Fatalf("a step after the key's transaction died: %v, %d charges; want ErrLockLost and none", err, a.count(t, "charge"))
+	}
+
+	// A step's transaction in flight: the lock of the key's steps held,
+	// the checkpoint written, not yet committed.
+	id := core.ID("s", "k2", "")
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	lock := "idem-go/idem steps " + pgx.Identifier{a.schema, pgstore.DefaultTable}.Sanitize() + " " + id
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", lock); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{a.schema, pgstore.DefaultTable + "_steps"}.Sanitize()+
+		" (key, step, result, expires_at) VALUES ($1, 'charge', '\"ch_1\"', now() + interval '1 hour')", id); err != nil {
+		t.Fatal(err)
+	}
+	loaded := make(chan map[string][]byte, 1)
+	go func() {
+		steps, err := a.store.LoadSteps(ctx, id)
+		if err != nil {
+			t.Error(err)
+		}
+		loaded <- steps
+	}()
+	select {
+	case steps := <-loaded:
+		t.Fatalf("LoadSteps returned %q while a step's transaction held the lock", steps)
+	case <-time.After(100 * time.Millisecond): // a weaker check if it had not started, never a wrong one
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if steps := <-loaded; string(steps["charge"]) != `"ch_1"` {
+		t.Fatalf("LoadSteps after the step committed: %q", steps)
+	}
+}

@@ -1,0 +1,289 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-go/idem/core"
+)
+
+// ErrTxManaged is the error of Commit and Rollback called by a handler on
+// the transaction Tx returns: the Engine commits it with the record, or
+// rolls it back when the response is not stored (a 5xx, a panic).
+var ErrTxManaged = errors.New("pgstore: the request's transaction is committed or rolled back by idem")
+
+// TxStore is the transactional mode of the Store: a key is held by a
+// transaction on the pool from the first request's start to its end, the
+// handler writes its rows through that transaction (Tx), and the record
+// commits with them. A key's effect and its stored response are committed
+// together or not at all. See docs/pgstore.md for sizing and timeouts.
+type TxStore struct {
+	*Store
+}
+
+var _ core.TxStore = (*TxStore)(nil)
+
+// NewTx returns a TxStore on the table that Migrate created; opts as for New.
+func NewTx(pool *pgxpool.Pool, opts *Options) (*TxStore, error) {
+	s, err := New(pool, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &TxStore{Store: s}, nil
+}
+
+// Tx returns the transaction that holds the key of ctx's request, for the
+// handler's writes, or nil if the request runs without one (no key, a store
+// that is not a TxStore, or unprotected after a store failure). Its Commit
+// and Rollback return ErrTxManaged.
+func Tx(ctx context.Context) pgx.Tx {
+	tx, _ := ctx.Value(txKey{}).(handlerTx)
+	if tx.Tx == nil {
+		return nil
+	}
+	return tx
+}
+
+type txKey struct{}
+
+// handlerTx is the transaction as the handler gets it.
+type handlerTx struct{ pgx.Tx }
+
+func (handlerTx) Commit(context.Context) error   { return ErrTxManaged }
+func (handlerTx) Rollback(context.Context) error { return ErrTxManaged }
+
+// Begin implements core.TxStore: a transaction takes the key's advisory
+// lock, which a concurrent duplicate fails to take (core.ErrInFlight)
+// instead of waiting, and that PostgreSQL releases when the transaction
+// ends, even if the process dies; then, in the same round trip, it reads
+// the key's row. A completed record ends the transaction (a rollback: a
+// replay commits nothing), so that a first request costs one commit.
+func (s *TxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
+	if _, ok := ctx.Deadline(); !ok && s.opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.Timeout)
+		defer cancel()
+	}
+	record, undo, err := s.admitWindow(ctx, key)
+	if err != nil || record != nil {
+		return record, nil, err
+	}
+	for runs := 1; ; runs++ {
+		record, t, err := s.begin(ctx, key, idle)
+		if t == nil {
+			undo()
+		}
+		if err == nil || errors.Is(err, core.ErrInFlight) || errors.Is(err, core.ErrQuotaExceeded) {
+			return record, t, err
+		}
+		if !errors.Is(err, errDead) || runs == maxRuns {
+			return nil, nil, storeError("begin", runs, err)
+		}
+		s.lost()
+	}
+}
+
+// errDead reports a connection that died under a statement: the pool is
+// reset and the statement run again on another (see Store.run).
+var errDead = errors.New("connection lost")
+
+func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		return nil, nil, dead(ctx, c, err)
+	}
+	t := &txn{s: s, c: c, tx: tx, key: key}
+	record, err := t.take(ctx, idle)
+	if err == nil && record == nil {
+		err = t.admit(ctx)
+	}
+	if err != nil || record != nil {
+		if t.c.Conn().IsClosed() && ctx.Err() == nil {
+			err = fmt.Errorf("%w: %w", errDead, err)
+		}
+		t.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // ending the transaction is all that is left
+		return record, nil, err
+	}
+	return nil, t, nil
+}
+
+// dead releases c and returns err, marked errDead if c died under it.
+func dead(ctx context.Context, c *pgxpool.Conn, err error) error {
+	if ctx.Err() == nil && c.Conn().IsClosed() {
+		err = fmt.Errorf("%w: %w", errDead, err)
+	}
+	c.Release()
+	return err
+}
+
+// txn is a key held by a transaction. Commit and Rollback end it; only the
+// first call counts.
+type txn struct {
+	s    *TxStore
+	c    *pgxpool.Conn
+	tx   pgx.Tx
+	key  string
+	done bool
+}
+
+// take takes the key's advisory lock, bounding the transaction's idle
+// time, then reads the key's row in a snapshot taken after the lock (a
+// record committed by the transaction that held it): one round trip.
+func (t *txn) take(ctx context.Context, idle time.Duration) ([]byte, error) {
+	b := &pgx.Batch{}
+	var (
+		locked  bool
+		idleSet string
+	)
+	b.Queue(t.s.sql.lock, strconv.FormatInt(idle.Milliseconds(), 10), t.s.sql.keyLock+t.key).
+		QueryRow(func(r pgx.Row) error { return r.Scan(&idleSet, &locked) })
+	var (
+		record []byte
+		held   bool
+	)
+	b.Queue(t.s.sql.held, t.key).QueryRow(func(r pgx.Row) error {
+		err := r.Scan(&record, &held)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	if err := t.tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	switch {
+	case held && record != nil:
+		return record, nil // a duplicate that lost the lock replays too
+	case !locked, held:
+		return nil, core.ErrInFlight
+	}
+	return nil, nil
+}
+
+func (t *txn) Context(ctx context.Context) context.Context {
+	return context.WithValue(ctx, txKey{}, handlerTx{t.tx})
+}
+
+// Commit implements core.Tx: the record is written over any row of the key
+// (an expired one: the advisory lock keeps out live ones) and committed with
+// the handler's writes. If a statement of the handler failed, PostgreSQL
+// has aborted the transaction: nothing of it is kept, and the record, the
+// handler's answer to that failure, is stored on its own.
+func (t *txn) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
+	if t.done {
+		return pgx.ErrTxClosed
+	}
+	t.done = true
+	if t.c.Conn().PgConn().TxStatus() == 'E' {
+		t.tx.Rollback(ctx) //nolint:errcheck // aborted already
+		t.c.Release()
+		return t.s.Complete(ctx, t.key, newToken(), record, ttl)
+	}
+	_, err := t.tx.Exec(ctx, t.s.sql.commit, t.key, record, recordCode(record), ttl)
+	if err == nil {
+		err = t.tx.Commit(ctx)
+	}
+	if err != nil {
+		t.tx.Rollback(ctx) //nolint:errcheck // the commit's error says it
+		return storeError("commit", 1, dead(ctx, t.c, err))
+	}
+	t.c.Release()
+	return nil
+}
+
+// Rollback implements core.Tx.
+func (t *txn) Rollback(ctx context.Context) error {
+	if t.done {
+		return nil
+	}
+	t.done = true
+	err := t.tx.Rollback(ctx) // pgx closes the connection if it fails
+	t.c.Release()
+	if err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("pgstore: rollback: %w", err)
+	}
+	return nil
+}
+
+var _ core.StepTx = (*txn)(nil)
+
+// RunStep implements core.StepTx: fn runs in a transaction on another of
+// the pool's connections, which takes the lock of the key's steps and
+// checks that the key's transaction still holds the key (pg_locks, by its
+// backend's pid), and commits fn's writes with the checkpoint. A request
+// running a step holds two connections.
+func (t *txn) RunStep(ctx context.Context, step string, ttl time.Duration, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+	if t.done {
+		return nil, core.ErrLockLost
+	}
+	pid := t.c.Conn().PgConn().PID()
+	c, err := t.s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, storeError("step", 1, err)
+	}
+	defer c.Release()
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		return nil, storeError("step", 1, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit, a no-op
+	var held bool
+	b := &pgx.Batch{}
+	b.Queue(t.s.sql.takeSteps, t.s.sql.stepsLock+t.key)
+	b.Queue(t.s.sql.keyHeld, t.s.sql.keyLock+t.key, pid).QueryRow(func(r pgx.Row) error { return r.Scan(&held) })
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, storeError("step", 1, err)
+	}
+	if !held {
+		return nil, core.ErrLockLost
+	}
+	result, err := fn(context.WithValue(ctx, txKey{}, handlerTx{tx}))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, t.s.sql.txSaveStep, t.key, step, result, ttl); err != nil {
+		return nil, storeError("step", 1, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, storeError("step", 1, err)
+	}
+	return result, nil
+}
+
+// LoadSteps implements core.Checkpointer in one round trip, once no step's
+// transaction holds the lock of the key's steps: the step of a transaction
+// that lost the key may still be committing its checkpoint.
+func (s *TxStore) LoadSteps(ctx context.Context, key string) (map[string][]byte, error) {
+	steps := map[string][]byte{}
+	_, err := s.run(ctx, "load steps", func(ctx context.Context, c *pgxpool.Conn, _ bool) error {
+		clear(steps)
+		b := &pgx.Batch{}
+		b.Queue(s.sql.waitSteps, s.sql.stepsLock+key)
+		b.Queue(s.sql.loadSteps, key).Query(func(rows pgx.Rows) error {
+			var (
+				step   string
+				result []byte
+			)
+			_, err := pgx.ForEachRow(rows, []any{&step, &result}, func() error {
+				steps[step] = result
+				return nil
+			})
+			return err
+		})
+		return c.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return steps, nil
+}

@@ -1,0 +1,356 @@
+//go:build integration
+
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
+	"github.com/idem-go/idem/instrument"
+	"github.com/idem-go/idem/pgstore"
+	"github.com/idem-go/idem/pgstore/pgtest"
+)
+
+// txApp is a net/http app on the transactional store whose handler inserts
+// an order through the request's transaction, then answers as the test
+// says: status from the body's "status" field, "abort" to run a failing
+// statement first.
+type txApp struct {
+	t      *testing.T
+	pool   *pgxpool.Pool
+	orders string
+	url    string
+	runs   atomic.Int64
+	// If hold is not nil, the handler tells started after its insert, then
+	// waits on hold.
+	hold, started chan struct{}
+	pid           atomic.Int32 // the backend of the held request's transaction
+}
+
+// newTxApp starts the app; maxConns > 0 bounds the store's pool.
+func newTxApp(t *testing.T, cfg core.Config, maxConns int32) *txApp {
+	t.Helper()
+	ctx := context.Background()
+	pool, schema := pgtest.Pool(t)
+	o := pgstore.Options{Schema: schema}
+	if err := pgstore.Migrate(ctx, pool, &o); err != nil {
+		t.Fatal(err)
+	}
+	a := &txApp{t: t, pool: pool, orders: pgx.Identifier{schema, "orders"}.Sanitize(), started: make(chan struct{}, 1)}
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+a.orders+" (id bigserial PRIMARY KEY, key text NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	storePool := pool
+	if maxConns > 0 {
+		pc := pool.Config()
+		pc.MaxConns = maxConns
+		var err error
+		if storePool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(storePool.Close)
+	}
+	store, err := pgstore.NewTx(storePool, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	cfg.Store = store
+	eng, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(eng.Middleware(http.HandlerFunc(a.handle)))
+	t.Cleanup(srv.Close)
+	a.url = srv.URL
+	return a
+}
+
+func (a *txApp) handle(w http.ResponseWriter, r *http.Request) {
+	a.runs.Add(1)
+	body, _ := io.ReadAll(r.Body)
+	tx := pgstore.Tx(r.Context())
+	if tx == nil {
+		http.Error(w, "no transaction", http.StatusTeapot)
+		return
+	}
+	if strings.Contains(string(body), "abort") {
+		tx.Exec(r.Context(), "SELECT 1/0") //nolint:errcheck // aborts the transaction
+	}
+	var id int64
+	if err := tx.QueryRow(r.Context(), "INSERT INTO "+a.orders+" (key) VALUES ($1) RETURNING id",
+		r.Header.Get("Idempotency-Key")).Scan(&id); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest) // stored, like any 4xx
+		return
+	}
+	if err := tx.Commit(r.Context()); !errors.Is(err, pgstore.ErrTxManaged) {
+		http.Error(w, fmt.Sprintf("Commit by the handler: %v", err), http.StatusInternalServerError)
+		return
+	}
+	if a.hold != nil {
+		var pid int32
+		if err := tx.QueryRow(r.Context(), "SELECT pg_backend_pid()").Scan(&pid); err == nil {
+			a.pid.Store(pid)
+		}
+		a.started <- struct{}{}
+		<-a.hold
+	}
+	status := http.StatusCreated
+	if strings.Contains(string(body), "fail") {
+		status = http.StatusInternalServerError
+	}
+	w.Header().Set("Location", fmt.Sprintf("/orders/%d", id))
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"id":%d}`, id)
+}
+
+type txResp struct {
+	status int
+	replay bool
+	header http.Header
+	body   string
+}
+
+func (a *txApp) post(key, body string) txResp {
+	a.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, a.url+"/orders", strings.NewReader(body))
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return txResp{resp.StatusCode, resp.Header.Get(core.HeaderReplay) == "true", resp.Header, string(b)}
+}
+
+// orders returns how many orders key has.
+func (a *txApp) count(key string) int {
+	a.t.Helper()
+	var n int
+	if err := a.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+a.orders+" WHERE key = $1", key).Scan(&n); err != nil {
+		a.t.Fatal(err)
+	}
+	return n
+}
+
+func TestIntegrationTxCommitsTogether(t *testing.T) {
+	a := newTxApp(t, core.Config{}, 0)
+	first := a.post("k1", `{}`)
+	if first.status != http.StatusCreated || first.replay {
+		t.Fatalf("first: %+v", first)
+	}
+	again := a.post("k1", `{}`)
+	if again.status != http.StatusCreated || !again.replay || again.body != first.body ||
+		again.header.Get("Location") != first.header.Get("Location") {
+		t.Fatalf("replay: %+v, first %+v", again, first)
+	}
+	if n := a.count("k1"); n != 1 || a.runs.Load() != 1 {
+		t.Fatalf("%d orders, %d runs; want 1, 1", n, a.runs.Load())
+	}
+	if r := a.post("k1", `{"other":1}`); r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("reused key: %d, want 422", r.status)
+	}
+}
+
+// A 5xx rolls the handler's writes back with the key: a retry runs again at
+// once, on a clean slate.
+func TestIntegrationTxRollsBack(t *testing.T) {
+	a := newTxApp(t, core.Config{}, 0)
+	if r := a.post("k2", `{"fail":1}`); r.status != http.StatusInternalServerError {
+		t.Fatalf("first: %+v", r)
+	}
+	if n := a.count("k2"); n != 0 {
+		t.Fatalf("%d orders after a 500, want 0", n)
+	}
+	if r := a.post("k2", `{"fail":1}`); r.status != http.StatusInternalServerError || r.replay {
+		t.Fatalf("retry: %+v, want a second run", r)
+	}
+	if a.runs.Load() != 2 {
+		t.Fatalf("%d runs, want 2", a.runs.Load())
+	}
+}
+
+// A handler whose statement failed answers 400: the transaction aborted, so
+// nothing of it is kept, but its answer is stored as any 4xx.
+func TestIntegrationTxAbortedStoresAnswer(t *testing.T) {
+	a := newTxApp(t, core.Config{}, 0)
+	first := a.post("k3", `{"abort":1}`)
+	if first.status != http.StatusBadRequest {
+		t.Fatalf("first: %+v", first)
+	}
+	if r := a.post("k3", `{"abort":1}`); r.status != http.StatusBadRequest || !r.replay {
+		t.Fatalf("retry: %+v, want the 400 replayed", r)
+	}
+	if n := a.count("k3"); n != 0 || a.runs.Load() != 1 {
+		t.Fatalf("%d orders, %d runs; want 0, 1", n, a.runs.Load())
+	}
+}
+
+// Concurrent duplicates of a key whose transaction is open get 409 at once
+// (or, with Wait, the replay once it commits); one order in all.
+func TestIntegrationTxConcurrentDuplicates(t *testing.T) {
+	for _, wait := range []time.Duration{0, time.Minute} {
+		t.Run(fmt.Sprint("wait ", wait), func(t *testing.T) {
+			a := newTxApp(t, core.Config{Wait: wait}, 0)
+			a.hold = make(chan struct{})
+			firstDone := make(chan txResp)
+			go func() { firstDone <- a.post("dup", `{}`) }()
+			<-a.started // the first holds the key
+			const dups = 50
+			var wg sync.WaitGroup
+			results := make([]txResp, dups)
+			for i := range dups {
+				wg.Add(1)
+				go func() { defer wg.Done(); results[i] = a.post("dup", `{}`) }()
+			}
+			if wait == 0 {
+				wg.Wait()
+				close(a.hold)
+			} else {
+				close(a.hold)
+				wg.Wait()
+			}
+			first := <-firstDone
+			if first.status != http.StatusCreated {
+				t.Fatalf("first: %+v", first)
+			}
+			for _, r := range results {
+				switch {
+				case wait == 0 && r.status != http.StatusConflict:
+					t.Fatalf("duplicate without Wait: %+v, want 409", r)
+				case wait > 0 && (r.status != http.StatusCreated || !r.replay || r.body != first.body):
+					t.Fatalf("duplicate with Wait: %+v, want the replay of %q", r, first.body)
+				}
+			}
+			if n := a.count("dup"); n != 1 || a.runs.Load() != 1 {
+				t.Fatalf("%d orders, %d runs; want 1, 1", n, a.runs.Load())
+			}
+		})
+	}
+}
+
+// With the pool exhausted by running handlers beyond StoreTimeout, a new
+// key gets 503 under FailClosed, and nothing runs.
+func TestIntegrationTxPoolExhausted(t *testing.T) {
+	a := newTxApp(t, core.Config{FailClosed: true, StoreTimeout: 200 * time.Millisecond, BreakerFailures: -1}, 1)
+	a.hold = make(chan struct{})
+	firstDone := make(chan txResp)
+	go func() { firstDone <- a.post("holder", `{}`) }()
+	<-a.started
+	r := a.post("other", `{}`)
+	close(a.hold)
+	if r.status != http.StatusServiceUnavailable || !strings.Contains(r.header.Get("Content-Type"), "problem") {
+		t.Fatalf("with the pool exhausted: %+v, want 503 problem", r)
+	}
+	if first := <-firstDone; first.status != http.StatusCreated {
+		t.Fatalf("holder: %+v", first)
+	}
+	if a.runs.Load() != 1 || a.count("other") != 0 {
+		t.Fatalf("%d runs, %d orders of the refused key; want 1, 0", a.runs.Load(), a.count("other"))
+	}
+}
+
+// A connection lost under the open transaction (the process died, a
+// proxy cut it) rolls everything back: the response is a 503, no order is
+// kept, and a retry runs at once.
+func TestIntegrationTxConnectionLost(t *testing.T) {
+	a := newTxApp(t, core.Config{}, 0)
+	a.hold = make(chan struct{})
+	firstDone := make(chan txResp)
+	go func() { firstDone <- a.post("lost", `{}`) }()
+	<-a.started
+	// The backend of the open transaction, which holds the key's lock.
+	var killed bool
+	err := a.pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", a.pid.Load()).Scan(&killed)
+	if err != nil || !killed {
+		t.Fatalf("terminating the transaction's backend: %v %v", killed, err)
+	}
+	close(a.hold)
+	first := <-firstDone
+	if first.status != http.StatusServiceUnavailable {
+		t.Fatalf("after the connection was lost: %+v, want 503", first)
+	}
+	if n := a.count("lost"); n != 0 {
+		t.Fatalf("%d orders kept from a lost transaction", n)
+	}
+	a.hold = nil
+	if r := a.post("lost", `{}`); r.status != http.StatusCreated || r.replay {
+		t.Fatalf("retry: %+v, want a first run", r)
+	}
+	if n := a.count("lost"); n != 1 {
+		t.Fatalf("%d orders after the retry, want 1", n)
+	}
+}
+
+// The idle_in_transaction_session_timeout of the key's transaction is
+// core.Config.LockTTL.
+func TestIntegrationTxIdleTimeout(t *testing.T) {
+	store := pgtest.TxStore(t, nil)
+	eng, err := core.New(core.Config{Store: store, LockTTL: 90 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := pgstore.Tx(r.Context()).QueryRow(r.Context(), "SHOW idle_in_transaction_session_timeout").Scan(&got); err != nil {
+			t.Error(err)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	w := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/x", nil)
+	req.Header.Set("Idempotency-Key", idemtest.Key(t))
+	h.ServeHTTP(w, req)
+	if w.Code != http.StatusNoContent || got != "90s" {
+		t.Fatalf("status %d, idle_in_transaction_session_timeout %q; want 204, 90s", w.Code, got)
+	}
+}
+
+// An instrumented TxStore is still one: the handler gets its transaction,
+// and Begin and Commit are reported.
+func TestIntegrationTxInstrumented(t *testing.T) {
+	var ops sync.Map
+	store := instrument.Store(pgtest.TxStore(t, nil), func(_ context.Context, op instrument.Op, _ time.Duration, err error, held int) {
+		if err == nil {
+			ops.Store(op.String(), held)
+		}
+	})
+	eng, err := core.New(core.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if pgstore.Tx(r.Context()) == nil {
+			w.WriteHeader(http.StatusTeapot)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	w := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/x", nil)
+	req.Header.Set("Idempotency-Key", idemtest.Key(t))
+	h.ServeHTTP(w, req)
+	if w.Code != http.StatusCreated {
+		t.Fatalf("status %d, want 201 (the handler had its transaction)", w.Code)
+	}
+	for op, held := range map[string]int{"acquire": 1, "complete": -1} {
+		if got, ok := ops.Load(op); !ok || got != held {
+			t.Errorf("%s reported with held %v (%v), want %d", op, got, ok, held)
+		}
+	}
+}

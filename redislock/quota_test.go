@@ -1,0 +1,103 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
+	"github.com/idem-go/idem/redislock"
+)
+
+// TestQuotaConformance runs the quota suite on miniredis, one per subtest,
+// whose TTLs (FastForward) and TIME (SetTime, which the quota script reads)
+// the suite's Advance moves on together.
+func TestQuotaConformance(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		servers = map[*testing.T]*miniredis.Miniredis{}
+		clocks  = map[*testing.T]time.Time{}
+	)
+	idemtest.TestQuota(t, func(t *testing.T) core.Store {
+		m, c := newMiniredis(t)
+		now := time.Now()
+		m.SetTime(now)
+		mu.Lock()
+		servers[t], clocks[t] = m, now
+		mu.Unlock()
+		return mustNew(t, c, nil)
+	}, idemtest.Advance(func(t *testing.T, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		clocks[t] = clocks[t].Add(d)
+		servers[t].SetTime(clocks[t])
+		servers[t].FastForward(d)
+	}))
+}
+
+// A refused key leaves no lock behind; the scope's keys carry TTLs; a lock
+// that ends leaves its scope's set; the lock token names the scope.
+func TestQuotaKeys(t *testing.T) {
+	m, c := newMiniredis(t)
+	s := mustNew(t, c, &redislock.Options{Prefix: "shop"})
+	eng, err := core.New(core.Config{Store: s, Quota: core.Quota{InFlight: 1, PerWindow: 5, Window: time.Minute}, Observer: func(core.Event) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(key string) (*core.Lease, error) {
+		l, _, err := eng.Acquire(&core.Call{Context: context.Background(), Scope: "alice", Key: key})
+		return l, err
+	}
+	l, err := call("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := call("k2"); !errors.Is(err, core.ErrQuotaExceeded) {
+		t.Fatalf("second key in flight: %v", err)
+	}
+	_, lock, _ := s.Keys(core.ID("alice", "k2", ""))
+	if m.Exists(lock) {
+		t.Fatal("the refused key's lock was left behind")
+	}
+	var locks, rate string
+	for _, k := range m.Keys() {
+		switch {
+		case strings.HasPrefix(k, "shop-quota:{"):
+			locks = k
+		case strings.HasPrefix(k, "shop-rate:{"):
+			rate = k
+		}
+	}
+	if locks == "" || rate == "" || m.TTL(locks) <= 0 || m.TTL(rate) <= 0 {
+		t.Fatalf("scope keys %q (ttl %v), %q (ttl %v); keys %v", locks, m.TTL(locks), rate, m.TTL(rate), m.Keys())
+	}
+	if strings.Contains(locks, "alice") {
+		t.Fatalf("the scope in clear in %q", locks)
+	}
+	members, _ := m.ZMembers(locks)
+	_, token, _ := strings.Cut(locks, "{")
+	if len(members) != 1 || !strings.HasSuffix(members[0], "~"+strings.TrimSuffix(token, "}")) {
+		t.Fatalf("admitted locks %v", members)
+	}
+	l.Complete(&core.Record{Code: 201})
+	if members, _ := m.ZMembers(locks); len(members) != 0 {
+		t.Fatalf("admitted locks after Complete: %v", members)
+	}
+	l, err = call("k3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(500, nil)
+	if members, _ := m.ZMembers(locks); len(members) != 0 {
+		t.Fatalf("admitted locks after Release: %v", members)
+	}
+	if n, _ := m.ZMembers(rate); len(n) != 2 {
+		t.Fatalf("admissions %v, want k1's and k3's", n)
+	}
+}
