@@ -6,6 +6,7 @@
 // A key is named as the Engine stores it: by scope, client key and, for an
 // Engine with Config.ScopeRoute, route (Target), or by its store key (the
 // ID that InFlight lists). Inspect never shows a stored body unless asked.
+// See ExampleHandler.
 package admin
 
 import (
@@ -89,7 +90,10 @@ type Key struct {
 	Header      map[string][]string `json:"header,omitempty"`       // only when asked for the body
 	Body        string              `json:"body,omitempty"`         // only when asked
 	BodyBase64  bool                `json:"body_base64,omitempty"`  // Body is base64: not UTF-8
-	Error       string              `json:"error,omitempty"`        // the record does not decode
+	Error       string              `json:"error,omitempty"`        // the record does not decode, or does not open
+	// SealedBy is the id of the key that sealed the record
+	// (core.Config.Sealer). Without the keys, only it and the times show.
+	SealedBy string `json:"sealed_by,omitempty"`
 }
 
 // KeyList is the JSON of a list of keys.
@@ -99,13 +103,14 @@ type KeyList struct {
 
 // Inspect returns what store holds under id (see Target.StoreKey), or an
 // error wrapping core.ErrNotFound. The stored headers and body are left out
-// unless withBody.
-func Inspect(ctx context.Context, store core.Admin, id string, withBody bool) (Key, error) {
+// unless withBody. A record sealed by an Engine's core.Config.Sealer is
+// opened with sealer; without it (nil), only its times and SealedBy show.
+func Inspect(ctx context.Context, store core.Admin, id string, withBody bool, sealer core.Sealer) (Key, error) {
 	st, err := store.Inspect(ctx, id)
 	if err != nil {
 		return Key{}, err
 	}
-	return describe(st, time.Now(), withBody), nil
+	return describe(ctx, st, time.Now(), withBody, sealer), nil
 }
 
 // InFlight returns up to limit keys in flight, the oldest first.
@@ -120,7 +125,7 @@ func InFlight(ctx context.Context, store core.Admin, limit int) ([]Key, error) {
 	now := time.Now()
 	keys := make([]Key, len(locks))
 	for i, st := range locks {
-		keys[i] = describe(st, now, false)
+		keys[i] = describe(ctx, st, now, false, nil)
 	}
 	return keys, nil
 }
@@ -135,7 +140,7 @@ func OldestInFlight(ctx context.Context, store core.Admin) (time.Duration, error
 	return max(time.Since(locks[0].LockedAt), 0), nil
 }
 
-func describe(st core.KeyState, now time.Time, withBody bool) Key {
+func describe(ctx context.Context, st core.KeyState, now time.Time, withBody bool, sealer core.Sealer) Key {
 	k := Key{ID: st.Key, Expires: st.Expires}
 	if st.Record == nil {
 		k.Status, k.LockedAt = StatusInFlight, st.LockedAt
@@ -146,6 +151,13 @@ func describe(st core.KeyState, now time.Time, withBody bool) Key {
 	}
 	k.Status = StatusCompleted
 	rec, err := core.DecodeRecord(st.Record)
+	if err == nil && rec.SealedBy != "" {
+		k.SealedBy, k.Created, k.Completed = rec.SealedBy, rec.RequestedAt, rec.CompletedAt
+		if sealer == nil {
+			return k
+		}
+		rec, err = core.OpenRecord(ctx, sealer, st.Key, st.Record)
+	}
 	if err != nil {
 		k.Size, k.Error = int64(len(st.Record)), err.Error()
 		return k

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/idem-go/idem/admin"
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/seal"
 )
 
 // complete runs one call of (scope, key) on eng to completion with rec.
@@ -82,7 +84,7 @@ func TestInspect(t *testing.T) {
 	complete(t, eng, "alice", "k-bin", &core.Record{Code: 200, Body: []byte{0xff, 0, 1}})
 	after := time.Now()
 
-	k, err := admin.Inspect(ctx, store, core.ID("alice", "k-text", ""), false)
+	k, err := admin.Inspect(ctx, store, core.ID("alice", "k-text", ""), false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,15 +101,15 @@ func TestInspect(t *testing.T) {
 		t.Errorf("expires = %v, want about %v", k.Expires, want)
 	}
 
-	k, err = admin.Inspect(ctx, store, core.ID("alice", "k-text", ""), true)
+	k, err = admin.Inspect(ctx, store, core.ID("alice", "k-text", ""), true, nil)
 	if err != nil || k.Body != `{"id":1}` || k.BodyBase64 || k.Header["Content-Type"][0] != "application/json" {
 		t.Fatalf("Inspect with the body = %+v, %v", k, err)
 	}
-	k, err = admin.Inspect(ctx, store, core.ID("alice", "k-bin", ""), true)
+	k, err = admin.Inspect(ctx, store, core.ID("alice", "k-bin", ""), true, nil)
 	if err != nil || k.Body != "/wAB" || !k.BodyBase64 || k.Size != 3 {
 		t.Fatalf("Inspect of a binary body = %+v, %v", k, err)
 	}
-	if _, err := admin.Inspect(ctx, store, core.ID("bob", "k-text", ""), false); !errors.Is(err, core.ErrNotFound) {
+	if _, err := admin.Inspect(ctx, store, core.ID("bob", "k-text", ""), false, nil); !errors.Is(err, core.ErrNotFound) {
 		t.Fatalf("Inspect of another scope's key: %v, want ErrNotFound", err)
 	}
 }
@@ -118,7 +120,7 @@ func TestInspectOddRecords(t *testing.T) {
 	store := core.NewMemoryStore(0)
 	eng := newEngine(t, store)
 	complete(t, eng, "", "big", &core.Record{Code: 200, BodyOmitted: true, BodySize: 10})
-	k, err := admin.Inspect(ctx, store, core.ID("", "big", ""), true)
+	k, err := admin.Inspect(ctx, store, core.ID("", "big", ""), true, nil)
 	if err != nil || !k.BodyOmitted || k.Size != 10 || k.Body != "" {
 		t.Fatalf("Inspect of an omitted body = %+v, %v", k, err)
 	}
@@ -126,7 +128,7 @@ func TestInspectOddRecords(t *testing.T) {
 	id := core.ID("", "odd", "")
 	_, token, _ := store.Acquire(ctx, id, time.Minute)
 	store.Complete(ctx, id, token, []byte("not a record"), time.Minute)
-	k, err = admin.Inspect(ctx, store, id, true)
+	k, err = admin.Inspect(ctx, store, id, true, nil)
 	if err != nil || k.Status != admin.StatusCompleted || k.Size != 12 || !strings.Contains(k.Error, "corrupt") {
 		t.Fatalf("Inspect of a foreign record = %+v, %v", k, err)
 	}
@@ -200,6 +202,23 @@ func TestWriteKey(t *testing.T) {
 	}
 }
 
+// TestWriteKeyEscapes: control characters and invalid UTF-8 of stored
+// values are written escaped; the body keeps its newlines and tabs.
+func TestWriteKeyEscapes(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	err := admin.WriteKey(&b, admin.Key{ID: "abc", Status: admin.StatusCompleted, Scope: "a\xffb\tc",
+		Header: map[string][]string{"X-\x1b": {"\u009b31m"}}, Body: "{\n\t\"a\": \"\x1b[2J\"}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`scope   a\xffb\tc`, `header  X-\x1b: \u009b31m`, "body (control characters escaped):\n{\n\t\"a\": \"\\x1b[2J\"}\n"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("output lacks %q:\n%q", want, b.String())
+		}
+	}
+}
+
 func TestWriteKeys(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
@@ -221,5 +240,50 @@ func TestWriteKeys(t *testing.T) {
 		!strings.HasPrefix(lines[1], "aaa     in_flight  2026-01-02T03:04:05Z  2m5s     2026-01-02T03:09:05Z (") ||
 		lines[2] != "bbbbbb  in_flight  unknown               unknown  " {
 		t.Fatalf("WriteKeys:\n%s", b.String())
+	}
+}
+
+// A sealed record shows its times and key id without the keys, and all of
+// it with them; WriteKey says which.
+func TestInspectSealed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := core.NewMemoryStore(0)
+	keys, err := seal.ParseKeys("k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, seal.KeySize)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealer := seal.New(keys)
+	eng, err := core.New(core.Config{Store: store, Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete(t, eng, "alice", "k", &core.Record{Code: 201, Header: map[string][]string{"Location": {"/orders/9"}}, Body: []byte(`{"id":9}`)})
+	id := core.ID("alice", "k", "")
+
+	k, err := admin.Inspect(ctx, store, id, true, nil)
+	if err != nil || k.SealedBy != "k1" || k.Scope != "" || k.Key != "" || k.Code != 0 || k.Body != "" || k.Header != nil ||
+		k.Created.IsZero() || k.Completed.IsZero() || k.Expires.IsZero() {
+		t.Fatalf("Inspect without the keys = %+v, %v", k, err)
+	}
+	var out strings.Builder
+	if err := admin.WriteKey(&out, k); err != nil || !strings.Contains(out.String(), "by key k1: its keys open") || strings.Contains(out.String(), "size") {
+		t.Fatalf("WriteKey without the keys:\n%s", out.String())
+	}
+
+	k, err = admin.Inspect(ctx, store, id, true, sealer)
+	if err != nil || k.SealedBy != "k1" || k.Scope != "alice" || k.Key != "k" || k.Code != 201 || k.Body != `{"id":9}` ||
+		k.Header["Location"][0] != "/orders/9" || k.Error != "" {
+		t.Fatalf("Inspect with the keys = %+v, %v", k, err)
+	}
+	out.Reset()
+	if err := admin.WriteKey(&out, k); err != nil || !strings.Contains(out.String(), "sealed     by key k1\n") || !strings.Contains(out.String(), "/orders/9") {
+		t.Fatalf("WriteKey with the keys:\n%s", out.String())
+	}
+
+	other, _ := seal.ParseKeys("k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{2}, seal.KeySize)))
+	k, err = admin.Inspect(ctx, store, id, true, seal.New(other))
+	if err != nil || !strings.Contains(k.Error, "corrupt") || k.Body != "" {
+		t.Fatalf("Inspect with the wrong keys = %+v, %v", k, err)
 	}
 }

@@ -44,6 +44,26 @@ func ExampleHandler() {
 	// 200 true
 }
 
+// Stored headers and bodies (body=1) need a second permission: here an
+// auditor's token beside the operators'.
+func ExampleWithBodyAuthorizer() {
+	store := core.NewMemoryStore(0)
+	h := admin.Handler(store, admin.BearerToken("s3cret"), admin.WithBodyAuthorizer(func(r *http.Request) bool {
+		return r.Header.Get("X-Auditor-Token") == "audit" // an application's own check
+	}))
+	for _, auditor := range []string{"", "audit"} {
+		r := httptest.NewRequest("GET", "/admin/idempotency/inspect?scope=alice&key=order-1&body=1", nil)
+		r.Header.Set("Authorization", "Bearer s3cret")
+		r.Header.Set("X-Auditor-Token", auditor)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(w.Code) // 404 once allowed: nothing stored under that key
+	}
+	// Output:
+	// 403
+	// 404
+}
+
 // Inspect finds a key by the request's scope and Idempotency-Key, as the
 // Engine stored it.
 func ExampleInspect() {
@@ -63,7 +83,7 @@ func ExampleInspect() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	k, err := admin.Inspect(ctx, store, id, false)
+	k, err := admin.Inspect(ctx, store, id, false, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -4,20 +4,25 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 )
 
 // WriteKey writes k as a table of fields for a reader, times in UTC with
 // how long ago (or ahead) they are; the stored headers and body, if k has
-// them, last.
+// them, last. Non-printable characters of stored values (escape sequences,
+// bidirectional overrides) are written escaped as in a Go string literal
+// (\x1b, \u202e), so that none reaches the terminal; the body keeps its
+// newlines and tabs. The exact bytes are in k's JSON (idemctl -json).
 func WriteKey(w io.Writer, k Key) error {
 	now := time.Now()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(name, value string) {
 		if value != "" {
-			fmt.Fprintf(tw, "%s\t%s\n", name, value)
+			fmt.Fprintf(tw, "%s\t%s\n", name, escape(value, ""))
 		}
 	}
 	row("id", k.ID)
@@ -31,7 +36,13 @@ func WriteKey(w io.Writer, k Key) error {
 	row("completed", when(k.Completed, now))
 	row("locked at", when(k.LockedAt, now))
 	row("expires", when(k.Expires, now))
-	if k.Status == StatusCompleted {
+	sealed := k.SealedBy != "" && k.Key == "" && k.Error == "" // and not opened
+	if sealed {
+		row("sealed", "by key "+k.SealedBy+": its keys open the scope, key, code, headers and body")
+	} else if k.SealedBy != "" {
+		row("sealed", "by key "+k.SealedBy)
+	}
+	if k.Status == StatusCompleted && !sealed {
 		size := fmt.Sprintf("%d bytes", k.Size)
 		if k.BodyOmitted {
 			size += " (too large: not stored)"
@@ -53,12 +64,51 @@ func WriteKey(w io.Writer, k Key) error {
 	if k.Body == "" {
 		return nil
 	}
-	enc := ""
-	if k.BodyBase64 {
+	enc, body := "", escape(k.Body, "\n\t")
+	switch {
+	case k.BodyBase64:
 		enc = " (base64)"
+	case body != k.Body:
+		enc = " (control characters escaped)"
 	}
-	_, err := fmt.Fprintf(w, "\nbody%s:\n%s\n", enc, k.Body)
+	_, err := fmt.Fprintf(w, "\nbody%s:\n%s\n", enc, body)
 	return err
+}
+
+// escape returns s with every rune that is not printable (strconv.IsPrint)
+// nor in keep, and every invalid UTF-8 byte, escaped as in a Go string
+// literal.
+func escape(s, keep string) string {
+	clean := func(r rune, size int) bool {
+		return (strconv.IsPrint(r) && (r != utf8.RuneError || size > 1)) || strings.ContainsRune(keep, r)
+	}
+	i := 0
+	for i < len(s) {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if !clean(r, size) {
+			break
+		}
+		i += size
+	}
+	if i == len(s) {
+		return s
+	}
+	var b strings.Builder
+	b.WriteString(s[:i])
+	for i < len(s) {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case clean(r, size):
+			b.WriteString(s[i : i+size])
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 // WriteKeys writes keys as a table, one line each: the in-flight list.

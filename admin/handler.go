@@ -5,6 +5,9 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"mime"
 	"net/http"
 	"path"
 	"strconv"
@@ -24,16 +27,44 @@ const (
 // prefix (it reads the last segment of the path):
 //
 //	GET  …/inspect?scope=S&key=K[&route=R][&body=1]   or ?id=ID: a Key
-//	POST …/purge    (same parameters, query or form):  {"id": …, "purged": true}
+//	POST …/purge    (same parameters, query or JSON):  {"id": …, "purged": true}
 //	POST …/unlock   (same parameters):                 {"id": …, "unlocked": true}
 //	GET  …/inflight[?limit=N]:                         a KeyList, oldest first
 //
 // Every request must pass authorize first: 403 for all of them if it is nil,
-// 401 (with WWW-Authenticate: Bearer) when it returns false. Errors are
-// problem details (application/problem+json): 400 bad parameters, 404 not
-// found, 405 wrong method, 409 in flight (purge), 503 store error.
-func Handler(store core.Admin, authorize func(*http.Request) bool) http.Handler {
-	return &handler{store: store, authorize: authorize}
+// 401 (with WWW-Authenticate: Bearer) when it returns false. Stored headers
+// and bodies (body=1) also need WithBodyAuthorizer's: 403 without. A purge
+// or an unlock takes its parameters from the query or a JSON object body
+// ({"scope": …, "key": …}); any other body (a form: what a cross-site page
+// can post) is 415, and a browser's cross-origin request (Sec-Fetch-Site,
+// Origin: http.CrossOriginProtection) 403, whatever credentials it carries.
+// Errors are problem details (application/problem+json): 400 bad
+// parameters, 404 not found, 405 wrong method, 409 in flight (purge), 503
+// store error.
+func Handler(store core.Admin, authorize func(*http.Request) bool, opts ...Option) http.Handler {
+	h := &handler{store: store, authorize: authorize, csrf: http.NewCrossOriginProtection()}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+// An Option configures Handler.
+type Option func(*handler)
+
+// WithBodyAuthorizer lets the requests that authorize accepts, besides
+// Handler's authorizer, read stored headers and bodies (inspect with
+// body=1): card numbers, tokens, of every scope. Without it none may.
+func WithBodyAuthorizer(authorize func(*http.Request) bool) Option {
+	return func(h *handler) { h.authorizeBodies = authorize }
+}
+
+// WithSealer lets the handler open the records that s sealed (the
+// Engine's core.Config.Sealer), to show their scope, key and code, and,
+// with the body permission, headers and body. Without it, a sealed record
+// shows its times and key id only.
+func WithSealer(s core.Sealer) Option {
+	return func(h *handler) { h.sealer = s }
 }
 
 // BearerToken returns an authorizer for Handler that accepts requests with
@@ -52,11 +83,14 @@ func BearerToken(token string) func(*http.Request) bool {
 }
 
 type handler struct {
-	store     core.Admin
-	authorize func(*http.Request) bool
+	store           core.Admin
+	authorize       func(*http.Request) bool
+	authorizeBodies func(*http.Request) bool
+	sealer          core.Sealer
+	csrf            *http.CrossOriginProtection
 }
 
-// maxFormBytes bounds a POST body: a few parameters.
+// maxFormBytes bounds a POST body: a few parameters in JSON.
 const maxFormBytes = 64 << 10
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -83,15 +117,22 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusMethodNotAllowed, op+" takes "+method)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	if err := r.ParseForm(); err != nil {
-		problem(w, http.StatusBadRequest, err.Error())
+	if err := h.csrf.Check(r); err != nil {
+		problem(w, http.StatusForbidden, "cross-origin request refused: "+err.Error())
 		return
+	}
+	query := r.URL.Query()
+	target := targetOf(query.Get)
+	if method == http.MethodPost {
+		if status, err := readTarget(w, r, &target); err != nil {
+			problem(w, status, err.Error())
+			return
+		}
 	}
 	ctx := r.Context()
 	if op == "inflight" {
 		limit := DefaultInFlightLimit
-		if s := r.Form.Get("limit"); s != "" {
+		if s := query.Get("limit"); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 1 || n > MaxInFlightLimit {
 				problem(w, http.StatusBadRequest, "limit must be 1 to "+strconv.Itoa(MaxInFlightLimit))
@@ -107,15 +148,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, KeyList{Keys: keys})
 		return
 	}
-	id, err := targetOf(r.Form.Get).StoreKey()
+	id, err := target.StoreKey()
 	if err != nil {
 		problem(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	switch op {
 	case "inspect":
-		body, _ := strconv.ParseBool(r.Form.Get("body"))
-		k, err := Inspect(ctx, h.store, id, body)
+		body, _ := strconv.ParseBool(query.Get("body"))
+		if body && (h.authorizeBodies == nil || !h.authorizeBodies(r)) {
+			problem(w, http.StatusForbidden, "reading stored headers and bodies needs the body authorizer's permission")
+			return
+		}
+		k, err := Inspect(ctx, h.store, id, body, h.sealer)
 		if err != nil {
 			storeProblem(w, err)
 			return
@@ -139,6 +184,33 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // targetOf reads a Target from parameters named scope, key, route and id.
 func targetOf(get func(name string) string) Target {
 	return Target{Scope: get("scope"), Key: get("key"), Route: get("route"), ID: get("id")}
+}
+
+// readTarget reads the JSON body of an unsafe request, if it has one, into
+// t (its fields win over the query's), and returns the status of a body
+// that is not one.
+func readTarget(w http.ResponseWriter, r *http.Request, t *Target) (int, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFormBytes))
+	if err != nil {
+		return http.StatusBadRequest, err
+	}
+	ct := r.Header.Get("Content-Type")
+	if len(b) == 0 && ct == "" {
+		return 0, nil
+	}
+	if mt, _, _ := mime.ParseMediaType(ct); mt != "application/json" {
+		return http.StatusUnsupportedMediaType, fmt.Errorf("a body of type %q: send the parameters in the query or as application/json", ct)
+	}
+	var body struct{ Scope, Key, Route, ID *string }
+	if err := json.Unmarshal(b, &body); err != nil {
+		return http.StatusBadRequest, fmt.Errorf("JSON body: %w", err)
+	}
+	for _, f := range []struct{ from, to *string }{{body.Scope, &t.Scope}, {body.Key, &t.Key}, {body.Route, &t.Route}, {body.ID, &t.ID}} {
+		if f.from != nil {
+			*f.to = *f.from
+		}
+	}
+	return 0, nil
 }
 
 func storeProblem(w http.ResponseWriter, err error) {

@@ -1,7 +1,9 @@
 package admin_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -13,16 +15,23 @@ import (
 
 	"github.com/idem-go/idem/admin"
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/seal"
 )
 
 const prefix = "/admin/idempotency/"
 
-// serve sends one request to h and returns the response.
-func serve(h http.Handler, method, target string, header http.Header, form url.Values) *httptest.ResponseRecorder {
+// serve sends one request to h, with params as a JSON object body if not
+// nil, and returns the response.
+func serve(h http.Handler, method, target string, header http.Header, params url.Values) *httptest.ResponseRecorder {
 	var r *http.Request
-	if form != nil {
-		r = httptest.NewRequest(method, target, strings.NewReader(form.Encode()))
-		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if params != nil {
+		obj := map[string]string{}
+		for k := range params {
+			obj[k] = params.Get(k)
+		}
+		b, _ := json.Marshal(obj)
+		r = httptest.NewRequest(method, target, bytes.NewReader(b))
+		r.Header.Set("Content-Type", "application/json")
 	} else {
 		r = httptest.NewRequest(method, target, nil)
 	}
@@ -119,7 +128,7 @@ func TestHandlerOperations(t *testing.T) {
 	stuck := lock(t, eng, "bob", "stuck")
 	defer stuck.Release(0, nil)
 
-	h := admin.Handler(store, admin.BearerToken("s3cret"))
+	h := admin.Handler(store, admin.BearerToken("s3cret"), admin.WithBodyAuthorizer(admin.BearerToken("s3cret")))
 	mux := http.NewServeMux()
 	mux.Handle(prefix, h)
 	get := func(path string) *httptest.ResponseRecorder { return serve(mux, "GET", prefix+path, bearer, nil) }
@@ -279,5 +288,179 @@ func TestHandlerConcurrentPurges(t *testing.T) {
 	<-done
 	if n := len(runs); purged != purges || (n != purged && n != purged-1) {
 		t.Fatalf("%d runs after %d purges, want %d (or one fewer)", n, purged, purges)
+	}
+}
+
+// TestHandlerBodyPermission: stored headers and bodies (inspect with
+// body=1) need the body authorizer as well; without one, or refused by it,
+// they are 403 and nothing of them is shown.
+func TestHandlerBodyPermission(t *testing.T) {
+	t.Parallel()
+	store := core.NewMemoryStore(0)
+	complete(t, newEngine(t, store), "alice", "done", &core.Record{Code: 201, Header: map[string][]string{"X-Card": {"4111"}}, Body: []byte(`{"card":"4111"}`)})
+	const path = prefix + "inspect?scope=alice&key=done&body=1"
+	bodies := func(r *http.Request) bool { return r.Header.Get("X-Role") == "auditor" }
+	for _, tc := range []struct {
+		name   string
+		h      http.Handler
+		header http.Header
+		want   int
+	}{
+		{"no body authorizer", admin.Handler(store, admin.BearerToken("s3cret")), bearer, http.StatusForbidden},
+		{"refused by it", admin.Handler(store, admin.BearerToken("s3cret"), admin.WithBodyAuthorizer(bodies)), bearer, http.StatusForbidden},
+		{"accepted by it, not by the authorizer", admin.Handler(store, admin.BearerToken("s3cret"), admin.WithBodyAuthorizer(bodies)),
+			http.Header{"X-Role": {"auditor"}}, http.StatusUnauthorized},
+		{"accepted by both", admin.Handler(store, admin.BearerToken("s3cret"), admin.WithBodyAuthorizer(bodies)),
+			http.Header{"Authorization": bearer["Authorization"], "X-Role": {"auditor"}}, http.StatusOK},
+	} {
+		w := serve(tc.h, "GET", path, tc.header, nil)
+		if w.Code != tc.want || w.Code != http.StatusOK && strings.Contains(w.Body.String(), "4111") {
+			t.Errorf("%s: %d %s, want %d", tc.name, w.Code, w.Body, tc.want)
+		}
+		if w.Code == http.StatusOK && decode[admin.Key](t, w).Body != `{"card":"4111"}` {
+			t.Errorf("%s: %s, want the body", tc.name, w.Body)
+		}
+	}
+	// Without body=1, the handler's authorizer alone suffices.
+	if w := serve(admin.Handler(store, admin.BearerToken("s3cret")), "GET", prefix+"inspect?scope=alice&key=done", bearer, nil); w.Code != http.StatusOK {
+		t.Errorf("inspect without body: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestHandlerUnsafeRequests: purge and unlock take their parameters from
+// the query or a JSON body; a form-encoded or otherwise typed body (what a
+// cross-site form can send) is refused, and so is a browser's cross-origin
+// request, whatever credentials it carries (an app's cookie-based
+// authorizer would accept them).
+func TestHandlerUnsafeRequests(t *testing.T) {
+	t.Parallel()
+	store := core.NewMemoryStore(0)
+	eng := newEngine(t, store)
+	cookie := func(r *http.Request) bool { c, err := r.Cookie("session"); return err == nil && c.Value == "admin" }
+	h := admin.Handler(store, cookie)
+	send := func(method, target, contentType, body string, header http.Header) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(method, target, strings.NewReader(body))
+		r.Host = "ops.example.com"
+		r.Header.Set("Cookie", "session=admin")
+		if contentType != "" {
+			r.Header.Set("Content-Type", contentType)
+		}
+		for k, v := range header {
+			r.Header[k] = v
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	complete(t, eng, "alice", "k", &core.Record{Code: 201})
+	for _, tc := range []struct {
+		name, contentType, body string
+		header                  http.Header
+		want                    int
+	}{
+		{"form", "application/x-www-form-urlencoded", "scope=alice&key=k", nil, http.StatusUnsupportedMediaType},
+		{"multipart", "multipart/form-data; boundary=x", "--x\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nk\r\n--x--\r\n", nil,
+			http.StatusUnsupportedMediaType},
+		{"text/plain", "text/plain", `{"scope":"alice","key":"k"}`, nil, http.StatusUnsupportedMediaType},
+		{"cross-site fetch", "", "", http.Header{"Sec-Fetch-Site": {"cross-site"}}, http.StatusForbidden},
+		{"another origin", "application/json", `{"scope":"alice","key":"k"}`, http.Header{"Origin": {"https://evil.example"}}, http.StatusForbidden},
+	} {
+		for _, op := range []string{"purge", "unlock"} {
+			target := prefix + op
+			if tc.body == "" {
+				target += "?scope=alice&key=k"
+			}
+			if w := send("POST", target, tc.contentType, tc.body, tc.header); w.Code != tc.want {
+				t.Errorf("%s %s: %d %s, want %d", tc.name, op, w.Code, w.Body, tc.want)
+			}
+		}
+		if _, err := store.Inspect(context.Background(), core.ID("alice", "k", "")); err != nil {
+			t.Fatalf("%s: the record is gone: %v", tc.name, err)
+		}
+	}
+	// Same origin, a JSON body or the query: accepted.
+	for i, tc := range []struct {
+		target, contentType, body string
+		header                    http.Header
+	}{
+		{prefix + "purge", "application/json", `{"scope":"alice","key":"k"}`, http.Header{"Origin": {"https://ops.example.com"}, "Sec-Fetch-Site": {"same-origin"}}},
+		{prefix + "purge?scope=alice&key=k", "", "", nil},
+	} {
+		if i > 0 {
+			complete(t, eng, "alice", "k", &core.Record{Code: 201})
+		}
+		if w := send("POST", tc.target, tc.contentType, tc.body, tc.header); w.Code != http.StatusOK {
+			t.Errorf("purge %s %s: %d %s", tc.target, tc.body, w.Code, w.Body)
+		}
+	}
+}
+
+// TestHandlerSealed: without WithSealer a sealed record shows its times
+// and key id; with it, its scope and key, and its body with the body
+// permission.
+func TestHandlerSealed(t *testing.T) {
+	t.Parallel()
+	store := core.NewMemoryStore(0)
+	keys, err := seal.ParseKeys("k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, seal.KeySize)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := core.New(core.Config{Store: store, Sealer: seal.New(keys)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete(t, eng, "alice", "k", &core.Record{Code: 201, Body: []byte(`{"card":"4242"}`)})
+	target := prefix + "inspect?scope=alice&key=k&body=1"
+	token := admin.BearerToken("s3cret")
+
+	w := serve(admin.Handler(store, token, admin.WithBodyAuthorizer(token)), http.MethodGet, target, bearer, nil)
+	if k := decode[admin.Key](t, w); w.Code != 200 || k.SealedBy != "k1" || k.Scope != "" || strings.Contains(w.Body.String(), "4242") {
+		t.Fatalf("without the sealer: %d %s", w.Code, w.Body)
+	}
+	w = serve(admin.Handler(store, token, admin.WithSealer(seal.New(keys))), http.MethodGet, prefix+"inspect?scope=alice&key=k", bearer, nil)
+	if k := decode[admin.Key](t, w); w.Code != 200 || k.Scope != "alice" || k.Code != 201 || strings.Contains(w.Body.String(), "4242") {
+		t.Fatalf("with the sealer, without the body: %d %s", w.Code, w.Body)
+	}
+	w = serve(admin.Handler(store, token, admin.WithSealer(seal.New(keys)), admin.WithBodyAuthorizer(token)), http.MethodGet, target, bearer, nil)
+	if k := decode[admin.Key](t, w); w.Code != 200 || k.Body != `{"card":"4242"}` {
+		t.Fatalf("with the sealer and the body permission: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestHandlerPurgeReplayCache: with Config.ReplayCache on, a purge through
+// the handler drops this process's copy too: the next request with the key
+// runs the handler again instead of replaying the cached record.
+func TestHandlerPurgeReplayCache(t *testing.T) {
+	t.Parallel()
+	store := core.NewMemoryStore(0)
+	eng, err := core.New(core.Config{Store: store, ReplayCache: 1 << 20,
+		Scope: func(r *core.Request) string { return r.Header.Get("X-User-ID") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		w.WriteHeader(http.StatusCreated)
+	})))
+	mux.Handle(prefix, admin.Handler(store, admin.BearerToken("s3cret")))
+	order := func() string {
+		r := httptest.NewRequest("POST", "/orders", strings.NewReader(`{}`))
+		r.Header.Set("X-User-ID", "alice")
+		r.Header.Set("Idempotency-Key", "order-1")
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		return w.Header().Get(core.HeaderReplay)
+	}
+	order()
+	if order() != "true" || runs != 1 { // replayed, and now cached
+		t.Fatalf("second request: %d runs, want a replay", runs)
+	}
+	if w := serve(mux, "POST", prefix+"purge?scope=alice&key=order-1", bearer, nil); w.Code != http.StatusOK {
+		t.Fatalf("purge: %d %s", w.Code, w.Body)
+	}
+	if replay := order(); replay != "" || runs != 2 {
+		t.Fatalf("after the purge: replay %q, %d runs; want the handler run again", replay, runs)
 	}
 }

@@ -47,3 +47,9 @@ func newEcho() *echo.Echo {
 func TestHTTPConformance(t *testing.T) {
 	idemtest.TestHTTP(t, serveEcho, nil)
 }
+
+// TestHTTPConformanceTx runs the suite in the transactional mode's shape
+// (Buffered flights), on idemtest's in-memory TxStore.
+func TestHTTPConformanceTx(t *testing.T) {
+	idemtest.TestHTTP(t, serveEcho, idemtest.NewTxStore)
+}

@@ -2,6 +2,7 @@ package echoidem
 
 import (
 	"errors"
+	"net/http"
 	"reflect"
 
 	"github.com/labstack/echo/v4"
@@ -19,24 +20,12 @@ type Config struct {
 	// Optional. Default: middleware.DefaultSkipper.
 	Skipper middleware.Skipper
 
-	// Engine decides what to do with each request. Required: NewWithConfig
-	// panics without it.
+	// Engine decides what to do with each request. Required.
 	Engine *core.Engine
 
-	// ErrorHandler renders the Engine's refusals (400 bad or missing key or
-	// unreadable body, 409 key in flight, 413, 422 key reused, 500 body read
-	// before the middleware, 503 store down). The response's other headers,
-	// such as Retry-After, are already set on c.Response().Header() when it
-	// is called; its result is returned up the middleware chain, as Echo's
-	// own middlewares return their errors. To have the app's
-	// HTTPErrorHandler render them:
-	//
-	//	ErrorHandler: func(c echo.Context, p *core.Problem) error {
-	//		return echo.NewHTTPError(p.Status, p.Title).SetInternal(p)
-	//	},
-	//
-	// Optional. Default: nil, the problem is written as the Engine built it,
-	// an application/problem+json (RFC 9457) document.
+	// ErrorHandler renders idem's refusals (see ExampleNewWithConfig); headers
+	// such as Retry-After are already set, and its error goes up the chain.
+	// Optional. Default: nil, an RFC 9457 application/problem+json document.
 	ErrorHandler func(c echo.Context, p *core.Problem) error
 }
 
@@ -52,8 +41,7 @@ func New(eng *core.Engine) echo.MiddlewareFunc {
 }
 
 // NewWithConfig returns the middleware for cfg; its nil fields take the
-// values of DefaultConfig. It panics if cfg.Engine is nil, as Echo's own
-// middlewares panic on an invalid configuration when the app is set up.
+// values of DefaultConfig. It panics if cfg.Engine is nil.
 func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 	if cfg.Engine == nil {
 		panic("echoidem: Config.Engine is required")
@@ -83,10 +71,16 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 			}
 
 			w := res.Writer
-			res.Writer = st.Capture(f, w, req)
-			c.SetRequest(req.WithContext(f.NewContext(req.Context()))) // core.InfoFromContext
+			res.Writer = f.ResponseWriter(w)
+			c.SetRequest(f.Request(req)) // the body Begin read; core.InfoFromContext
+			finished := false
 			defer func() {
 				res.Writer = w
+				if !finished && f.Buffered() {
+					// A panic: nothing was sent, whatever res says, so that
+					// Recover's 500 goes out.
+					res.Committed, res.Status, res.Size = false, http.StatusOK, 0
+				}
 				f.Abort() // after a panic; a no-op once Finish ran
 			}()
 
@@ -97,9 +91,11 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 				c.Error(err)
 			}
 			if unrouted(err) {
-				return nil // the deferred Abort releases the key
+				f.Abandon() // sent, not stored: the key is released
+			} else {
+				f.Finish()
 			}
-			st.W.Finish()
+			finished = true
 			return nil
 		}
 	}
@@ -110,16 +106,9 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 // when called: an app may replace them). Such a request, under e.Use, passes
 // through untouched, with the 404 or 405 a client would get without the
 // middleware.
-//
-// NotFoundHandler is also what a context holds before it is routed (a
-// middleware registered with e.Pre, a context from e.NewContext in a test):
-// then the request is routed again on a context of our own, so that a
-// routable request is never taken for a 404 and left unprotected. That
-// costs a route lookup and a context on 404s only.
-//
-// Echo v4 has no public way to tell these handlers (v5's c.RouteInfo()
-// came later): the function pointers are compared by reflection, and
-// TestRouterAnswers fails if a release stops setting them.
+// A context not routed yet (e.Pre, e.NewContext) is routed again on a
+// context of our own. Handlers are compared by reflection, which
+// TestRouterAnswers guards (docs/design.md, "echoidem").
 func routerAnswer(c echo.Context) bool {
 	switch p := reflect.ValueOf(c.Handler()).Pointer(); p {
 	case reflect.ValueOf(echo.MethodNotAllowedHandler).Pointer():

@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
 	"github.com/idem-go/idem/echoidem"
 )
 
@@ -387,4 +388,44 @@ func TestEchoRoutesAddedAfterContexts(t *testing.T) {
 	e.POST("/orders/:id", h)
 	wantResponse(t, "first", serve("/orders/1"), http.StatusCreated, "created", false)
 	wantResponse(t, "retry", serve("/orders/1"), http.StatusCreated, "created", true)
+}
+
+// In the transactional mode (a core.TxStore: the Flight is Buffered) the
+// handler runs with the transaction in its context, and nothing of its
+// response reaches the client before the commit: a handler that wrote and
+// then panicked gets Recover's 500 without its headers (Echo took its
+// response as sent), and the 404 of a group's catch-all route is sent,
+// not stored.
+func TestEchoBuffered(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	e := newEcho()
+	e.Use(middleware.Recover(), echoidem.New(newEngine(t, core.Config{Store: idemtest.NewTxStore(t)})))
+	handler := func(c echo.Context) error {
+		runs.Add(1)
+		if !idemtest.InTx(c.Request().Context()) {
+			return errors.New("no transaction in the handler's context")
+		}
+		c.Response().Header().Set("X-Order-Id", "42")
+		if err := c.String(http.StatusCreated, "created"); err != nil {
+			return err
+		}
+		if c.Request().Header.Get("X-Panic") != "" {
+			panic("after the response")
+		}
+		return nil
+	}
+	e.POST("/orders", handler)
+	e.Group("/api", func(next echo.HandlerFunc) echo.HandlerFunc { return next }).POST("/orders", handler)
+
+	rec := send(e, http.MethodPost, "/orders", "buffered-1", "X-Panic", "1")
+	if rec.Code != http.StatusInternalServerError || rec.Header().Get("X-Order-Id") != "" {
+		t.Fatalf("a panic after the response: %d %v %q, want Recover's 500 alone", rec.Code, rec.Header(), rec.Body)
+	}
+	wantResponse(t, "retry", send(e, http.MethodPost, "/orders", "buffered-1"), http.StatusCreated, "created", false)
+	wantResponse(t, "replay", send(e, http.MethodPost, "/orders", "buffered-1"), http.StatusCreated, "created", true)
+	wantRuns(t, &runs, 2)
+	for range 2 {
+		wantResponse(t, "a group's catch-all", send(e, http.MethodPost, "/api/nowhere", "buffered-2"), http.StatusNotFound, `{"message":"Not Found"}`+"\n", false)
+	}
 }

@@ -22,11 +22,8 @@ import (
 // routes of the group the middleware is used on: Echo's route table does
 // not say which middleware a route runs.
 //
-// cfg.Skipper is called once per route with a context made for the
-// occasion (of an echo.New(), not yours): the route's method, its path
-// template as URL (/orders/:id) and as c.Path(), nothing else. A Skipper
-// that decides on more than that, or panics, counts as not skipping: the
-// route may be covered.
+// cfg.Skipper is asked about each route with a synthetic context holding
+// only its method and path template; a Skipper that panics does not skip.
 func Operations(cfg Config, routes []*echo.Route) []route.Operation {
 	rs := make([]routedoc.Route, len(routes))
 	for i, rt := range routes {

@@ -21,17 +21,9 @@ type Config struct {
 	// Engine decides what to do with each request. Required.
 	Engine *core.Engine
 
-	// ErrorHandler renders the Engine's refusals (400, 409, 413, 422, 500,
-	// 503; docs/problems.md) with their other headers, such as Retry-After,
-	// already set; its error is returned up the chain, to the app's
-	// HTTPErrorHandler. To render them the app's way:
-	//
-	//	ErrorHandler: func(c *echo.Context, p *core.Problem) error {
-	//		return echo.NewHTTPError(p.Status, p.Title).Wrap(p)
-	//	},
-	//
-	// Optional. Default: nil, the problem is sent as the Engine built it,
-	// application/problem+json (RFC 9457).
+	// ErrorHandler renders idem's refusals (see ExampleConfig_ToMiddleware); headers
+	// such as Retry-After are already set, and its error goes up the chain.
+	// Optional. Default: nil, an RFC 9457 application/problem+json document.
 	ErrorHandler func(c *echo.Context, p *core.Problem) error
 }
 
@@ -50,9 +42,8 @@ func New(eng *core.Engine) echo.MiddlewareFunc {
 	return NewWithConfig(cfg)
 }
 
-// NewWithConfig returns the middleware for cfg. Like Echo v5's own
-// middleware it panics on an invalid Config, when the app is set up; use
-// cfg.ToMiddleware for the error instead.
+// NewWithConfig returns the middleware for cfg. It panics on an invalid
+// Config; cfg.ToMiddleware returns the error instead.
 func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 	mw, err := cfg.ToMiddleware()
 	if err != nil {
@@ -94,8 +85,8 @@ func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 			case f == nil:
 				return next(c)
 			}
-			c.SetResponse(st.Capture(f, w, req))
-			c.SetRequest(req.WithContext(f.NewContext(req.Context()))) // core.InfoFromContext
+			c.SetResponse(f.ResponseWriter(w))
+			c.SetRequest(f.Request(req)) // the body Begin read; core.InfoFromContext
 			defer func() {
 				c.SetResponse(w)
 				f.Abort() // after a panic; a no-op once Finish ran
@@ -107,9 +98,10 @@ func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 				renderError(c, err)
 			}
 			if unrouted(err) {
-				return nil // the deferred Abort releases the key
+				f.Abandon() // sent, not stored: the key is released
+			} else {
+				f.Finish()
 			}
-			st.W.Finish()
 			return nil
 		}
 	}, nil

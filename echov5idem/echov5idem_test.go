@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v5/middleware"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
 	"github.com/idem-go/idem/echov5idem"
 )
 
@@ -303,8 +304,10 @@ func TestUnmatchedRouteUntouched(t *testing.T) {
 		strays map[string]int // method and path of requests that match no route, and their status
 		orders string
 	}{
-		"global": {global, map[string]int{"POST /nowhere": 404, "PUT /orders": 405, "POST /api/nowhere": 404, "PUT /api/orders": 404, "POST /pages/1": 404}, "/orders"},
-		"group":  {grouped, map[string]int{"POST /api/nowhere": 404, "PUT /api/orders": 404}, "/api/orders"},
+		"global": {global, map[string]int{
+			"POST /nowhere": 404, "PUT /orders": 405, "POST /api/nowhere": 404, "PUT /api/orders": 404, "POST /pages/1": 404,
+		}, "/orders"},
+		"group": {grouped, map[string]int{"POST /api/nowhere": 404, "PUT /api/orders": 404}, "/api/orders"},
 	} {
 		wantResponse(t, name+": the key's first use", send(tc.e, http.MethodPost, tc.orders, "used-"+name), http.StatusCreated, "created", false)
 		for stray, status := range tc.strays {
@@ -460,4 +463,45 @@ func TestRoutesOnlyUnroutedContexts(t *testing.T) {
 			t.Fatalf("pre %v: 2 requests routed %d times, want %d", pre, n, want)
 		}
 	}
+}
+
+// In the transactional mode (a core.TxStore: the Flight is Buffered) the
+// handler runs with the transaction in its context, and nothing of its
+// response reaches the client before the commit: a handler that wrote and
+// then panicked gets Recover's 500 without its headers, and a handler's
+// echo.ErrNotFound is sent, not stored.
+func TestBuffered(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	e := newEcho()
+	e.Use(middleware.Recover(), echov5idem.New(newEngine(t, core.Config{Store: idemtest.NewTxStore(t)})))
+	e.POST("/orders/:id", func(c *echo.Context) error {
+		runs.Add(1)
+		if !idemtest.InTx(c.Request().Context()) {
+			return errors.New("no transaction in the handler's context")
+		}
+		if c.Param("id") == "missing" {
+			return echo.ErrNotFound
+		}
+		c.Response().Header().Set("X-Order-Id", "42")
+		if err := c.String(http.StatusCreated, "created"); err != nil {
+			return err
+		}
+		if c.Request().Header.Get("X-Panic") != "" {
+			panic("after the response")
+		}
+		return nil
+	})
+
+	rec := send(e, http.MethodPost, "/orders/1", "buffered-1", "X-Panic", "1")
+	if rec.Code != http.StatusInternalServerError || rec.Header().Get("X-Order-Id") != "" {
+		t.Fatalf("a panic after the response: %d %v %q, want Recover's 500 alone", rec.Code, rec.Header(), rec.Body)
+	}
+	wantResponse(t, "retry", send(e, http.MethodPost, "/orders/1", "buffered-1"), http.StatusCreated, "created", false)
+	wantResponse(t, "replay", send(e, http.MethodPost, "/orders/1", "buffered-1"), http.StatusCreated, "created", true)
+	wantRuns(t, &runs, 2)
+	for range 2 {
+		wantResponse(t, "the handler's 404", send(e, http.MethodPost, "/orders/missing", "buffered-2"), http.StatusNotFound, `{"message":"Not Found"}`+"\n", false)
+	}
+	wantRuns(t, &runs, 4)
 }

@@ -24,11 +24,8 @@ import (
 // only the routes of the group the middleware is used on: Echo's route
 // table does not say which middleware a route runs.
 //
-// cfg.Skipper is called once per route and method with a context made for
-// the occasion (of an echo.New(), not yours): the method, the path template
-// as URL (/orders/:id), c.Path() and c.RouteInfo() of the route, nothing
-// else. A Skipper that decides on more than that, or panics, counts as not
-// skipping: the route may be covered.
+// cfg.Skipper is asked about each route and method with a synthetic context
+// holding only those and its RouteInfo; a Skipper that panics does not skip.
 func Operations(cfg Config, routes echo.Routes) []route.Operation {
 	rs := make([]routedoc.Route, len(routes))
 	for i, rt := range routes {

@@ -85,3 +85,9 @@ func (l *trackingListener) closeConns() {
 		c.Close() //nolint:errcheck // closed already, most of them
 	}
 }
+
+// TestHTTPConformanceTx runs the suite in the transactional mode's shape
+// (Buffered flights), on idemtest's in-memory TxStore.
+func TestHTTPConformanceTx(t *testing.T) {
+	idemtest.TestHTTP(t, serveFiber, idemtest.NewTxStore)
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/recover"
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/fiberidem"
@@ -18,6 +19,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	app := fiber.New()
+	app.Use(recover.New()) // and the authentication middleware
 	orders := 0
 	app.Post("/orders", fiberidem.New(fiberidem.Config{Engine: eng}), func(c *fiber.Ctx) error {
 		orders++

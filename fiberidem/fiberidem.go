@@ -13,7 +13,7 @@ import (
 )
 
 // New returns the idempotency middleware; see the package documentation
-// for where to mount it.
+// for where to mount it. It panics without Config.Engine.
 func New(config ...Config) fiber.Handler {
 	cfg := configDefault(config...)
 	eng := cfg.Engine
@@ -31,7 +31,9 @@ func New(config ...Config) fiber.Handler {
 		route := routeTemplate(c)
 		res := c.Response()
 		preset := httpadapt.HeaderSink{Preset: true}
-		res.Header.VisitAll(preset.Add)
+		for k, v := range res.Header.All() {
+			preset.Add(k, v)
+		}
 		st := &httpadapt.FastState{Ctx: httpadapt.LocalsContext{Context: c.UserContext(), Locals: c}}
 		st.Req = core.Request{
 			Context:        &st.Ctx,
@@ -45,6 +47,9 @@ func New(config ...Config) fiber.Handler {
 			ResponseHeader: preset.Header,
 		}
 		f, resp := eng.Begin(&st.Req)
+		if resp != nil && st.DrainBody() {
+			c.Context().SetConnectionClose() // the rest of a refused body stream
+		}
 		switch {
 		case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
 			httpadapt.FastProblemHeaders(&res.Header, resp)
@@ -55,13 +60,22 @@ func New(config ...Config) fiber.Handler {
 		case f == nil:
 			return c.Next()
 		}
-		defer f.Abort() // a panic: the lock is released, nothing stored
+		returned := false
+		defer func() {
+			if !returned && f.Buffered() {
+				// A panic: none of the handler's response is sent, nor its headers.
+				httpadapt.ResetHeader(&res.Header, preset.Header)
+			}
+			f.Abort() // a panic: the lock is released, nothing stored
+		}()
 		if req.IsBodyStream() {
 			req.SetBodyRaw(f.Body()) // Begin consumed the stream
 		}
 		c.SetUserContext(f.NewContext(c.UserContext())) // core.InfoFromContext
 
-		if err := c.Next(); err != nil {
+		err := c.Next()
+		returned = true
+		if err != nil {
 			// Render the error now, as Fiber would after the chain, so that
 			// what the client receives is what is stored.
 			if c.App().ErrorHandler(c, err) != nil {
@@ -71,13 +85,32 @@ func New(config ...Config) fiber.Handler {
 				return nil // the deferred Abort releases the key
 			}
 		}
-		if res.IsBodyStream() || c.Context().Hijacked() {
-			return nil // streamed: the deferred Abort releases the lock
+		if c.Context().Hijacked() {
+			return nil // the deferred Abort releases the lock
+		}
+		if res.IsBodyStream() {
+			if !f.Buffered() {
+				return nil // streamed: the deferred Abort releases the lock
+			}
+			// A Buffered flight's response commits whole, before any of it is sent.
+			if err := httpadapt.ReadBodyStream(res); err != nil {
+				return err // the deferred Abort rolls back; Fiber answers 500
+			}
 		}
 		f.Write(res.Body()) //nolint:errcheck // never fails; Write copies
 		sent := httpadapt.HeaderSink{Header: make(http.Header, res.Header.Len()+2)}
-		res.Header.VisitAll(sent.Add)
-		f.Complete(res.StatusCode(), sent.Header)
+		for k, v := range res.Header.All() {
+			sent.Add(k, v)
+		}
+		if !httpadapt.SentContentType(&res.Header, res.StatusCode(), len(res.Body())) {
+			delete(sent.Header, "Content-Type") // fasthttp's default, not sent
+		}
+		if failed := f.Complete(res.StatusCode(), sent.Header); failed != nil {
+			// A Buffered flight that failed to commit: nothing of the
+			// handler's was kept, nor is any of it sent.
+			httpadapt.ResetHeader(&res.Header, preset.Header)
+			httpadapt.WriteResponse(res, &res.Header, failed)
+		}
 		return nil
 	}
 }
@@ -85,7 +118,7 @@ func New(config ...Config) fiber.Handler {
 func foldsHeaders(app *fiber.App) bool { return app.Config().DisableHeaderNormalizing }
 
 // routeTemplate returns the template of the route being served
-// ("/orders/:id"), or "" (the Engine then uses the path) when c.Route() is
+// ("/orders/:id"), or "" (unknown to the Engine) when c.Route() is
 // a Use route: under app.Use or Group middleware, Fiber v2 runs the
 // middleware before it has picked the handler's route, and c.Route() is the
 // Use route, a path prefix such as "/".
@@ -110,9 +143,7 @@ func unrouted(err error) bool {
 }
 
 // useField is the index of fiber.Route's unexported "use" flag, read by
-// reflection: Fiber v2 has no public way to tell a Use route (its Method is
-// the request's, its Path a prefix; Fiber v3's c.Matched() came later).
-// TestUseFieldFound fails if a Fiber release renames it.
+// reflection (docs/design.md, "fiberidem"); TestUseFieldFound guards it.
 var useField = func() []int {
 	f, ok := reflect.TypeOf(fiber.Route{}).FieldByName("use")
 	if !ok || f.Type.Kind() != reflect.Bool {

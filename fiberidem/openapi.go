@@ -20,11 +20,8 @@ import (
 // which handlers a route runs): all of app.GetRoutes(true) when every route
 // it lists is protected or not covered anyway, as in the examples.
 //
-// cfg.Next is called once per route with a *fiber.Ctx made for the occasion
-// (of a fiber.New() app, not yours): the route's method, and its path
-// template as the URL (/orders/:id), nothing else. A Next that decides on
-// more than that, or panics, counts as not skipping: the route may be
-// covered.
+// cfg.Next is asked about each route with a synthetic *fiber.Ctx holding
+// only its method and path template; a Next that panics does not skip.
 func Operations(cfg Config, routes []fiber.Route) []route.Operation {
 	rs := make([]routedoc.Route, len(routes))
 	for i, rt := range routes {

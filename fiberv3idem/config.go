@@ -10,52 +10,39 @@ import (
 // (Required, Methods, Scope, TTLs, Wait, FailClosed, Observer…) lives in the
 // core.Config the Engine was built from; Config holds only Fiber things.
 type Config struct {
-	// Next defines a function to skip this middleware when returned true:
-	// the request goes on untouched.
+	// Next defines a function to skip this middleware when returned true.
 	//
-	// Optional. Default: nil (the Engine's Methods decide).
+	// Optional. Default: nil
 	Next func(c fiber.Ctx) bool
 
 	// Engine decides, for each request, whether to run the handler, replay
-	// a stored response or refuse. Build it once with core.New and share it.
+	// a stored response or refuse; build it once with core.New.
 	//
-	// Optional. Default: core.New(core.Config{}), built once per call of
-	// New: an in-memory store for one instance and no Scope, for try-outs.
+	// Required.
 	Engine *core.Engine
 
-	// ErrorHandler renders the Engine's refusals (400, 409, 413, 422, 500,
-	// 503; docs/problems.md) with their other headers, such as Retry-After,
-	// already set; the error it returns goes to the app's ErrorHandler. To
-	// have the app render them its own way:
+	// ErrorHandler renders idem's refusals, e.g. as fiber.NewError(p.Status,
+	// p.Title); headers such as Retry-After are already set, and its error
+	// goes to the app's ErrorHandler.
 	//
-	//	ErrorHandler: func(c fiber.Ctx, p *core.Problem) error {
-	//		return fiber.NewError(p.Status, p.Title)
-	//	},
-	//
-	// Optional. Default: nil, the problem is sent as the Engine built it,
-	// application/problem+json (RFC 9457).
+	// Optional. Default: nil, an RFC 9457 application/problem+json document.
 	ErrorHandler func(c fiber.Ctx, p *core.Problem) error
 }
 
 // ConfigDefault is the default config.
 var ConfigDefault = Config{
-	Next:   nil,
-	Engine: nil, // built in configDefault, so that nothing is allocated here
+	Next: nil,
 }
 
 // configDefault returns config[0] (or ConfigDefault) with its zero fields
-// set to their defaults.
+// set to their defaults; it panics without an Engine.
 func configDefault(config ...Config) Config {
 	cfg := ConfigDefault
 	if len(config) > 0 {
 		cfg = config[0]
 	}
 	if cfg.Engine == nil {
-		eng, err := core.New(core.Config{})
-		if err != nil { // a zero core.Config takes only defaults, which are valid
-			panic("fiberv3idem: default engine: " + err.Error())
-		}
-		cfg.Engine = eng
+		panic("fiberv3idem: Config.Engine is required")
 	}
 	return cfg
 }

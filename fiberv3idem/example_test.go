@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v3/middleware/recover"
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/fiberv3idem"
@@ -19,6 +20,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	app := fiber.New()
+	app.Use(recover.New()) // and the authentication middleware
 	orders := 0
 	app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: eng}), func(c fiber.Ctx) error {
 		orders++

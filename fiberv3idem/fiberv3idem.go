@@ -12,7 +12,7 @@ import (
 )
 
 // New returns the idempotency middleware; see the package documentation
-// for where to mount it.
+// for where to mount it. It panics without Config.Engine.
 func New(config ...Config) fiber.Handler {
 	cfg := configDefault(config...)
 	eng := cfg.Engine
@@ -46,6 +46,9 @@ func New(config ...Config) fiber.Handler {
 			ResponseHeader: preset.Header,
 		}
 		f, resp := eng.Begin(&st.Req)
+		if resp != nil && st.DrainBody() {
+			c.RequestCtx().SetConnectionClose() // the rest of a refused body stream
+		}
 		switch {
 		case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
 			httpadapt.FastProblemHeaders(&res.Header, resp)
@@ -56,13 +59,22 @@ func New(config ...Config) fiber.Handler {
 		case f == nil:
 			return c.Next()
 		}
-		defer f.Abort() // a panic: the lock is released, nothing stored
+		returned := false
+		defer func() {
+			if !returned && f.Buffered() {
+				// A panic: none of the handler's response is sent, nor its headers.
+				httpadapt.ResetHeader(&res.Header, preset.Header)
+			}
+			f.Abort() // a panic: the lock is released, nothing stored
+		}()
 		if req.IsBodyStream() {
 			req.SetBodyRaw(f.Body()) // Begin consumed the stream
 		}
 		c.SetContext(f.NewContext(c.Context())) // core.InfoFromContext
 
-		if err := c.Next(); err != nil {
+		err := c.Next()
+		returned = true
+		if err != nil {
 			// Render the error now, as Fiber would after the chain, so that
 			// what the client receives is what is stored.
 			if c.App().ErrorHandler(c, err) != nil {
@@ -72,15 +84,32 @@ func New(config ...Config) fiber.Handler {
 				return nil // the deferred Abort releases the key
 			}
 		}
-		if res.IsBodyStream() || c.RequestCtx().Hijacked() {
-			return nil // sent after the handler returns: not stored
+		if c.RequestCtx().Hijacked() {
+			return nil // the deferred Abort releases the lock
+		}
+		if res.IsBodyStream() {
+			if !f.Buffered() {
+				return nil // sent after the handler returns: not stored
+			}
+			// A Buffered flight's response commits whole, before any of it is sent.
+			if err := httpadapt.ReadBodyStream(res); err != nil {
+				return err // the deferred Abort rolls back; Fiber answers 500
+			}
 		}
 		f.Write(res.Body()) //nolint:errcheck // never fails; Write copies
 		sent := httpadapt.HeaderSink{Header: make(http.Header, res.Header.Len()+2)}
 		for k, v := range res.Header.All() {
 			sent.Add(k, v)
 		}
-		f.Complete(res.StatusCode(), sent.Header)
+		if !httpadapt.SentContentType(&res.Header, res.StatusCode(), len(res.Body())) {
+			delete(sent.Header, "Content-Type") // fasthttp's default, not sent
+		}
+		if failed := f.Complete(res.StatusCode(), sent.Header); failed != nil {
+			// A Buffered flight that failed to commit: nothing of the
+			// handler's was kept, nor is any of it sent.
+			httpadapt.ResetHeader(&res.Header, preset.Header)
+			httpadapt.WriteResponse(res, &res.Header, failed)
+		}
 		return nil
 	}
 }
@@ -88,14 +117,20 @@ func New(config ...Config) fiber.Handler {
 func foldsHeaders(app *fiber.App) bool { return app.Config().DisableHeaderNormalizing }
 
 // routeTemplate returns the template of the route being served
-// ("/orders/:id"), or "" (the Engine then uses the path) under app.Use or
-// Group middleware: Fiber runs those before it has picked the handler's
-// route, and c.Matched() reports that no route but Use routes matched yet.
+// ("/orders/:id"), or "" (unknown to the Engine) under app.Use or Group
+// middleware: Fiber runs those before it has picked the handler's route
+// (c.Matched() is false), or, after a route's handler called c.Next(),
+// c.Route() is the Use route, whose Path is a prefix that does not match
+// the whole path.
 func routeTemplate(c fiber.Ctx) string {
 	if !c.Matched() {
 		return ""
 	}
-	return c.Route().Path // registered at start-up: not a request buffer
+	r := c.Route()
+	if path := c.Path(); r.Path != path && !fiber.RoutePatternMatch(path, r.Path) {
+		return ""
+	}
+	return r.Path // registered at start-up: not a request buffer
 }
 
 // unrouted reports whether err is the 404 or 405 of Fiber's router, which

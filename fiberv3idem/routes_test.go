@@ -39,17 +39,21 @@ func TestRouteTemplate(t *testing.T) {
 			sub.Post("/orders/:id", idem, h)
 			app.Use("/sub", sub)
 		}, "/sub/orders/7", "/sub/orders/:id"},
-		{"app.Use: the path", func(app *fiber.App, idem fiber.Handler) {
+		{"app.Use: unknown", func(app *fiber.App, idem fiber.Handler) {
 			app.Use(idem)
 			app.Post("/orders/:id", h)
-		}, "/orders/7", "/orders/7"},
-		{"app.Use with a prefix: the path", func(app *fiber.App, idem fiber.Handler) {
+		}, "/orders/7", "unmatched"},
+		{"app.Use with a prefix: unknown", func(app *fiber.App, idem fiber.Handler) {
 			app.Use("/orders", idem)
 			app.Post("/orders/:id", h)
-		}, "/orders/7", "/orders/7"},
-		{"a group's middleware: the path", func(app *fiber.App, idem fiber.Handler) {
+		}, "/orders/7", "unmatched"},
+		{"a group's middleware: unknown", func(app *fiber.App, idem fiber.Handler) {
 			app.Group("/api", idem).Post("/orders/:id", h)
-		}, "/api/orders/7", "/api/orders/7"},
+		}, "/api/orders/7", "unmatched"},
+		{"app.Use after a route whose handler calls c.Next: unknown", func(app *fiber.App, idem fiber.Handler) {
+			app.Post("/orders/:id", func(c fiber.Ctx) error { return c.Next() })
+			app.Use("/orders", idem, h)
+		}, "/orders/7", "unmatched"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -36,3 +36,9 @@ func serveGin(t *testing.T, eng *core.Engine, app http.Handler) string {
 func TestHTTPConformance(t *testing.T) {
 	idemtest.TestHTTP(t, serveGin, nil)
 }
+
+// TestHTTPConformanceTx runs the suite in the transactional mode's shape
+// (Buffered flights), on idemtest's in-memory TxStore.
+func TestHTTPConformanceTx(t *testing.T) {
+	idemtest.TestHTTP(t, serveGin, idemtest.NewTxStore)
+}

@@ -2,7 +2,9 @@ package ginidem
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"maps"
 	"net"
 	"net/http"
 
@@ -41,8 +43,7 @@ func WithErrorHandler(h func(c *gin.Context, p *core.Problem)) Option {
 // hijacked, or the response is not known yet (c.Error with nothing written
 // and no success status set); see the package documentation.
 //
-// New panics if eng is nil: a programming error, better found when the app
-// is set up than by every covered request.
+// New panics if eng is nil.
 func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 	if eng == nil {
 		panic("ginidem: New with a nil Engine")
@@ -88,18 +89,23 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			return
 		}
 
-		st.w = writer{ResponseWriter: c.Writer, f: f}
+		st.w = writer{ResponseWriter: c.Writer, f: f, buffered: f.Buffered()}
+		returned := false
 		defer func() {
 			// Also on a panic, before gin.Recovery writes its 500: c.Writer
-			// is Gin's again, the lock released and nothing stored.
+			// is Gin's again, the lock released and nothing stored (and, if
+			// the flight is Buffered, the handlers' headers dropped: none
+			// was sent).
 			c.Writer = st.w.ResponseWriter
+			if !returned && st.w.buffered {
+				f.ResetHeader(c.Writer.Header())
+			}
 			f.Abort() // a no-op once Complete ran
 		}()
-		st.body.Reset(f.Body())
-		r.Body = &st.body
-		c.Request = r.WithContext(f.NewContext(r.Context())) // core.InfoFromContext
+		c.Request = f.Request(r) // the body Begin read; core.InfoFromContext
 		c.Writer = &st.w
 		c.Next()
+		returned = true
 		unknown := len(c.Errors) > 0 && !st.w.Written()
 		if unknown && st.w.statusSet && st.w.Status() < 400 {
 			// A success status that the handler set beside a c.Error for
@@ -118,7 +124,10 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 		if header == nil { // nothing written yet: Gin sends the headers as they are now
 			header = st.w.Header()
 		}
-		f.Complete(st.w.Status(), header)
+		resp = f.Complete(st.w.Status(), header)
+		if st.w.buffered {
+			st.w.send(resp)
+		}
 	}
 }
 
@@ -127,7 +136,7 @@ type state struct {
 	req  core.Request
 	ctx  requestContext
 	w    writer
-	body core.BodyReader
+	body bytes.Reader // a body read before the middleware (ShouldBindBodyWith)
 }
 
 // requestContext is the core.Request's Context: the request's deadline and
@@ -147,18 +156,25 @@ func (x *requestContext) Value(key any) any {
 }
 
 // writer passes the response through to Gin's writer, which keeps the
-// status, size and Written state, and copies the body into the Flight.
+// status, size and Written state, and copies the body into the Flight. A
+// Buffered flight's response is held back instead (Gin's writer only gets
+// the status) and sent once the Flight is complete (send).
 type writer struct {
 	gin.ResponseWriter
 	f         *core.Flight
 	sent      http.Header // the headers as sent with the first write
 	statusSet bool        // the handlers chose a status (c.Status)
 	hijacked  bool
+	buffered  bool // f.Buffered()
+	held      int  // the size of a Buffered flight's body
 }
 
 // WriteHeader notes that the handlers chose a status: Gin sends it after
 // the chain even if nothing is written.
 func (w *writer) WriteHeader(code int) {
+	if w.buffered && w.sent != nil {
+		return // as Gin ignores a status once the response has begun
+	}
 	w.statusSet = true
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -175,31 +191,87 @@ func (w *writer) snapshot() {
 func (w *writer) Write(p []byte) (int, error) {
 	w.snapshot()
 	w.f.Write(p) //nolint:errcheck // never fails
+	if w.buffered {
+		w.held += len(p)
+		return len(p), nil
+	}
 	return w.ResponseWriter.Write(p)
 }
 
 func (w *writer) WriteString(s string) (int, error) {
 	w.snapshot()
 	w.f.Write([]byte(s)) //nolint:errcheck // never fails
+	if w.buffered {
+		w.held += len(s)
+		return len(s), nil
+	}
 	return w.ResponseWriter.WriteString(s)
 }
 
 // WriteHeaderNow sends the headers without a body (c.AbortWithStatus).
 func (w *writer) WriteHeaderNow() {
 	w.snapshot()
-	w.ResponseWriter.WriteHeaderNow()
+	if !w.buffered {
+		w.ResponseWriter.WriteHeaderNow()
+	}
 }
 
 // Flush sends the headers, as they are then, and the body so far (c.Stream,
 // SSE, httputil.ReverseProxy). The capture goes on: the response is stored
-// when the handlers return.
+// when the handlers return. A Buffered flight flushes nothing.
 func (w *writer) Flush() {
 	w.snapshot()
-	w.ResponseWriter.Flush()
+	if !w.buffered {
+		w.ResponseWriter.Flush()
+	}
+}
+
+// Written reports whether the response has begun (held back, for a
+// Buffered flight).
+func (w *writer) Written() bool {
+	if w.buffered {
+		return w.sent != nil
+	}
+	return w.ResponseWriter.Written()
+}
+
+// Size is the size of the body written so far, -1 before the response has
+// begun.
+func (w *writer) Size() int {
+	switch {
+	case !w.buffered:
+		return w.ResponseWriter.Size()
+	case w.sent == nil:
+		return -1
+	}
+	return w.held
+}
+
+// send sends a Buffered flight's response once f.Complete returned resp:
+// the handlers' own as they wrote it, or, if resp is not nil (the commit
+// failed), resp with the headers set before the handlers.
+func (w *writer) send(resp *core.Response) {
+	gw := w.ResponseWriter
+	if resp != nil {
+		w.f.ResetHeader(gw.Header())
+		resp.Write(gw)
+		return
+	}
+	if w.sent == nil {
+		return // nothing written: Gin sends the status set after the chain
+	}
+	h := gw.Header()
+	clear(h)
+	maps.Copy(h, w.sent) // as the handlers sent them
+	gw.WriteHeaderNow()
+	gw.Write(w.f.BufferedBody()) //nolint:errcheck // the client went away; nothing to do
 }
 
 // Hijack notes a hijack that succeeded: the response is then not stored.
 func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if w.buffered { // a transaction's writes may yet roll back
+		return nil, nil, http.ErrNotSupported
+	}
 	conn, rw, err := w.ResponseWriter.Hijack()
 	if err == nil {
 		w.hijacked = true

@@ -3,6 +3,7 @@ package ginidem_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"github.com/gin-gonic/gin/binding"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
 	"github.com/idem-go/idem/ginidem"
 )
 
@@ -444,4 +446,76 @@ func (failingStore) Complete(context.Context, string, string, []byte, time.Durat
 func (failingStore) Release(context.Context, string, string) error { return errors.New("down") }
 func (failingStore) Refresh(context.Context, string, string, time.Duration) error {
 	return errors.New("down")
+}
+
+// In the transactional mode (a core.TxStore: the Flight is Buffered) the
+// handlers run with the transaction in their context, and their response
+// is held back until it commits with their writes:
+// middleware after ginidem sees it begun (Status, Size, Written), a flush
+// sends nothing, and the middleware before ginidem sees what was sent: the
+// handler's response, or the 503 that replaces it when the commit fails.
+func TestGinBuffered(t *testing.T) {
+	t.Parallel()
+	store := idemtest.NewTxStore(t).(*idemtest.TxStore)
+	var runs atomic.Int64
+	var outer, inner []string
+	r := gin.New()
+	r.Use(func(c *gin.Context) {
+		c.Next()
+		outer = append(outer, fmt.Sprint(c.Writer.Status(), c.Writer.Size(), c.Writer.Written()))
+	}, ginidem.New(newEngine(t, core.Config{Store: store})), func(c *gin.Context) {
+		c.Next()
+		inner = append(inner, fmt.Sprint(c.Writer.Status(), c.Writer.Size(), c.Writer.Written()))
+	})
+	r.POST("/orders", func(c *gin.Context) {
+		runs.Add(1)
+		if !idemtest.InTx(c.Request.Context()) {
+			c.AbortWithStatus(http.StatusInternalServerError)
+			return
+		}
+		c.Header("X-Order-Id", "42")
+		c.Status(http.StatusCreated)
+		c.Stream(func(w io.Writer) bool {
+			io.WriteString(w, "chunk") //nolint:errcheck
+			return false
+		})
+		c.Status(http.StatusAccepted) // too late: the response has begun
+	})
+	srv := httptest.NewServer(r) // c.Stream needs a real connection (CloseNotify)
+	t.Cleanup(srv.Close)
+	send := func() (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(order))
+		req.Header.Set("Idempotency-Key", "buffered-1")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, string(b)
+	}
+
+	store.FailCommits(true)
+	resp, failed := send()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("X-Order-Id") != "" || !strings.Contains(failed, core.ProblemStoreUnavailable) {
+		t.Fatalf("failed commit: got %d %v %s, want the 503 problem alone", resp.StatusCode, resp.Header, failed)
+	}
+	store.FailCommits(false)
+	for i, replay := range []string{"", "true"} {
+		resp, body := send()
+		if resp.StatusCode != http.StatusCreated || body != "chunk" || resp.Header.Get("X-Order-Id") != "42" || resp.Header.Get(core.HeaderReplay) != replay {
+			t.Fatalf("request %d: got %d %q %v, want 201 chunk, replay %q", i, resp.StatusCode, body, resp.Header, replay)
+		}
+	}
+	wantRuns(t, "the handler", &runs, 2)
+	if len(outer) != 3 || outer[0] != fmt.Sprint(503, " ", len(failed), " true") || outer[1] != "201 5 true" || outer[2] != "201 5 true" {
+		t.Fatalf("middleware before ginidem saw %q, want the 503, then 201 5 true twice", outer)
+	}
+	if len(inner) != 2 || inner[0] != "201 5 true" || inner[1] != "201 5 true" {
+		t.Fatalf("middleware after ginidem saw %q, want 201 5 true twice", inner)
+	}
 }

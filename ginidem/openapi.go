@@ -1,6 +1,8 @@
 package ginidem
 
 import (
+	"slices"
+
 	"github.com/gin-gonic/gin"
 
 	"github.com/idem-go/idem/core"
@@ -31,8 +33,9 @@ import (
 // every operation).
 func Operations(eng *core.Engine, routes gin.RoutesInfo) []route.Operation {
 	ops := make([]route.Operation, 0, len(routes))
+	methods := eng.Config().Methods
 	for _, rt := range routes {
-		if eng.Covers(rt.Method) {
+		if slices.Contains(methods, rt.Method) {
 			ops = append(ops, route.Operation{Method: rt.Method, Path: route.Normalize(rt.Path)})
 		}
 	}

@@ -12,13 +12,20 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/idem-go/idem/core"
 )
 
 // UnaryClientInterceptor returns the interceptor that sends every covered
-// unary call with an idempotency key, a fresh UUIDv4 in KeyMetadata unless
-// the outgoing metadata holds one (KeyMetadata or LegacyKeyMetadata), and
-// makes it again with the same key when it fails with Unavailable or
-// Aborted: up to DefaultMaxAttempts calls in all, waiting 100 ms, 200 ms,
+// unary call with an idempotency key in KeyMetadata unless the outgoing
+// metadata holds one (KeyMetadata or LegacyKeyMetadata): inside work that
+// runs under a key of idem's, core.DerivedKey of the connection's target
+// and the full method, the same on every run of the work; otherwise a fresh
+// UUIDv4. Two calls of one method from one run share that key: give each
+// its own (core.DerivedKey with a label of yours).
+//
+// It makes the call again with the same key when it fails with Unavailable
+// or Aborted: up to DefaultMaxAttempts calls in all, waiting 100 ms, 200 ms,
 // 400 ms (±25 %) or the server's errdetails.RetryInfo, whichever is longer,
 // and never past the call's deadline: when the next wait would end after
 // it, the last error is returned at once. Other errors are returned as
@@ -30,11 +37,19 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
 		if md, _ := metadata.FromOutgoingContext(ctx); md.Get(KeyMetadata) == nil && md.Get(LegacyKeyMetadata) == nil {
-			key, err := uuid.NewRandom()
-			if err != nil {
-				return fmt.Errorf("grpcidem: new key: %w", err)
+			target := ""
+			if cc != nil {
+				target = cc.Target()
 			}
-			ctx = metadata.AppendToOutgoingContext(ctx, KeyMetadata, key.String())
+			key, ok := core.DerivedKey(ctx, target+method)
+			if !ok {
+				u, err := uuid.NewRandom()
+				if err != nil {
+					return fmt.Errorf("grpcidem: new key: %w", err)
+				}
+				key = u.String()
+			}
+			ctx = metadata.AppendToOutgoingContext(ctx, KeyMetadata, key)
 		}
 		for attempt := 1; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, callOpts...)

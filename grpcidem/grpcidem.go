@@ -28,8 +28,9 @@ const (
 	ReasonInvalidKey       = "INVALID_KEY"       // InvalidArgument: the key is malformed
 	ReasonKeyInFlight      = "KEY_IN_FLIGHT"     // Aborted: a call with this key is running
 	ReasonKeyReused        = "KEY_REUSED"        // AlreadyExists: the key was used with another request
-	ReasonStoreUnavailable = "STORE_UNAVAILABLE" // Unavailable: the store failed (core.Config.FailClosed)
+	ReasonStoreUnavailable = "STORE_UNAVAILABLE" // Unavailable: the store failed (core.Config.FailClosed), or a transactional commit did
 	ReasonReplyOmitted     = "REPLY_OMITTED"     // FailedPrecondition: the call ran, its reply was too large to store
+	ReasonQuotaExceeded    = "QUOTA_EXCEEDED"    // ResourceExhausted: the scope is over core.Config.Quota
 )
 
 // Defaults of the client interceptor.

@@ -40,8 +40,9 @@ const (
 )
 
 var (
-	errPanicked = errors.New("grpcidem: the handler panicked")
-	errNotProto = errors.New("grpcidem: the reply is not a proto.Message")
+	errPanicked  = errors.New("grpcidem: the handler panicked")
+	errNotProto  = errors.New("grpcidem: the reply is not a proto.Message")
+	errWrongType = errors.New("grpcidem: the reply is not of the method's output type")
 )
 
 // server is one UnaryServerInterceptor.
@@ -52,10 +53,12 @@ type server struct {
 	// Lower-case metadata names of cfg.KeyHeader and cfg.LegacyKeyHeader
 	// ("" for none).
 	keyName, legacyName string
-	denied              map[string]bool // lower-case cfg.DeniedHeaders
 	// The refusals, built once: status errors are immutable.
-	inFlight, reused, unavailable error
+	inFlight, reused, unavailable, uncommitted error
 }
+
+// transport names gRPC in the Engine's events, whose Code is a gRPC code.
+const transport = "grpc"
 
 // UnaryServerInterceptor returns the interceptor that makes the unary
 // calls carrying a key (or every covered call, with core.Config.Required)
@@ -70,10 +73,6 @@ func UnaryServerInterceptor(eng *core.Engine, opts ...Option) grpc.UnaryServerIn
 	if s.cfg.LegacyKeyHeader != "-" {
 		s.legacyName = strings.ToLower(s.cfg.LegacyKeyHeader)
 	}
-	s.denied = make(map[string]bool, len(s.cfg.DeniedHeaders))
-	for _, h := range s.cfg.DeniedHeaders {
-		s.denied[strings.ToLower(h)] = true
-	}
 	retry := &errdetails.RetryInfo{RetryDelay: durationpb.New(s.cfg.RetryAfter)}
 	s.inFlight = refusal(codes.Aborted, ReasonKeyInFlight,
 		"a call with this idempotency key is in flight; retry later", retry)
@@ -81,6 +80,8 @@ func UnaryServerInterceptor(eng *core.Engine, opts ...Option) grpc.UnaryServerIn
 		"this idempotency key was already used with a different request")
 	s.unavailable = refusal(codes.Unavailable, ReasonStoreUnavailable,
 		"the call was not run because its idempotency cannot be guaranteed; retry later", retry)
+	s.uncommitted = refusal(codes.Unavailable, ReasonStoreUnavailable,
+		"the call's writes and its result could not be committed, so none was kept; retry later", retry)
 	return s.intercept
 }
 
@@ -113,7 +114,9 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	if !ok {
 		return nil, status.Errorf(codes.Internal, "grpcidem: the request of %s is a %T, not a proto.Message", info.FullMethod, req)
 	}
-	c := core.Call{Context: ctx, Key: key, Method: info.FullMethod, Route: info.FullMethod}
+	c := core.Call{Context: ctx, Key: key, Method: info.FullMethod, Route: info.FullMethod, Transport: transport,
+		InFlight: int(codes.Aborted), Reused: int(codes.AlreadyExists), Unavailable: int(codes.Unavailable),
+		OverQuota: int(codes.ResourceExhausted)}
 	if c.Fingerprint, err = fingerprint(info.FullMethod, msg); err != nil {
 		return nil, status.Errorf(codes.Internal, "grpcidem: fingerprint of %s: %v", info.FullMethod, err)
 	}
@@ -129,16 +132,36 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	l, rec, err := s.eng.Acquire(&c)
 	switch {
 	case l != nil:
-		return s.run(ctx, req, handler, l)
+		return s.run(ctx, req, handler, l, info.FullMethod)
 	case rec != nil:
-		return s.replay(ctx, rec)
+		resp, err := s.replay(ctx, rec, info.FullMethod)
+		if errors.Is(err, core.ErrCorruptRecord) {
+			s.eng.Observe(core.Event{Context: ctx, Outcome: core.OutcomeStoreError, Transport: transport, Code: int(codes.Internal),
+				Key: key, Scope: c.Scope, Method: info.FullMethod, Route: info.FullMethod, Duration: time.Since(start), Err: err})
+			return nil, status.Errorf(codes.Internal, "grpcidem: %v", err)
+		}
+		return resp, err
 	case errors.Is(err, core.ErrKeyReused):
 		return nil, s.reused
 	case errors.Is(err, core.ErrInFlight):
 		return nil, s.inFlight
+	case errors.Is(err, core.ErrQuotaExceeded):
+		return nil, s.overQuota(err)
 	default:
 		return nil, s.unavailable
 	}
+}
+
+// overQuota is the refusal of a key over core.Config.Quota: its RetryInfo
+// says when the scope's window has room, or is Config.RetryAfter.
+func (s *server) overQuota(err error) error {
+	d := s.cfg.RetryAfter
+	var qe *core.QuotaError
+	if errors.As(err, &qe) && qe.RetryAfter > 0 {
+		d = qe.RetryAfter
+	}
+	return refusal(codes.ResourceExhausted, ReasonQuotaExceeded,
+		"too many calls with idempotency keys in this scope; retry later", &errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
 }
 
 // keyed reports whether the call carries a key entry or keys are required:
@@ -149,9 +172,8 @@ func (s *server) keyed(ctx context.Context) bool {
 }
 
 func (s *server) invalidKey(ctx context.Context, info *grpc.UnaryServerInfo, start time.Time, key string, err error, reason, msg string) error {
-	s.eng.Observe(core.Event{Context: ctx, Outcome: core.OutcomeInvalidKey, Key: key,
-		Method: info.FullMethod, Route: info.FullMethod, Status: int(codes.InvalidArgument),
-		Duration: time.Since(start), Err: err})
+	s.eng.Observe(core.Event{Context: ctx, Outcome: core.OutcomeInvalidKey, Transport: transport, Code: int(codes.InvalidArgument),
+		Key: key, Method: info.FullMethod, Route: info.FullMethod, Duration: time.Since(start), Err: err})
 	return refusal(codes.InvalidArgument, reason, msg)
 }
 
@@ -199,18 +221,33 @@ func fingerprint(method string, m proto.Message) ([32]byte, error) {
 
 // run runs the handler under the lease and stores its reply if the policy
 // accepts it. A panic releases the key and goes on up.
-func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, l *core.Lease) (any, error) {
+//
+// With a TxStore (l.Buffered), the handler's context carries the
+// transaction, its metadata is held until its result has committed with
+// its writes, and a failed commit answers Unavailable instead.
+func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, l *core.Lease, method string) (any, error) {
 	if !l.Protected() { // fail-open: the store failed
 		return handler(ctx, req)
 	}
-	defer l.Release(0, errPanicked) // a no-op once the lease ended
-	ctx = l.NewContext(ctx)         // core.InfoFromContext
-	c := &capture{}
+	defer l.Release(int(codes.Unknown), errPanicked) // a no-op once the lease ended
+	ctx = l.NewContext(ctx)                          // core.InfoFromContext, a TxStore's transaction
+	c := &capture{held: l.Buffered()}
 	if st := grpc.ServerTransportStreamFromContext(ctx); st != nil {
 		c.ServerTransportStream = st
 		ctx = grpc.NewContextWithServerTransportStream(ctx, c)
 	}
 	resp, err := handler(ctx, req)
+	if !s.store(l, c, method, resp, err) {
+		return nil, s.uncommitted
+	}
+	c.send() // the held metadata
+	return resp, err
+}
+
+// store ends the lease with the handler's result: stored if the policy
+// accepts it, else released. It returns false if a TxStore's commit
+// failed: the result must not be sent.
+func (s *server) store(l *core.Lease, c *capture, method string, resp any, err error) bool {
 	st, ok := status.FromError(err)
 	if !ok {
 		st = status.FromContextError(err) // as the server answers it
@@ -218,15 +255,19 @@ func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, l 
 	code := st.Code()
 	if !s.opts.storable(code) {
 		l.Release(int(code), nil)
-		return resp, err
+		return true
 	}
-	rec := &core.Record{Code: int(code), Header: c.record(s)}
+	rec := &core.Record{Code: int(code), Header: c.record()}
 	var merr error
 	if code == codes.OK {
 		m, ok := resp.(proto.Message)
 		if !ok || m == nil || !m.ProtoReflect().IsValid() {
 			l.Release(int(code), errNotProto)
-			return resp, err
+			return true
+		}
+		if want := outputType(method); want != "" && m.ProtoReflect().Descriptor().FullName() != want {
+			l.Release(int(code), fmt.Errorf("%w: %s, the method answers %s", errWrongType, m.ProtoReflect().Descriptor().FullName(), want))
+			return true
 		}
 		rec.Header[recordMessage] = []string{string(m.ProtoReflect().Descriptor().FullName())}
 		rec.Body, merr = proto.Marshal(m)
@@ -235,34 +276,58 @@ func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, l 
 	}
 	if merr != nil {
 		l.Release(int(code), merr)
-		return resp, err
+		return true
 	}
-	if len(rec.Body) > s.cfg.MaxStoredBodyBytes {
-		rec.BodyOmitted, rec.BodySize, rec.BodySHA256 = true, int64(len(rec.Body)), sha256.Sum256(rec.Body)
-		rec.Body = nil
-	}
-	l.Complete(rec)
-	return resp, err
+	return l.Complete(rec) == nil // the Engine's storage policy applies: headers kept, denied, body bound
 }
 
 // capture is the handler's ServerTransportStream: it passes the metadata
-// the handler sets on and keeps a copy to store.
+// the handler sets on and keeps a copy to store. If held, the metadata is
+// passed on only by send, once the result has committed.
 type capture struct {
 	grpc.ServerTransportStream
+	held            bool
 	mu              sync.Mutex
 	header, trailer metadata.MD
 }
 
 func (c *capture) SetHeader(md metadata.MD) error {
+	if c.held {
+		return c.keep(&c.header, md, nil)
+	}
 	return c.keep(&c.header, md, c.ServerTransportStream.SetHeader(md))
 }
 
+// SendHeader sends the header metadata, or, if held, keeps it to go out
+// with the reply.
 func (c *capture) SendHeader(md metadata.MD) error {
+	if c.held {
+		return c.keep(&c.header, md, nil)
+	}
 	return c.keep(&c.header, md, c.ServerTransportStream.SendHeader(md))
 }
 
 func (c *capture) SetTrailer(md metadata.MD) error {
+	if c.held {
+		return c.keep(&c.trailer, md, nil)
+	}
 	return c.keep(&c.trailer, md, c.ServerTransportStream.SetTrailer(md))
+}
+
+// send passes the held metadata on, to go out with the reply.
+func (c *capture) send() {
+	if !c.held || c.ServerTransportStream == nil {
+		return
+	}
+	c.held = false
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.header) > 0 {
+		c.ServerTransportStream.SetHeader(c.header) //nolint:errcheck // the call is over: nothing to tell
+	}
+	if len(c.trailer) > 0 {
+		c.ServerTransportStream.SetTrailer(c.trailer) //nolint:errcheck // as above
+	}
 }
 
 func (c *capture) keep(into *metadata.MD, md metadata.MD, err error) error {
@@ -274,16 +339,16 @@ func (c *capture) keep(into *metadata.MD, md metadata.MD, err error) error {
 	return err
 }
 
-// record returns the metadata to store: neither the denied names nor
-// gRPC's reserved ones.
-func (c *capture) record(s *server) map[string][]string {
+// record returns the metadata to store, less gRPC's reserved names; the
+// Engine's storage policy drops the denied ones.
+func (c *capture) record() map[string][]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h := make(map[string][]string, len(c.header)+len(c.trailer)+1)
 	add := func(prefix string, md metadata.MD) {
 		for k, v := range md {
 			k = strings.ToLower(k)
-			if !s.denied[k] && !strings.HasPrefix(k, "grpc-") && k != ReplayMetadata {
+			if !strings.HasPrefix(k, "grpc-") && k != ReplayMetadata {
 				h[prefix+k] = v
 			}
 		}
@@ -294,8 +359,10 @@ func (c *capture) record(s *server) map[string][]string {
 }
 
 // replay answers with a stored record: its metadata, marked, and its reply
-// or error.
-func (s *server) replay(ctx context.Context, rec *core.Record) (any, error) {
+// or error. A record that cannot be the method's answer (a reply of another
+// type than its output, of a type not registered, or that does not decode)
+// returns an error wrapping core.ErrCorruptRecord.
+func (s *server) replay(ctx context.Context, rec *core.Record, method string) (any, error) {
 	header := metadata.MD{ReplayMetadata: {"true"}}
 	var trailer metadata.MD
 	var message string
@@ -327,6 +394,9 @@ func (s *server) replay(ctx context.Context, rec *core.Record) (any, error) {
 		_ = grpc.SetTrailer(ctx, trailer)
 	}
 	code := codes.Code(rec.Code)
+	if want := outputType(method); code == codes.OK && !rec.BodyOmitted && want != "" && protoreflect.FullName(message) != want {
+		return nil, fmt.Errorf("%w: stored reply of type %q, the method answers %s", core.ErrCorruptRecord, message, want)
+	}
 	switch {
 	case rec.BodyOmitted:
 		return nil, refusal(codes.FailedPrecondition, ReasonReplyOmitted, fmt.Sprintf(
@@ -335,17 +405,39 @@ func (s *server) replay(ctx context.Context, rec *core.Record) (any, error) {
 	case code != codes.OK:
 		p := &spb.Status{}
 		if err := proto.Unmarshal(rec.Body, p); err != nil || p.Code != int32(code) {
-			return nil, status.Errorf(codes.Internal, "grpcidem: stored status of code %s cannot be decoded", code)
+			return nil, fmt.Errorf("%w: stored status of code %s cannot be decoded", core.ErrCorruptRecord, code)
 		}
 		return nil, status.ErrorProto(p)
 	}
 	mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(message))
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "grpcidem: stored reply of type %q: %v", message, err)
+		return nil, fmt.Errorf("%w: stored reply of type %q: %w", core.ErrCorruptRecord, message, err)
 	}
 	m := mt.New().Interface()
 	if err := proto.Unmarshal(rec.Body, m); err != nil {
-		return nil, status.Errorf(codes.Internal, "grpcidem: stored reply of type %q: %v", message, err)
+		return nil, fmt.Errorf("%w: stored reply of type %q: %w", core.ErrCorruptRecord, message, err)
 	}
 	return m, nil
+}
+
+// outputType returns the full name of the output message of a method
+// ("/pkg.Service/Method"), or "" if its service is not in
+// protoregistry.GlobalFiles (generated code registers it).
+func outputType(method string) protoreflect.FullName {
+	svc, name, ok := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	if !ok {
+		return ""
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
+	if err != nil {
+		return ""
+	}
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		return ""
+	}
+	if md := sd.Methods().ByName(protoreflect.Name(name)); md != nil {
+		return md.Output().FullName()
+	}
+	return ""
 }

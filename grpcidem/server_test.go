@@ -2,6 +2,7 @@ package grpcidem_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -30,6 +31,7 @@ import (
 	"github.com/idem-go/idem/core/idemtest"
 	"github.com/idem-go/idem/grpcidem"
 	"github.com/idem-go/idem/grpcidem/internal/testpb"
+	"github.com/idem-go/idem/idemkey"
 	"github.com/idem-go/idem/redislock"
 )
 
@@ -126,6 +128,11 @@ func serve(t testing.TB, svc testpb.OrdersServer, interceptors ...grpc.UnaryServ
 // cfg.
 func start(t *testing.T, cfg core.Config, opts ...grpcidem.Option) *harness {
 	t.Helper()
+	if cfg.StoreTimeout == 0 {
+		// A loaded machine may take more than the default second per store
+		// call, which would run the handler unprotected (fail-open).
+		cfg.StoreTimeout = 30 * time.Second
+	}
 	eng, err := core.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +154,9 @@ func (h *harness) call(req *testpb.CreateRequest, md ...string) result {
 	return h.callMethod(h.client.Create, req, md...)
 }
 
-func (h *harness) callMethod(m func(context.Context, *testpb.CreateRequest, ...grpc.CallOption) (*testpb.Order, error), req *testpb.CreateRequest, md ...string) result {
+func (h *harness) callMethod(
+	m func(context.Context, *testpb.CreateRequest, ...grpc.CallOption) (*testpb.Order, error), req *testpb.CreateRequest, md ...string,
+) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var r result
@@ -248,6 +257,7 @@ func testServer(t *testing.T, newStore func(t *testing.T) core.Store) {
 		{"Keys", testKeys},
 		{"Scope", testScope},
 		{"ReplyOmitted", testReplyOmitted},
+		{"StoragePolicy", testStoragePolicy},
 		{"Skip", testSkip},
 		{"StreamsPassThrough", testStreams},
 	}
@@ -270,7 +280,11 @@ func TestServerMiniredis(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: m.Addr(), PoolSize: 64})
 	t.Cleanup(func() { c.Close() })
 	testServer(t, func(t *testing.T) core.Store {
-		return redislock.New(c, &redislock.Options{Prefix: "t" + strconv.FormatInt(rnd.Add(1), 10)})
+		s, err := redislock.New(c, &redislock.Options{Prefix: "t" + strconv.FormatInt(rnd.Add(1), 10)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	})
 }
 
@@ -291,6 +305,41 @@ func testReplay(t *testing.T, newStore func(*testing.T) core.Store) {
 	// The legacy name reaches the same record.
 	wantReplayOf(t, h.call(order("book", 2), grpcidem.LegacyKeyMetadata, k), first)
 	h.wantRuns(1)
+}
+
+// testStoragePolicy checks that replays follow the Engine's storage policy:
+// KeepHeaders keeps only the named metadata (trailers too), DeniedHeaders
+// drops more than the base list.
+func testStoragePolicy(t *testing.T, newStore func(*testing.T) core.Store) {
+	for _, tc := range []struct {
+		name            string
+		cfg             core.Config
+		header, trailer bool // x-order-id and x-trailer replayed
+	}{
+		{"keep", core.Config{KeepHeaders: []string{"X-Order-Id"}}, true, false},
+		{"keep trailer", core.Config{KeepHeaders: []string{"x-trailer"}}, false, true},
+		{"deny", core.Config{DeniedHeaders: []string{"X-Order-Id"}}, false, true},
+		{"empty keep is unset", core.Config{KeepHeaders: []string{}}, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Store = newStore(t)
+			h := start(t, tc.cfg)
+			k := idemtest.Key(t)
+			wantOK(t, h.call(order("book", 2), key(k)...))
+			r := h.call(order("book", 2), key(k)...)
+			wantOK(t, r)
+			if !grpcidem.Replayed(r.header) {
+				t.Fatalf("not a replay: %v", r.header)
+			}
+			if got := r.header.Get("x-order-id") != nil; got != tc.header {
+				t.Errorf("x-order-id replayed: %v, want %v (%v)", got, tc.header, r.header)
+			}
+			if got := r.trailer.Get("x-trailer") != nil; got != tc.trailer {
+				t.Errorf("x-trailer replayed: %v, want %v (%v)", got, tc.trailer, r.trailer)
+			}
+			h.wantRuns(1)
+		})
+	}
 }
 
 func testMismatch(t *testing.T, newStore func(*testing.T) core.Store) {
@@ -455,7 +504,8 @@ func testStorePolicy(t *testing.T, newStore func(*testing.T) core.Store) {
 func testKeys(t *testing.T, newStore func(*testing.T) core.Store) {
 	var invalid atomic.Int64
 	observer := func(ev core.Event) {
-		if ev.Outcome == core.OutcomeInvalidKey && ev.Status == int(codes.InvalidArgument) && ev.Method == "/idem.grpcidem.testpb.Orders/Create" {
+		if ev.Outcome == core.OutcomeInvalidKey && ev.Transport == "grpc" && ev.Code == int(codes.InvalidArgument) &&
+			ev.Method == "/idem.grpcidem.testpb.Orders/Create" {
 			invalid.Add(1)
 		}
 	}
@@ -480,7 +530,7 @@ func testKeys(t *testing.T, newStore func(*testing.T) core.Store) {
 		h.wantRuns(2)
 	})
 	t.Run("required", func(t *testing.T) {
-		h := start(t, core.Config{Store: newStore(t), Required: true, ValidateKey: core.ValidateUUIDv4, Observer: observer})
+		h := start(t, core.Config{Store: newStore(t), Required: true, ValidateKey: idemkey.UUIDv4, Observer: observer})
 		wantRefusal(t, h.call(order("book", 1)), codes.InvalidArgument, grpcidem.ReasonMissingKey, false)
 		wantRefusal(t, h.call(order("book", 1), key("not-a-uuid")...), codes.InvalidArgument, grpcidem.ReasonInvalidKey, false)
 		wantOK(t, h.call(order("book", 1), key("0b7f8e9c-7d4a-4b7e-9c1d-2f3a4b5c6d7e")...))
@@ -594,6 +644,57 @@ func TestStoreDown(t *testing.T) {
 	})
 }
 
+// Every event of a call carries the gRPC code the client got, refusals
+// included, with Transport "grpc".
+func TestEventCodes(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var events []core.Event
+	observer := func(ev core.Event) {
+		mu.Lock()
+		events = append(events, ev)
+		mu.Unlock()
+	}
+	h := start(t, core.Config{Observer: observer})
+	h.svc.started, h.svc.hold = make(chan struct{}, 1), make(chan struct{})
+	k := idemtest.Key(t)
+	first := make(chan result, 1)
+	go func() { first <- h.call(order("book", 1), key(k)...) }()
+	<-h.svc.started
+	wantRefusal(t, h.call(order("book", 1), key(k)...), codes.Aborted, grpcidem.ReasonKeyInFlight, true)
+	close(h.svc.hold)
+	wantOK(t, <-first)
+	wantOK(t, h.call(order("book", 1), key(k)...))
+	wantRefusal(t, h.call(order("book", 2), key(k)...), codes.AlreadyExists, grpcidem.ReasonKeyReused, false)
+	if r := h.call(order("internal", 1), key(idemtest.Key(t))...); status.Code(r.err) != codes.Internal {
+		t.Fatalf("internal: %v", r.err)
+	}
+	down := start(t, core.Config{Store: downStore{}, FailClosed: true, Observer: observer})
+	wantRefusal(t, down.call(order("book", 1), key(k)...), codes.Unavailable, grpcidem.ReasonStoreUnavailable, true)
+
+	want := []struct {
+		outcome core.Outcome
+		code    codes.Code
+	}{
+		{core.OutcomeConflict, codes.Aborted},
+		{core.OutcomeStored, codes.OK},
+		{core.OutcomeReplay, codes.OK},
+		{core.OutcomeMismatch, codes.AlreadyExists},
+		{core.OutcomeNotStored, codes.Internal},
+		{core.OutcomeStoreError, codes.Unavailable},
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != len(want) {
+		t.Fatalf("%d events %v, want %d", len(events), events, len(want))
+	}
+	for i, w := range want {
+		if ev := events[i]; ev.Outcome != w.outcome || ev.Transport != "grpc" || codes.Code(ev.Code) != w.code {
+			t.Errorf("event %d: %v %q code %d, want %v grpc %v", i, ev.Outcome, ev.Transport, ev.Code, w.outcome, w.code)
+		}
+	}
+}
+
 // TestOutsideServer calls the interceptor directly, with no server stream
 // in the context: the replay still works, without metadata to send.
 func TestOutsideServer(t *testing.T) {
@@ -633,9 +734,9 @@ func TestNilEngine(t *testing.T) {
 	grpcidem.UnaryServerInterceptor(nil)
 }
 
-// TestUnregisteredReplyType: a reply whose type is not in
-// protoregistry.GlobalTypes (a dynamic message) is stored, but its replay is
-// Internal rather than a second run.
+// TestUnregisteredReplyType: a reply of a method whose service is not
+// registered, of a type not in protoregistry.GlobalTypes (a dynamic
+// message), is stored, but its replay is Internal rather than a second run.
 func TestUnregisteredReplyType(t *testing.T) {
 	t.Parallel()
 	fd, err := protodesc.NewFile(&descriptorpb.FileDescriptorProto{
@@ -653,7 +754,7 @@ func TestUnregisteredReplyType(t *testing.T) {
 		t.Fatal(err)
 	}
 	icpt := grpcidem.UnaryServerInterceptor(eng)
-	info := &grpc.UnaryServerInfo{FullMethod: testpb.Orders_Create_FullMethodName}
+	info := &grpc.UnaryServerInfo{FullMethod: "/idem.grpcidem.unregistered.Svc/Get"}
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcidem.KeyMetadata, "k"))
 	var runs int
 	handler := func(context.Context, any) (any, error) {
@@ -668,5 +769,111 @@ func TestUnregisteredReplyType(t *testing.T) {
 	_, err = icpt(ctx, order("book", 1), info, handler)
 	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "idem.grpcidem.unregistered.Reply") || runs != 1 {
 		t.Fatalf("replay: %v after %d runs; want Internal naming the type, one run", err, runs)
+	}
+}
+
+// TestReplayTypeMismatch: a stored OK reply whose message type is not the
+// method's output type (a tampered or misfiled record) is never replayed:
+// Internal, reported as a corrupt record, and the handler does not run.
+func TestReplayTypeMismatch(t *testing.T) {
+	t.Parallel()
+	var events []core.Event
+	eng, err := core.New(core.Config{Observer: func(ev core.Event) { events = append(events, ev) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	method := testpb.Orders_Create_FullMethodName
+	req := order("book", 1)
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The record of the same call, as the interceptor fingerprints it, but
+	// holding a CreateRequest where the method answers an Order.
+	l, _, err := eng.Acquire(&core.Call{Key: "k", Method: method, Route: method, Fingerprint: sha256.Sum256(append([]byte(method+"\x00"), b...))})
+	if err != nil || l == nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	l.Complete(&core.Record{Code: int(codes.OK), Header: map[string][]string{":message": {"idem.grpcidem.testpb.CreateRequest"}}, Body: b})
+
+	icpt := grpcidem.UnaryServerInterceptor(eng)
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcidem.KeyMetadata, "k"))
+	runs := 0
+	resp, err := icpt(ctx, req, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) {
+		runs++
+		return &testpb.Order{Id: "ord_1"}, nil
+	})
+	if status.Code(err) != codes.Internal || resp != nil || runs != 0 {
+		t.Fatalf("replay of a CreateRequest for Create: %v, %v after %d runs; want Internal, no run", resp, err, runs)
+	}
+	last := events[len(events)-1]
+	if last.Outcome != core.OutcomeStoreError || !errors.Is(last.Err, core.ErrCorruptRecord) || last.Route != method {
+		t.Fatalf("last event %+v, want a corrupt record reported", last)
+	}
+
+	// A handler that answers another type than its method's output is not
+	// stored: a retry runs it again.
+	ctx = metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcidem.KeyMetadata, "k2"))
+	for range 2 {
+		if _, err := icpt(ctx, req, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) {
+			runs++
+			return req, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if last := events[len(events)-1]; runs != 2 || last.Outcome != core.OutcomeNotStored {
+		t.Fatalf("a reply of the wrong type: %d runs, last event %+v; want 2 runs, not stored", runs, last)
+	}
+}
+
+// A new key of a scope over core.Config.Quota is ResourceExhausted with
+// RetryInfo (the window's room, or Config.RetryAfter for keys in flight),
+// reported as OutcomeQuota with that code; its replays still answer.
+func TestQuota(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var quota []core.Event
+	h := start(t, core.Config{Quota: core.Quota{InFlight: 1, PerWindow: 2, Window: time.Hour}, RetryAfter: 3 * time.Second,
+		Observer: func(ev core.Event) {
+			if ev.Outcome == core.OutcomeQuota {
+				mu.Lock()
+				quota = append(quota, ev)
+				mu.Unlock()
+			}
+		}})
+	retryOf := func(r result) time.Duration {
+		for _, d := range status.Convert(r.err).Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok {
+				return ri.RetryDelay.AsDuration()
+			}
+		}
+		return 0
+	}
+	h.svc.started, h.svc.hold = make(chan struct{}, 1), make(chan struct{})
+	first := make(chan result, 1)
+	go func() { first <- h.call(order("book", 1), key("k1")...) }()
+	<-h.svc.started
+	r := h.call(order("book", 1), key("k2")...)
+	wantRefusal(t, r, codes.ResourceExhausted, grpcidem.ReasonQuotaExceeded, true)
+	if d := retryOf(r); d != 3*time.Second {
+		t.Fatalf("RetryInfo of a refusal in flight: %v, want Config.RetryAfter", d)
+	}
+	close(h.svc.hold)
+	h.svc.started = nil
+	done := <-first
+	wantOK(t, done)
+	wantOK(t, h.call(order("book", 1), key("k3")...))
+	r = h.call(order("book", 1), key("k4")...)
+	wantRefusal(t, r, codes.ResourceExhausted, grpcidem.ReasonQuotaExceeded, true)
+	if d := retryOf(r); d <= 59*time.Minute || d > time.Hour {
+		t.Fatalf("RetryInfo of a full window: %v, want about an hour", d)
+	}
+	wantReplayOf(t, h.call(order("book", 1), key("k1")...), done)
+	h.wantRuns(2)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(quota) != 2 || codes.Code(quota[0].Code) != codes.ResourceExhausted || quota[0].Transport != "grpc" {
+		t.Fatalf("quota events %+v", quota)
 	}
 }

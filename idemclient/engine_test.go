@@ -186,8 +186,8 @@ func TestEngineInFlight(t *testing.T) {
 	if runs.Load() != 1 || Attempts(resp) != 3 {
 		t.Fatalf("handler ran %d times, %d attempts; want 1 and 3 (lost, 409, replay)", runs.Load(), Attempts(resp))
 	}
-	if len(waits) != 2 || waits[1] != core.DefaultRetryAfter {
-		t.Fatalf("waits %v, want the backoff, then the 409's Retry-After (%v)", waits, core.DefaultRetryAfter)
+	if len(waits) != 2 || waits[1] != time.Second {
+		t.Fatalf("waits %v, want the backoff, then the 409's Retry-After (%v)", waits, time.Second)
 	}
 }
 
@@ -219,7 +219,7 @@ func TestEngineConcurrentDuplicates(t *testing.T) {
 	tr := &Transport{Base: base}
 	var sleeping, badWaits atomic.Int32
 	tr.sleep = func(_ context.Context, d time.Duration) error {
-		if d != core.DefaultRetryAfter { // not the 409's Retry-After
+		if d != time.Second { // not the 409's Retry-After
 			badWaits.Add(1)
 		}
 		if sleeping.Add(1) == n-1 { // every duplicate got its 409
@@ -268,7 +268,7 @@ func TestEngineConcurrentDuplicates(t *testing.T) {
 		}
 	}
 	if badWaits.Load() != 0 {
-		t.Errorf("%d waits other than the 409's Retry-After (%v)", badWaits.Load(), core.DefaultRetryAfter)
+		t.Errorf("%d waits other than the 409's Retry-After (%v)", badWaits.Load(), time.Second)
 	}
 	if runs.Load() != 1 || firsts != 1 || conflicts.Load() != n-1 || replays.Load() != n-1 {
 		t.Fatalf("handler ran %d times, %d first responses, %d conflicts, %d replays; want 1, 1, %d, %d",

@@ -2,12 +2,22 @@
 // Idempotency-Key header, such as one served by idem's core.Engine.
 //
 // Transport is an http.RoundTripper. A request whose method it covers (POST,
-// PUT, PATCH, DELETE by default) gets a fresh UUIDv4 key unless it carries
-// one, and is sent again with that same key and the same body after a network
-// error, a 409, a 429 or a 5xx but 501: up to MaxAttempts in all, waiting
-// 100 ms, 200 ms, 400 ms (±25 %) or the response's Retry-After, whichever is
-// longer, and never past the request context's deadline. Any other status is
-// returned as it is. Replayed and Attempts tell how the final response came.
+// PUT, PATCH, DELETE by default) gets a key unless it carries one: inside
+// work that runs under a key of idem's (a handler, core.Do), the key
+// core.DerivedKey gives for its method, host and path, so that a run again
+// of the work sends the same key; otherwise a fresh UUIDv4. The request is
+// sent again with that same key and the same body after a network error, a
+// 409 that says the key is in flight (idem's problem type
+// core.ProblemKeyInFlight, in any Config.ProblemDocsURL, or a Retry-After),
+// a 429 or a 5xx but 501: up to MaxAttempts in all, waiting 100 ms, 200 ms,
+// 400 ms (±25 %) or the response's Retry-After, whichever is longer, and
+// never past the request context's deadline. Any other status, such as an
+// application's own 409, is returned as it is. Replayed and Attempts tell
+// how the final response came.
+//
+// Work that sends two requests of one method to one host and path must
+// give each its own key, such as core.DerivedKey(ctx, "refund 2") in the
+// Idempotency-Key header: they would share one. See Example.
 package idemclient
 
 import (
@@ -15,15 +25,20 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/idem-go/idem/core"
 )
 
 // Defaults of Transport's fields.
@@ -187,12 +202,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := context.WithValue(req.Context(), outcomeKey{}, info)
 	tmpl := req.Clone(ctx)
 	if keyed && tmpl.Header.Get(s.keyHeader) == "" && tmpl.Header.Get(legacyKeyHeader) == "" {
-		key, err := uuid.NewRandom()
-		if err != nil {
-			closeBody(req)
-			return nil, fmt.Errorf("idemclient: new key: %w", err)
+		key, ok := core.DerivedKey(ctx, req.Method+" "+req.URL.Host+req.URL.EscapedPath())
+		if !ok {
+			u, err := uuid.NewRandom()
+			if err != nil {
+				closeBody(req)
+				return nil, fmt.Errorf("idemclient: new key: %w", err)
+			}
+			key = u.String()
 		}
-		tmpl.Header.Set(s.keyHeader, key.String())
+		tmpl.Header.Set(s.keyHeader, key)
 	}
 	replay, err := replayBody(tmpl, s.maxBuffer)
 	if err != nil {
@@ -283,11 +302,36 @@ func (t *Transport) retry(resp *http.Response, err error, s settings) (time.Dura
 		return 0, !errors.As(err, &cert)
 	}
 	switch code := resp.StatusCode; {
-	case code == http.StatusConflict, code == http.StatusTooManyRequests,
+	case code == http.StatusConflict && inFlight(resp), code == http.StatusTooManyRequests,
 		code >= 500 && code != http.StatusNotImplemented:
 		return retryAfter(resp.Header.Get("Retry-After"), t.clock(), s.maxDelay), true
 	}
 	return 0, false
+}
+
+// keyInFlight ends the type of idem's key-in-flight problem, whatever
+// Config.ProblemDocsURL says.
+var keyInFlight = core.ProblemKeyInFlight[strings.IndexByte(core.ProblemKeyInFlight, '#'):]
+
+// inFlight reports whether a 409 says that a request with the key is in
+// flight: it carries Retry-After, or it is idem's problem of that type. It
+// reads at most drainBytes of a problem's body, and leaves the body whole.
+func inFlight(resp *http.Response) bool {
+	if resp.Header.Get("Retry-After") != "" {
+		return true
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != core.ContentTypeProblem {
+		return false
+	}
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, drainBytes))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+	var p struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(head, &p) == nil && strings.HasSuffix(p.Type, keyInFlight)
 }
 
 // retryAfter parses a Retry-After value, seconds or an HTTP date, capped at

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/idem-go/idem/core"
 )
 
 // start is the fake clock's first reading, whole seconds for HTTP dates.
@@ -115,6 +117,15 @@ func status(code int, header ...string) func(http.ResponseWriter, *http.Request)
 	}
 }
 
+// problem answers code with a problem of type typ, served as contentType.
+func problem(code int, contentType, typ string) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", contentType)
+		w.WriteHeader(code)
+		fmt.Fprintf(w, `{"type":%q,"title":"Conflict","status":%d}`, typ, code)
+	}
+}
+
 // hangUp closes the connection without a response; reset sends a TCP RST.
 func hangUp(reset bool) func(http.ResponseWriter, *http.Request) {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -166,6 +177,9 @@ func TestRetriesWithOneKey(t *testing.T) {
 		{"409 Retry-After over MaxDelay", status(409, "Retry-After", "3600"), []time.Duration{5 * time.Second, 5 * time.Second}},
 		{"409 Retry-After shorter than the backoff", status(409, "Retry-After", "0"), []time.Duration{100 * ms, 200 * ms}},
 		{"409 bad Retry-After", status(409, "Retry-After", "soon"), []time.Duration{100 * ms, 200 * ms}},
+		{"409 key in flight", problem(409, core.ContentTypeProblem, core.ProblemKeyInFlight), []time.Duration{100 * ms, 200 * ms}},
+		{"409 key in flight, ProblemDocsURL", problem(409, core.ContentTypeProblem+"; charset=utf-8", "https://api.example/errors#key-in-flight"),
+			[]time.Duration{100 * ms, 200 * ms}},
 		{"503", status(503), []time.Duration{100 * ms, 200 * ms}},
 		{"503 Retry-After", status(503, "Retry-After", "1"), []time.Duration{time.Second, time.Second}},
 		{"429 Retry-After", status(429, "Retry-After", "1"), []time.Duration{time.Second, time.Second}},
@@ -330,6 +344,37 @@ func TestNotRetried(t *testing.T) {
 			got := readBody(t, resp)
 			if resp.StatusCode != code || (code != 204 && got != fmt.Sprintf("attempt failed with %d", code)) {
 				t.Fatalf("response %d %q, want %d with its body", resp.StatusCode, got, code)
+			}
+			if n := len(srv.Seen()); n != 1 || Attempts(resp) != 1 || len(ft.Waits()) != 0 {
+				t.Fatalf("server saw %d requests, Attempts %d, waits %v; want 1, 1, none", n, Attempts(resp), ft.Waits())
+			}
+		})
+	}
+}
+
+// An application's own 409 will not change: it is returned, body whole.
+func TestConflictNotRetried(t *testing.T) {
+	t.Parallel()
+	for name, fail := range map[string]func(http.ResponseWriter, *http.Request){
+		"plain":                      status(409),
+		"another problem":            problem(409, core.ContentTypeProblem, "https://api.example/errors#out-of-stock"),
+		"key in flight, not problem": problem(409, "application/json", core.ProblemKeyInFlight),
+		"long problem, body whole":   problem(409, core.ContentTypeProblem, "https://api.example/errors#"+strings.Repeat("x", 10000)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := &flaky{fails: 1, fail: fail}
+			url, base := serve(t, srv)
+			tr := &Transport{Base: base}
+			ft := useFakeTime(tr)
+			resp, err := tr.RoundTrip(post(t, url, "{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := httptest.NewRecorder()
+			fail(want, nil)
+			if got := readBody(t, resp); resp.StatusCode != 409 || got != want.Body.String() {
+				t.Fatalf("response %d %q, want 409 %q", resp.StatusCode, got, want.Body)
 			}
 			if n := len(srv.Seen()); n != 1 || Attempts(resp) != 1 || len(ft.Waits()) != 0 {
 				t.Fatalf("server saw %d requests, Attempts %d, waits %v; want 1, 1, none", n, Attempts(resp), ft.Waits())

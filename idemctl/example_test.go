@@ -24,7 +24,11 @@ func Example() {
 	defer m.Close()
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer client.Close()
-	eng, err := core.New(core.Config{Store: redislock.New(client, nil)})
+	store, err := redislock.New(client, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	eng, err := core.New(core.Config{Store: store})
 	if err != nil {
 		log.Fatal(err)
 	}

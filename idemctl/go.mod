@@ -4,8 +4,8 @@ go 1.25.0
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/idem-go/idem v0.0.0
-	github.com/idem-go/idem/pgstore v0.0.0
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/pgstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.22.0
 )

@@ -97,7 +97,11 @@ func closedPort(t *testing.T) string {
 
 func TestIntegrationRedis(t *testing.T) {
 	c, prefix := redistest.Client(t)
-	testIdemctl(t, redislock.New(c, &redislock.Options{Prefix: prefix}),
+	store, err := redislock.New(c, &redislock.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testIdemctl(t, store,
 		[]string{"-redis", "redis://" + redistest.Addr() + "/0", "-prefix", prefix},
 		[]string{"-redis", "redis://127.0.0.1:" + closedPort(t) + "/0?max_retries=-1&dial_timeout=1s"})
 }

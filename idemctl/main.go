@@ -14,6 +14,10 @@
 // that inflight lists. Flags may come before or after the command. -json
 // prints JSON (the admin package's Key and KeyList), otherwise a table.
 //
+// Records sealed by an Engine's core.Config.Sealer show their times and key
+// id only, unless IDEM_SEAL_KEYS holds the keys (as the examples read them,
+// seal.ParseKeys): inspect then opens them.
+//
 // Exit codes: 0 done, 1 not found, 2 refused (in flight, or unlock without
 // -yes), 3 store error, 64 usage error.
 package main
@@ -36,6 +40,7 @@ import (
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/pgstore"
 	"github.com/idem-go/idem/redislock"
+	"github.com/idem-go/idem/seal"
 )
 
 // Exit codes.
@@ -58,6 +63,8 @@ const usage = `usage: idemctl (-redis URL | -postgres URL) <inspect|purge|unlock
   purge     -scope S -key K [-route R] | -id ID
   unlock    -scope S -key K [-route R] | -id ID  -yes
   inflight  [-limit N]
+
+IDEM_SEAL_KEYS=<id>:<base64 key>[,...] opens sealed records (inspect)
 
 exit codes: 0 done, 1 not found, 2 refused (in flight, no -yes), 3 store error, 64 usage
 
@@ -156,7 +163,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case "inspect":
-		k, err := admin.Inspect(ctx, store, id, o.body)
+		var sealer core.Sealer
+		if spec := os.Getenv("IDEM_SEAL_KEYS"); spec != "" {
+			keys, err := seal.ParseKeys(spec)
+			if err != nil {
+				return fail(exitUsage, "IDEM_SEAL_KEYS: %v", err)
+			}
+			sealer = seal.New(keys)
+		}
+		k, err := admin.Inspect(ctx, store, id, o.body, sealer)
 		if err != nil {
 			return storeExit(stderr, id, err)
 		}
@@ -221,7 +236,11 @@ func open(ctx context.Context, o *options) (core.Admin, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		store := redislock.New(client, &redislock.Options{Prefix: o.prefix, DisableBatching: true})
+		store, err := redislock.New(client, &redislock.Options{Prefix: o.prefix, DisableBatching: true})
+		if err != nil {
+			client.Close()
+			return nil, nil, err
+		}
 		return store, func() { client.Close() }, nil
 	}
 	cfg, err := pgxpool.ParseConfig(o.postgres)

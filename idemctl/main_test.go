@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/idem-go/idem/admin"
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/redislock"
+	"github.com/idem-go/idem/seal"
 )
 
 // idemctl runs the command in-process and returns its exit code and output.
@@ -38,8 +40,11 @@ func newFixture(t *testing.T) *fixture {
 	m := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { c.Close() })
-	f := &fixture{m: m, url: "redis://" + m.Addr() + "?max_retries=-1&dial_timeout=300ms", store: redislock.New(c, &redislock.Options{Prefix: "shop"})}
-	var err error
+	store, err := redislock.New(c, &redislock.Options{Prefix: "shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{m: m, url: "redis://" + m.Addr() + "?max_retries=-1&dial_timeout=300ms", store: store}
 	if f.eng, err = core.New(core.Config{Store: f.store, Observer: func(core.Event) {}}); err != nil {
 		t.Fatal(err)
 	}
@@ -110,12 +115,15 @@ func TestInspect(t *testing.T) {
 	}
 
 	code, stdout, _ = idemctl(t, "inspect", "-id", id, "-redis", f.url, "-prefix", "shop", "-body")
-	for _, want := range []string{"status     completed\n", "code       201\n", "size       8 bytes\n", "header     Location: /orders/7\n", "\nbody:\n{\"id\":7}\n"} {
+	for _, want := range []string{
+		"status     completed\n", "code       201\n", "size       8 bytes\n", "header     Location: /orders/7\n", "\nbody:\n{\"id\":7}\n",
+	} {
 		if code != exitOK || !strings.Contains(stdout, want) {
 			t.Errorf("inspect -body: exit %d, output lacks %q:\n%s", code, want, stdout)
 		}
 	}
-	if code, stdout, _ := idemctl(t, "-redis", f.url, "-prefix", "shop", "inspect", "-scope", "alice", "-key", "order-1"); strings.Contains(stdout, "body") || strings.Contains(stdout, "/orders/7") {
+	code, stdout, _ = idemctl(t, "-redis", f.url, "-prefix", "shop", "inspect", "-scope", "alice", "-key", "order-1")
+	if strings.Contains(stdout, "body") || strings.Contains(stdout, "/orders/7") {
 		t.Errorf("inspect without -body shows the response: exit %d\n%s", code, stdout)
 	}
 
@@ -158,7 +166,8 @@ func TestPurgeUnlockInFlight(t *testing.T) {
 	if code, _, stderr := cmd("purge", "-scope", "alice", "-key", "running"); code != exitRefused || !strings.Contains(stderr, "in flight") {
 		t.Fatalf("purge in flight: exit %d, %q", code, stderr)
 	}
-	if code, stdout, _ := cmd("purge", "-scope", "alice", "-key", "done", "-json"); code != exitOK || stdout != `{"id":"`+core.ID("alice", "done", "")+`","purged":true}`+"\n" {
+	want := `{"id":"` + core.ID("alice", "done", "") + `","purged":true}` + "\n"
+	if code, stdout, _ := cmd("purge", "-scope", "alice", "-key", "done", "-json"); code != exitOK || stdout != want {
 		t.Fatalf("purge: exit %d, %q", code, stdout)
 	}
 	if code, _, _ := cmd("purge", "-scope", "alice", "-key", "done"); code != exitNotFound {
@@ -196,5 +205,62 @@ func TestStoreDown(t *testing.T) {
 		if code != exitStore || stdout != "" || !strings.Contains(stderr, "store error") {
 			t.Errorf("idemctl %v on a Redis that is down: exit %d, %q, %q (%v)", args, code, stdout, stderr, time.Since(start))
 		}
+	}
+}
+
+// TestInspectEscapes: stored bytes never reach the operator's terminal raw:
+// escape sequences in a stored header, body or scope are printed escaped.
+func TestInspectEscapes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const evil = "\x1b]0;pwned\x07\x1b[2J\u202e"
+	f.acquire(t, "mal"+evil, "k").Complete(&core.Record{Code: 200, Header: map[string][]string{"X-Evil": {evil}},
+		Body: []byte("{\"a\": 1,\n\t\"b\": \"" + evil + "\"}")})
+	code, stdout, stderr := idemctl(t, "-redis", f.url, "-prefix", "shop", "inspect", "-scope", "mal"+evil, "-key", "k", "-body")
+	if code != exitOK {
+		t.Fatalf("inspect: exit %d, %s", code, stderr)
+	}
+	if strings.ContainsAny(stdout, "\x1b\x07\u202e") {
+		t.Fatalf("inspect printed raw control characters: %q", stdout)
+	}
+	for _, want := range []string{`\x1b]0;pwned\a\x1b[2J\u202e`, "X-Evil: "} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q: %q", want, stdout)
+		}
+	}
+}
+
+// A sealed record shows its times and key id; with IDEM_SEAL_KEYS, all of
+// it. (Not parallel: t.Setenv.)
+func TestInspectSealed(t *testing.T) {
+	f := newFixture(t)
+	spec := "k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, seal.KeySize))
+	keys, err := seal.ParseKeys(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.eng, err = core.New(core.Config{Store: f.store, Sealer: seal.New(keys), Observer: func(core.Event) {}}); err != nil {
+		t.Fatal(err)
+	}
+	f.acquire(t, "alice", "order-1").Complete(&core.Record{Code: 201, Header: map[string][]string{"Location": {"/orders/7"}}, Body: []byte(`{"id":7}`)})
+	args := []string{"-redis", f.url, "-prefix", "shop", "inspect", "-scope", "alice", "-key", "order-1", "-body"}
+
+	code, stdout, stderr := idemctl(t, args...)
+	if code != exitOK || !strings.Contains(stdout, "sealed     by key k1: its keys open") || strings.Contains(stdout, "/orders/7") ||
+		!strings.Contains(stdout, "created ") {
+		t.Fatalf("without the keys: exit %d\n%s%s", code, stdout, stderr)
+	}
+	t.Setenv("IDEM_SEAL_KEYS", spec)
+	code, stdout, stderr = idemctl(t, args...)
+	for _, want := range []string{
+		"scope      alice\n", "code       201\n", "sealed     by key k1\n", "header     Location: /orders/7\n", "\nbody:\n{\"id\":7}\n",
+	} {
+		if code != exitOK || !strings.Contains(stdout, want) {
+			t.Errorf("with the keys: exit %d, output lacks %q:\n%s%s", code, want, stdout, stderr)
+		}
+	}
+	t.Setenv("IDEM_SEAL_KEYS", "k1:short")
+	if code, _, stderr := idemctl(t, args...); code != exitUsage || !strings.Contains(stderr, "IDEM_SEAL_KEYS") {
+		t.Errorf("bad keys: exit %d, %q", code, stderr)
 	}
 }

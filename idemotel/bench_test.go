@@ -28,7 +28,7 @@ func BenchmarkObserve(b *testing.B) {
 		}
 	}
 	b.Run("bare", func(b *testing.B) { run(b, func(core.Event) {}) })
-	tel, err := idemotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())))
+	tel, err := idemotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

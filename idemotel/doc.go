@@ -2,34 +2,18 @@
 // API and annotates each request's span. It uses the API only: the
 // application chooses the SDK and the exporter.
 //
-//	tel, err := idemotel.New(nil) // otel.GetMeterProvider()
-//	...
-//	eng, err := core.New(core.Config{
-//		Store:    tel.InstrumentStore(redislock.New(rdb, nil)),
-//		Observer: tel.Observe,
-//	})
+// New makes a Telemetry on a MeterProvider (nil: otel.GetMeterProvider()):
+// pass Telemetry.Observe as core.Config.Observer and wrap the store with
+// Telemetry.InstrumentStore, as with idemprom. Instruments are prefixed
+// idempotency. and attributes follow OpenTelemetry's semantic conventions
+// where they have one (http.route, rpc.method, error.type); routes past
+// Options.MaxRoutes count as "_OTHER". Observe also sets, on the span of
+// core.Event.Context, idempotency.outcome, idempotency.replay and
+// idempotency.key (masked with core.MaskKey; never the scope), records
+// Event.Err as an exception event, and leaves the span's status to the
+// transport's instrumentation.
 //
-// Instruments (meter ScopeName):
-//
-//	idempotency.requests{outcome,method,route}              counter, {request}
-//	idempotency.request.duration{outcome,method,route}      histogram, s
-//	idempotency.store.operation.duration{operation}         histogram, s
-//	idempotency.store.errors{operation}                     counter, {error}
-//	idempotency.inflight_requests                           updowncounter, {request}
-//	idempotency.store.fallbacks                             counter, {request}
-//	idempotency.store.breaker.state{state}                  gauge
-//
-// They are idemprom's metrics: an OpenTelemetry Prometheus exporter names
-// them idempotency_requests_total and so on, with the same labels, so the
-// alert rules of idemprom (idemprom/alerts.yml) apply unchanged. The store
-// metrics and the in-flight count need InstrumentStore; the rest Observe,
-// where events that are no request's count fallbacks (core.OutcomeFallback)
-// and set the breaker's state (core.OutcomeBreaker).
-// See docs/metrics.md.
-//
-// Observe also sets, on the span of core.Event.Context (the request's, as
-// an otelhttp or otelgrpc middleware before idem starts it), the attributes
-// idempotency.outcome, idempotency.replay and idempotency.key (masked with
-// core.MaskKey; never the scope), and records Event.Err as an exception
-// event. It leaves the span's status to the transport's instrumentation.
+// See Example. docs/metrics.md lists the instruments and their attributes,
+// and maps them to idemprom's names through a Prometheus exporter, so that
+// idemprom's alert rules and dashboard apply.
 package idemotel

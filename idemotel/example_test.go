@@ -24,7 +24,7 @@ func Example() {
 	spans := tracetest.NewSpanRecorder()
 	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("app")
 
-	tel, err := idemotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	tel, err := idemotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func Example() {
 	for _, m := range rm.ScopeMetrics[0].Metrics {
 		if m.Name == "idempotency.requests" {
 			for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				outcome, _ := p.Attributes.Value("outcome")
+				outcome, _ := p.Attributes.Value("idempotency.outcome")
 				fmt.Println(m.Name, outcome.AsString(), p.Value)
 			}
 		}

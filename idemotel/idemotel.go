@@ -4,18 +4,49 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/instrument"
 )
 
 // ScopeName is the instrumentation scope of the meter.
 const ScopeName = "github.com/idem-go/idem/idemotel"
+
+// DefaultMaxRoutes is how many route values a Telemetry keeps apart by
+// default.
+const DefaultMaxRoutes = 256
+
+// otherRoute is the http.route (or rpc.method) of requests past
+// Options.MaxRoutes: OpenTelemetry's value for a method it does not know.
+const otherRoute = "_OTHER"
+
+// Options tunes a Telemetry. A nil *Options means the defaults.
+type Options struct {
+	// MaxRoutes bounds the values of http.route (rpc.method for gRPC);
+	// further routes count as "_OTHER" (docs/metrics.md).
+	// Optional. Default: DefaultMaxRoutes.
+	MaxRoutes int
+}
+
+// Attributes of idem's own, where OpenTelemetry's semantic conventions
+// have none (docs/metrics.md).
+const (
+	outcomeKey   = attribute.Key("idempotency.outcome")         // core.Outcome's name
+	operationKey = attribute.Key("idempotency.store.operation") // instrument.Op's name
+	stateKey     = attribute.Key("idempotency.breaker.state")   // core.BreakerState's name
+	// Of a call neither HTTP nor gRPC (core.Event.Transport).
+	transportKey = attribute.Key("idempotency.transport")
+	methodKey    = attribute.Key("idempotency.method")
+	routeKey     = attribute.Key("idempotency.route")
+)
 
 // Bucket boundaries of the duration histograms, in seconds, as idemprom's
 // (advisory: an SDK View overrides them).
@@ -36,16 +67,19 @@ type Telemetry struct {
 	fallbacks metric.Int64Counter
 	breaker   metric.Int64Gauge
 
-	ops    [core.NumStoreOps]opOptions
+	ops    [instrument.NumOps]opOptions
+	failed [instrument.NumOps][len(storeErrorTypes)]opOptions // ops with error.type
 	states [len(breakerStates)]seriesOptions
 
-	mu     sync.RWMutex
-	series map[seriesKey]seriesOptions // attribute sets built once per label set
+	maxRoutes int
+	mu        sync.RWMutex
+	series    map[seriesKey]seriesOptions // attribute sets built once per label set
+	routes    map[string]struct{}         // the routes in series, at most maxRoutes
 }
 
 type seriesKey struct {
-	outcome       core.Outcome
-	method, route string
+	outcome                  core.Outcome
+	transport, method, route string
 }
 
 // Option slices, reused: passing them to Add and Record allocates nothing.
@@ -58,12 +92,22 @@ type opOptions = seriesOptions
 
 // New returns a Telemetry whose instruments come from mp (nil means
 // otel.GetMeterProvider()).
-func New(mp metric.MeterProvider) (*Telemetry, error) {
+func New(mp metric.MeterProvider, opts *Options) (*Telemetry, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxRoutes == 0 {
+		o.MaxRoutes = DefaultMaxRoutes
+	}
+	if o.MaxRoutes < 0 {
+		return nil, errMaxRoutes
+	}
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
 	m := mp.Meter(ScopeName)
-	t := &Telemetry{series: make(map[seriesKey]seriesOptions)}
+	t := &Telemetry{maxRoutes: o.MaxRoutes, series: make(map[seriesKey]seriesOptions), routes: make(map[string]struct{})}
 	var errs [7]error
 	t.requests, errs[0] = m.Int64Counter("idempotency.requests", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests with an idempotency key, by outcome (replay, stored, conflict, ...), method and route template."))
@@ -80,23 +124,28 @@ func New(mp metric.MeterProvider) (*Telemetry, error) {
 	t.fallbacks, errs[5] = m.Int64Counter("idempotency.store.fallbacks", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests that the fallback store served because the primary store failed."))
 	t.breaker, errs[6] = m.Int64Gauge("idempotency.store.breaker.state",
-		metric.WithDescription("State of the circuit breaker around the idempotency store: 1 for the current state (closed, open, half_open), 0 for the others."))
+		metric.WithDescription("State of the idempotency store's circuit breaker: 1 for the current state (closed, open, half_open), 0 for the others."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("idemotel: %w", err)
 	}
 	ctx := context.Background()
-	for op := range core.NumStoreOps {
-		t.ops[op] = options(attribute.NewSet(attribute.String("operation", op.String())))
+	for op := range instrument.NumOps {
+		t.ops[op] = options(attribute.NewSet(operationKey.String(op.String())))
 		t.storeErrs.Add(ctx, 0, t.ops[op].add...) // every series from the start: rates need no first sample
+		for i, et := range storeErrorTypes {
+			t.failed[op][i] = options(attribute.NewSet(operationKey.String(op.String()), semconv.ErrorTypeKey.String(et)))
+		}
 	}
 	t.fallbacks.Add(ctx, 0)
 	t.inflight.Add(ctx, 0)
 	for i, s := range breakerStates {
-		t.states[i] = options(attribute.NewSet(attribute.String("state", s.String())))
+		t.states[i] = options(attribute.NewSet(stateKey.String(s.String())))
 	}
 	t.setBreaker(ctx, core.BreakerClosed)
 	return t, nil
 }
+
+var errMaxRoutes = errors.New("idemotel: negative MaxRoutes")
 
 func options(set attribute.Set) seriesOptions {
 	o := metric.WithAttributeSet(set)
@@ -120,19 +169,7 @@ func (t *Telemetry) Observe(e core.Event) {
 		t.setBreaker(ctx, e.Breaker)
 		return
 	}
-	k := seriesKey{e.Outcome, e.Method, e.Route}
-	t.mu.RLock()
-	o, ok := t.series[k]
-	t.mu.RUnlock()
-	if !ok {
-		o = options(attribute.NewSet(
-			attribute.String("outcome", e.Outcome.String()),
-			attribute.String("method", e.Method),
-			attribute.String("route", e.Route)))
-		t.mu.Lock()
-		t.series[k] = o
-		t.mu.Unlock()
-	}
+	o := t.seriesOf(seriesKey{e.Outcome, e.Transport, e.Method, e.Route})
 	t.requests.Add(ctx, 1, o.add...)
 	t.duration.Record(ctx, e.Duration.Seconds(), o.record...)
 
@@ -141,7 +178,7 @@ func (t *Telemetry) Observe(e core.Event) {
 		return
 	}
 	span.SetAttributes(
-		attribute.String("idempotency.outcome", e.Outcome.String()),
+		outcomeKey.String(e.Outcome.String()),
 		attribute.Bool("idempotency.replay", e.Outcome == core.OutcomeReplay),
 	)
 	if e.Key != "" {
@@ -150,6 +187,73 @@ func (t *Telemetry) Observe(e core.Event) {
 	if e.Err != nil {
 		span.RecordError(e.Err)
 	}
+}
+
+// seriesOf returns the options of k's series, its route counted as
+// otherRoute once maxRoutes others are.
+func (t *Telemetry) seriesOf(k seriesKey) seriesOptions {
+	t.mu.RLock()
+	o, ok := t.series[k]
+	if !ok {
+		k = t.capped(k)
+		o, ok = t.series[k]
+	}
+	t.mu.RUnlock()
+	if ok {
+		return o
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if k = t.capped(k); k.route != otherRoute {
+		t.routes[k.route] = struct{}{}
+	}
+	if o, ok := t.series[k]; ok {
+		return o
+	}
+	o = options(requestAttributes(k))
+	t.series[k] = o
+	return o
+}
+
+// capped returns k with otherRoute for a route that is not in t.routes
+// when t.routes is full; t.mu is held.
+func (t *Telemetry) capped(k seriesKey) seriesKey {
+	if _, ok := t.routes[k.route]; ok || len(t.routes) < t.maxRoutes {
+		return k
+	}
+	if k.method == k.route { // a gRPC full method
+		k.method = otherRoute
+	}
+	k.route = otherRoute
+	return k
+}
+
+// requestAttributes are the attributes of a request's series: its outcome;
+// http.request.method and http.route over HTTP, rpc.system.name and
+// rpc.method over gRPC, idempotency.transport, .method and .route (those
+// set) over any other; and error.type, the outcome's name, when idem
+// refused or failed the request.
+func requestAttributes(k seriesKey) attribute.Set {
+	attrs := make([]attribute.KeyValue, 0, 5)
+	attrs = append(attrs, outcomeKey.String(k.outcome.String()))
+	switch k.transport {
+	case "http":
+		attrs = append(attrs, semconv.HTTPRequestMethodKey.String(k.method), semconv.HTTPRoute(k.route))
+	case "grpc":
+		attrs = append(attrs, semconv.RPCSystemNameGRPC, semconv.RPCMethod(strings.TrimPrefix(k.method, "/")))
+	default:
+		for _, a := range [...]attribute.KeyValue{transportKey.String(k.transport), methodKey.String(k.method), routeKey.String(k.route)} {
+			if a.Value.AsString() != "" {
+				attrs = append(attrs, a)
+			}
+		}
+	}
+	switch k.outcome {
+	case core.OutcomeReplay, core.OutcomeStored, core.OutcomeNotStored: // the handler's answer, or its replay
+	default:
+		attrs = append(attrs, semconv.ErrorTypeKey.String(k.outcome.String()))
+	}
+	return attribute.NewSet(attrs...)
 }
 
 var breakerStates = [...]core.BreakerState{core.BreakerClosed, core.BreakerOpen, core.BreakerHalfOpen}

@@ -100,7 +100,7 @@ func newEngine(t *testing.T, cfg core.Config) *core.Engine {
 func newTelemetry(t *testing.T) (*idemotel.Telemetry, *sdkmetric.ManualReader) {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
-	tel, err := idemotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	tel, err := idemotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,28 +222,32 @@ func TestScriptedRequests(t *testing.T) {
 		t.Errorf("handler ran %d times, want 5", got)
 	}
 
+	// OpenTelemetry's HTTP attributes, and error.type where idem refused
+	// or failed the request.
 	byOutcome := map[string]int64{
-		"method=POST,outcome=conflict,route=/orders":        1,
-		"method=POST,outcome=invalid_key,route=/orders":     2,
-		"method=POST,outcome=mismatch,route=/orders":        1,
-		"method=POST,outcome=not_stored,route=/orders":      1,
-		"method=POST,outcome=replay,route=/orders":          2,
-		"method=POST,outcome=stored,route=/orders":          3,
-		"method=PUT,outcome=store_error,route=/orders/{id}": 1,
+		"error.type=conflict,http.request.method=POST,http.route=/orders,idempotency.outcome=conflict":           1,
+		"error.type=invalid_key,http.request.method=POST,http.route=/orders,idempotency.outcome=invalid_key":     2,
+		"error.type=mismatch,http.request.method=POST,http.route=/orders,idempotency.outcome=mismatch":           1,
+		"http.request.method=POST,http.route=/orders,idempotency.outcome=not_stored":                             1,
+		"http.request.method=POST,http.route=/orders,idempotency.outcome=replay":                                 2,
+		"http.request.method=POST,http.route=/orders,idempotency.outcome=stored":                                 3,
+		"error.type=store_error,http.request.method=PUT,http.route=/orders/{id},idempotency.outcome=store_error": 1,
 	}
 	wantPoints(t, reader, "idempotency.requests", byOutcome)
 	wantPoints(t, reader, "idempotency.request.duration", byOutcome)
-	// Acquire: every request with a valid key that reached idem (9);
-	// Complete: the 3 stored; Release: the 500.
+	// Acquire: every request with a valid key that reached idem (9), one
+	// of them failed; Complete: the 3 stored; Release: the 500.
 	wantPoints(t, reader, "idempotency.store.operation.duration", map[string]int64{
-		"operation=acquire": 9, "operation=complete": 3, "operation=release": 1,
+		"idempotency.store.operation=acquire": 8, "error.type=_OTHER,idempotency.store.operation=acquire": 1,
+		"idempotency.store.operation=complete": 3, "idempotency.store.operation=release": 1,
 	})
 	wantPoints(t, reader, "idempotency.store.errors", map[string]int64{
-		"operation=acquire": 1, "operation=complete": 0, "operation=refresh": 0, "operation=release": 0,
+		"idempotency.store.operation=acquire": 1, "idempotency.store.operation=complete": 0,
+		"idempotency.store.operation=refresh": 0, "idempotency.store.operation=release": 0,
 	})
 	wantPoints(t, reader, "idempotency.inflight_requests", map[string]int64{"": 0})
 	wantPoints(t, reader, "idempotency.store.fallbacks", map[string]int64{"": 0})
-	wantPoints(t, reader, "idempotency.store.breaker.state", map[string]int64{"state=closed": 1, "state=half_open": 0, "state=open": 0})
+	wantPoints(t, reader, "idempotency.store.breaker.state", breakerStates(1, 0, 0))
 
 	ended := spans.Ended()
 	if len(ended) != len(steps) {
@@ -330,7 +334,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 			if wait > 0 && counts["replay"] != n-1 {
 				t.Errorf("with Wait: outcomes %v, want %d replays", counts, n-1)
 			}
-			if got := points(t, reader, "idempotency.store.operation.duration")["operation=acquire"]; got < n {
+			if got := points(t, reader, "idempotency.store.operation.duration")["idempotency.store.operation=acquire"]; got < n {
 				t.Errorf("%d Acquire calls timed, want at least %d", got, n)
 			}
 			wantPoints(t, reader, "idempotency.inflight_requests", map[string]int64{"": 0})
@@ -339,7 +343,8 @@ func TestConcurrentDuplicates(t *testing.T) {
 }
 
 // TestObserveWithoutSpan: an event without a context, or whose span does
-// not record, is counted all the same.
+// not record, is counted all the same; one of no transport (Engine.Do,
+// Once) has idem's method and route attributes, those set.
 func TestObserveWithoutSpan(t *testing.T) {
 	t.Parallel()
 	tel, reader := newTelemetry(t)
@@ -347,8 +352,8 @@ func TestObserveWithoutSpan(t *testing.T) {
 	tel.Observe(core.Event{Context: context.Background(), Outcome: core.OutcomeReplay, Method: "POST", Route: "/a", Key: "k"})
 	tel.Observe(core.Event{Outcome: 99})
 	wantPoints(t, reader, "idempotency.requests", map[string]int64{
-		"method=,outcome=unknown,route=":      1,
-		"method=POST,outcome=replay,route=/a": 2,
+		"error.type=unknown,idempotency.outcome=unknown":                          1,
+		"idempotency.method=POST,idempotency.outcome=replay,idempotency.route=/a": 2,
 	})
 }
 
@@ -356,7 +361,7 @@ func TestObserveWithoutSpan(t *testing.T) {
 // the application sets one).
 func TestNewDefault(t *testing.T) {
 	t.Parallel()
-	tel, err := idemotel.New(nil)
+	tel, err := idemotel.New(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,17 +376,20 @@ func TestBreaker(t *testing.T) {
 	tel, reader := newTelemetry(t)
 	eng := newEngine(t, core.Config{Store: tel.InstrumentStore(downStore{}), Observer: tel.Observe,
 		BreakerFailures: 2, BreakerCooldown: time.Hour})
-	h := eng.Middleware(newOrders())
+	h := eng.Middleware(newOrders()) // outside a mux: no route template, route "unmatched"
 	for i := range 5 {
 		if got := send(h, i, "POST", "/orders", fmt.Sprintf("key-%08d", i), `{}`); got != http.StatusCreated {
 			t.Errorf("request %d: status %d, want 201 (fail-open)", i, got)
 		}
 	}
-	wantPoints(t, reader, "idempotency.requests", map[string]int64{"method=POST,outcome=store_error,route=/orders": 5})
-	wantPoints(t, reader, "idempotency.store.errors", map[string]int64{
-		"operation=acquire": 2, "operation=complete": 0, "operation=refresh": 0, "operation=release": 0,
+	wantPoints(t, reader, "idempotency.requests", map[string]int64{
+		"error.type=store_error,http.request.method=POST,http.route=unmatched,idempotency.outcome=store_error": 5,
 	})
-	wantPoints(t, reader, "idempotency.store.breaker.state", map[string]int64{"state=closed": 0, "state=half_open": 0, "state=open": 1})
+	wantPoints(t, reader, "idempotency.store.errors", map[string]int64{
+		"idempotency.store.operation=acquire": 2, "idempotency.store.operation=complete": 0,
+		"idempotency.store.operation=refresh": 0, "idempotency.store.operation=release": 0,
+	})
+	wantPoints(t, reader, "idempotency.store.breaker.state", breakerStates(0, 0, 1))
 }
 
 // TestStoreEvents: fallback and breaker events count as what they are,
@@ -398,6 +406,101 @@ func TestStoreEvents(t *testing.T) {
 		tel.Observe(e)
 	}
 	wantPoints(t, reader, "idempotency.store.fallbacks", map[string]int64{"": 2})
-	wantPoints(t, reader, "idempotency.store.breaker.state", map[string]int64{"state=closed": 0, "state=half_open": 1, "state=open": 0})
+	wantPoints(t, reader, "idempotency.store.breaker.state", breakerStates(0, 1, 0))
 	wantPoints(t, reader, "idempotency.requests", map[string]int64{})
+}
+
+func breakerStates(closed, halfOpen, open int64) map[string]int64 {
+	return map[string]int64{
+		"idempotency.breaker.state=closed": closed, "idempotency.breaker.state=half_open": halfOpen, "idempotency.breaker.state=open": open,
+	}
+}
+
+// TestGRPCAttributes: an event of gRPC (grpcidem reports the full method,
+// "/pkg.Service/Method", as Method and Route) carries OpenTelemetry's RPC
+// attributes instead of the HTTP ones.
+func TestGRPCAttributes(t *testing.T) {
+	t.Parallel()
+	tel, reader := newTelemetry(t)
+	const m = "/shop.v1.Orders/Create"
+	tel.Observe(core.Event{Outcome: core.OutcomeStored, Transport: "grpc", Method: m, Route: m})
+	tel.Observe(core.Event{Outcome: core.OutcomeConflict, Transport: "grpc", Method: m, Route: m})
+	wantPoints(t, reader, "idempotency.request.duration", map[string]int64{
+		"idempotency.outcome=stored,rpc.method=shop.v1.Orders/Create,rpc.system.name=grpc":                       1,
+		"error.type=conflict,idempotency.outcome=conflict,rpc.method=shop.v1.Orders/Create,rpc.system.name=grpc": 1,
+	})
+}
+
+// TestStoreErrorTypes: a failed store call's duration carries error.type,
+// a timeout, a full store, a corrupt record, or _OTHER; a key in flight and
+// a lost lock are no failures.
+func TestStoreErrorTypes(t *testing.T) {
+	t.Parallel()
+	tel, reader := newTelemetry(t)
+	ctx := context.Background()
+	for _, err := range []error{
+		context.DeadlineExceeded, fmt.Errorf("redis: %w", context.DeadlineExceeded), core.ErrStoreFull,
+		core.ErrCorruptRecord, errDown, core.ErrInFlight, core.ErrLockLost, nil,
+	} {
+		s := tel.InstrumentStore(&scriptedStore{errs: map[string]error{"acquire": err}})
+		s.Acquire(ctx, "k", time.Minute)
+	}
+	wantPoints(t, reader, "idempotency.store.operation.duration", map[string]int64{
+		"error.type=timeout,idempotency.store.operation=acquire":        2,
+		"error.type=store_full,idempotency.store.operation=acquire":     1,
+		"error.type=corrupt_record,idempotency.store.operation=acquire": 1,
+		"error.type=_OTHER,idempotency.store.operation=acquire":         1,
+		"idempotency.store.operation=acquire":                           3,
+	})
+}
+
+// TestMaxRoutes: past MaxRoutes routes, requests of further routes count
+// under http.route "_OTHER" (rpc.method "_OTHER" for gRPC); routes seen
+// before keep their series.
+func TestMaxRoutes(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	tel, err := idemotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), &idemotel.Options{MaxRoutes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{"/a", "/b", "/c", "/a", "/d"} {
+		tel.Observe(core.Event{Outcome: core.OutcomeReplay, Transport: "http", Method: "POST", Route: r})
+	}
+	tel.Observe(core.Event{Outcome: core.OutcomeReplay, Transport: "grpc", Method: "/shop.Orders/Create", Route: "/shop.Orders/Create"})
+	wantPoints(t, reader, "idempotency.requests", map[string]int64{
+		"http.request.method=POST,http.route=/a,idempotency.outcome=replay":     2,
+		"http.request.method=POST,http.route=/b,idempotency.outcome=replay":     1,
+		"http.request.method=POST,http.route=_OTHER,idempotency.outcome=replay": 2,
+		"idempotency.outcome=replay,rpc.method=_OTHER,rpc.system.name=grpc":     1,
+	})
+	if _, err := idemotel.New(nil, &idemotel.Options{MaxRoutes: -1}); err == nil {
+		t.Error("New with a negative MaxRoutes: no error")
+	}
+}
+
+// TestMaxRoutesConcurrent: requests to 2000 distinct paths at once keep
+// DefaultMaxRoutes routes and one "_OTHER", and lose no count.
+func TestMaxRoutesConcurrent(t *testing.T) {
+	t.Parallel()
+	tel, reader := newTelemetry(t)
+	const n = 2000
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := g; i < n; i += 8 {
+				tel.Observe(core.Event{Outcome: core.OutcomeStored, Transport: "http", Method: "POST", Route: fmt.Sprintf("/orders/%d", i)})
+			}
+		})
+	}
+	wg.Wait()
+	got := points(t, reader, "idempotency.requests")
+	var total int64
+	for _, v := range got {
+		total += v
+	}
+	other := got["http.request.method=POST,http.route=_OTHER,idempotency.outcome=stored"]
+	if len(got) != idemotel.DefaultMaxRoutes+1 || other == 0 || total != n {
+		t.Errorf("%d series (_OTHER: %d requests), %d requests; want %d, > 0, %d", len(got), other, total, idemotel.DefaultMaxRoutes+1, n)
+	}
 }

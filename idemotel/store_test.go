@@ -16,14 +16,14 @@ import (
 // MemoryStore: the wrapper changes nothing a store promises.
 func TestStoreConformance(t *testing.T) {
 	tel, _ := newTelemetry(t)
-	idemtest.TestStore(t, func(*testing.T) core.Store { return tel.InstrumentStore(core.NewMemoryStore(0)) })
+	idemtest.TestStore(t, func(*testing.T) core.Store { return tel.InstrumentStore(core.NewMemoryStore(0)) }, idemtest.FakeTime())
 }
 
 // TestAdminConformance runs the admin suite over an instrumented
 // MemoryStore, whose core.Admin the wrapper passes through.
 func TestAdminConformance(t *testing.T) {
 	m, _ := newTelemetry(t)
-	idemtest.TestAdmin(t, func(*testing.T) core.Store { return m.InstrumentStore(core.NewMemoryStore(0)) })
+	idemtest.TestAdmin(t, func(*testing.T) core.Store { return m.InstrumentStore(core.NewMemoryStore(0)) }, idemtest.FakeTime())
 }
 
 type (
@@ -187,7 +187,7 @@ func TestStoreWrapper(t *testing.T) {
 			wantPoints(t, reader, "idempotency.inflight_requests", map[string]int64{"": tt.inflight})
 			wantErrs := map[string]int64{}
 			for _, op := range []string{"acquire", "complete", "refresh", "release"} {
-				wantErrs["operation="+op] = tt.errors[op]
+				wantErrs["idempotency.store.operation="+op] = tt.errors[op]
 			}
 			wantPoints(t, reader, "idempotency.store.errors", wantErrs)
 		})

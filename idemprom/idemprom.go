@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/instrument"
 )
 
 // DefaultRequestBuckets are the default buckets of
@@ -20,14 +21,24 @@ var DefaultRequestBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5,
 // takes well under a millisecond to tens of milliseconds.
 var DefaultStoreBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
 
+// DefaultMaxRoutes is how many route label values a Collector keeps apart
+// by default.
+const DefaultMaxRoutes = 256
+
+// otherRoute is the route label of requests past Options.MaxRoutes.
+const otherRoute = "_OTHER"
+
 // Options tunes a Collector. A nil *Options means the defaults.
 type Options struct {
 	// RequestBuckets of idempotency_request_duration_seconds.
-	// Default: DefaultRequestBuckets.
+	// Optional. Default: DefaultRequestBuckets.
 	RequestBuckets []float64
 	// StoreBuckets of idempotency_store_operation_duration_seconds.
-	// Default: DefaultStoreBuckets.
+	// Optional. Default: DefaultStoreBuckets.
 	StoreBuckets []float64
+	// MaxRoutes bounds the route label's values; further routes count as
+	// route="_OTHER" (docs/metrics.md). Optional. Default: DefaultMaxRoutes.
+	MaxRoutes int
 }
 
 // Collector holds idem's metrics (see the package doc). It is a
@@ -42,10 +53,12 @@ type Collector struct {
 	fallbacks prometheus.Counter
 	breaker   *prometheus.GaugeVec
 
-	ops [core.NumStoreOps]opMetrics // resolved once: the store wrapper does no label lookup
+	ops [instrument.NumOps]opMetrics // resolved once: the store wrapper does no label lookup
 
-	mu     sync.RWMutex
-	series map[seriesKey]series // resolved once per label set: one lookup per event, not two
+	maxRoutes int
+	mu        sync.RWMutex
+	series    map[seriesKey]series // resolved once per label set: one lookup per event, not two
+	routes    map[string]struct{}  // the route label values in series, at most maxRoutes
 }
 
 type seriesKey struct {
@@ -77,8 +90,14 @@ func New(reg prometheus.Registerer, opts *Options) (*Collector, error) {
 	if o.StoreBuckets == nil {
 		o.StoreBuckets = DefaultStoreBuckets
 	}
+	if o.MaxRoutes == 0 {
+		o.MaxRoutes = DefaultMaxRoutes
+	}
 	if !increasing(o.RequestBuckets) || !increasing(o.StoreBuckets) {
 		return nil, errBuckets
+	}
+	if o.MaxRoutes < 0 {
+		return nil, errMaxRoutes
 	}
 	labels := []string{"outcome", "method", "route"}
 	c := &Collector{
@@ -110,12 +129,14 @@ func New(reg prometheus.Registerer, opts *Options) (*Collector, error) {
 		}),
 		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "idempotency_store_breaker_state",
-			Help: "State of the circuit breaker around the idempotency store: 1 for the current state (closed, open, half_open), 0 for the others.",
+			Help: "State of the idempotency store's circuit breaker: 1 for the current state (closed, open, half_open), 0 for the others.",
 		}, []string{"state"}),
-		series: make(map[seriesKey]series),
+		maxRoutes: o.MaxRoutes,
+		series:    make(map[seriesKey]series),
+		routes:    make(map[string]struct{}),
 	}
 	c.setBreaker(core.BreakerClosed)
-	for op := range core.NumStoreOps {
+	for op := range instrument.NumOps {
 		c.ops[op] = opMetrics{
 			duration: c.storeDur.WithLabelValues(op.String()),
 			errors:   c.storeErrs.WithLabelValues(op.String()),
@@ -136,7 +157,10 @@ func New(reg prometheus.Registerer, opts *Options) (*Collector, error) {
 	return c, nil
 }
 
-var errBuckets = errors.New("idemprom: buckets must be strictly increasing")
+var (
+	errBuckets   = errors.New("idemprom: buckets must be strictly increasing")
+	errMaxRoutes = errors.New("idemprom: negative MaxRoutes")
+)
 
 func increasing(b []float64) bool {
 	for i := 1; i < len(b); i++ {
@@ -157,22 +181,52 @@ func (c *Collector) Observe(e core.Event) {
 		c.setBreaker(e.Breaker)
 		return
 	}
-	k := seriesKey{e.Outcome, e.Method, e.Route}
-	c.mu.RLock()
-	s, ok := c.series[k]
-	c.mu.RUnlock()
-	if !ok {
-		outcome := e.Outcome.String()
-		s = series{
-			requests: c.requests.WithLabelValues(outcome, e.Method, e.Route),
-			duration: c.duration.WithLabelValues(outcome, e.Method, e.Route),
-		}
-		c.mu.Lock()
-		c.series[k] = s
-		c.mu.Unlock()
-	}
+	s := c.seriesOf(seriesKey{e.Outcome, e.Method, e.Route})
 	s.requests.Inc()
 	s.duration.Observe(e.Duration.Seconds())
+}
+
+// seriesOf returns the series of k, its route counted as otherRoute once
+// maxRoutes others are.
+func (c *Collector) seriesOf(k seriesKey) series {
+	c.mu.RLock()
+	s, ok := c.series[k]
+	if !ok {
+		k = c.capped(k)
+		s, ok = c.series[k]
+	}
+	c.mu.RUnlock()
+	if ok {
+		return s
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if k = c.capped(k); k.route != otherRoute {
+		c.routes[k.route] = struct{}{}
+	}
+	if s, ok := c.series[k]; ok {
+		return s
+	}
+	outcome := k.outcome.String()
+	s = series{
+		requests: c.requests.WithLabelValues(outcome, k.method, k.route),
+		duration: c.duration.WithLabelValues(outcome, k.method, k.route),
+	}
+	c.series[k] = s
+	return s
+}
+
+// capped returns k with otherRoute for a route that is not in c.routes
+// when c.routes is full; c.mu is held.
+func (c *Collector) capped(k seriesKey) seriesKey {
+	if _, ok := c.routes[k.route]; ok || len(c.routes) < c.maxRoutes {
+		return k
+	}
+	if k.method == k.route {
+		k.method = otherRoute
+	}
+	k.route = otherRoute
+	return k
 }
 
 var breakerStates = [...]core.BreakerState{core.BreakerClosed, core.BreakerOpen, core.BreakerHalfOpen}

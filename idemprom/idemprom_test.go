@@ -198,7 +198,7 @@ idempotency_inflight_requests 0
 # HELP idempotency_store_fallbacks_total Requests that the fallback store served because the primary store failed.
 # TYPE idempotency_store_fallbacks_total counter
 idempotency_store_fallbacks_total 0
-# HELP idempotency_store_breaker_state State of the circuit breaker around the idempotency store: 1 for the current state (closed, open, half_open), 0 for the others.
+# HELP idempotency_store_breaker_state State of the idempotency store's circuit breaker: 1 for the current state (closed, open, half_open), 0 for the others.
 # TYPE idempotency_store_breaker_state gauge
 idempotency_store_breaker_state{state="closed"} 1
 idempotency_store_breaker_state{state="half_open"} 0
@@ -388,6 +388,81 @@ idempotency_requests_total{method="POST",outcome="unknown",route="/x"} 1
 	}
 }
 
+// TestMaxRoutes: past MaxRoutes route values, requests of further routes
+// count under route "_OTHER" (and method "_OTHER" for a gRPC full method,
+// which is its route too); routes seen before keep their series.
+func TestMaxRoutes(t *testing.T) {
+	t.Parallel()
+	c, err := idemprom.New(nil, &idemprom.Options{MaxRoutes: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{"/a", "/b", "/a", "/c", "/d", "/e", "/a", "/c"} {
+		c.Observe(core.Event{Outcome: core.OutcomeStored, Method: "POST", Route: r})
+	}
+	c.Observe(core.Event{Outcome: core.OutcomeReplay, Method: "PUT", Route: "/b"})
+	c.Observe(core.Event{Outcome: core.OutcomeReplay, Method: "PUT", Route: "/f"})
+	c.Observe(core.Event{Outcome: core.OutcomeStored, Method: "/shop.Orders/Create", Route: "/shop.Orders/Create"})
+	const want = `
+# HELP idempotency_requests_total Requests with an idempotency key, by outcome (replay, stored, conflict, ...), method and route template.
+# TYPE idempotency_requests_total counter
+idempotency_requests_total{method="POST",outcome="stored",route="/a"} 3
+idempotency_requests_total{method="POST",outcome="stored",route="/b"} 1
+idempotency_requests_total{method="POST",outcome="stored",route="/c"} 2
+idempotency_requests_total{method="POST",outcome="stored",route="_OTHER"} 2
+idempotency_requests_total{method="PUT",outcome="replay",route="/b"} 1
+idempotency_requests_total{method="PUT",outcome="replay",route="_OTHER"} 1
+idempotency_requests_total{method="_OTHER",outcome="stored",route="_OTHER"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "idempotency_requests_total"); err != nil {
+		t.Error(err)
+	}
+	if _, err := idemprom.New(nil, &idemprom.Options{MaxRoutes: -1}); err == nil {
+		t.Error("New with a negative MaxRoutes: no error")
+	}
+}
+
+// TestMaxRoutesConcurrent: requests to 2000 distinct paths at once (a
+// middleware outside the router, the path standing in for the route) keep
+// DefaultMaxRoutes route values and one "_OTHER", and lose no count.
+func TestMaxRoutesConcurrent(t *testing.T) {
+	t.Parallel()
+	c, _ := idemprom.New(nil, nil)
+	const n = 2000
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := g; i < n; i += 8 {
+				c.Observe(core.Event{Outcome: core.OutcomeStored, Method: "POST", Route: fmt.Sprintf("/orders/%d", i)})
+			}
+		})
+	}
+	wg.Wait()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes, total := map[string]bool{}, 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "idempotency_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "route" {
+					routes[l.GetValue()] = true
+				}
+			}
+			total += m.GetCounter().GetValue()
+		}
+	}
+	if len(routes) != idemprom.DefaultMaxRoutes+1 || !routes["_OTHER"] || total != n {
+		t.Errorf("%d route values (_OTHER among them: %v), %v requests; want %d, true, %d", len(routes), routes["_OTHER"], total, idemprom.DefaultMaxRoutes+1, n)
+	}
+}
+
 // TestLint runs client_golang's promlint (Prometheus's naming conventions)
 // over every metric, each with a sample.
 func TestLint(t *testing.T) {
@@ -418,7 +493,7 @@ func TestAlertRulesNames(t *testing.T) {
 	ch := make(chan *prometheus.Desc, 16)
 	c.Describe(ch)
 	close(ch)
-	exported := map[string]bool{"idempotency_oldest_inflight_age_seconds": true}
+	exported := map[string]bool{"idempotency_oldest_inflight_start_timestamp_seconds": true}
 	for d := range ch {
 		name := regexp.MustCompile(`fqName: "([a-z_]+)"`).FindStringSubmatch(d.String())[1]
 		exported[name] = true
@@ -442,7 +517,7 @@ func TestBreaker(t *testing.T) {
 	m, _ := idemprom.New(nil, nil)
 	eng := newEngine(t, core.Config{Store: m.InstrumentStore(downStore{}), Observer: m.Observe,
 		BreakerFailures: 2, BreakerCooldown: time.Hour})
-	h := eng.Middleware(newOrders())
+	h := eng.Middleware(newOrders()) // outside a mux: no route template, route "unmatched"
 	for i := range 5 {
 		if got := send(h, "POST", "/orders", fmt.Sprintf("key-%08d", i), `{}`); got != http.StatusCreated {
 			t.Errorf("request %d: status %d, want 201 (fail-open)", i, got)
@@ -451,14 +526,14 @@ func TestBreaker(t *testing.T) {
 	const want = `
 # HELP idempotency_requests_total Requests with an idempotency key, by outcome (replay, stored, conflict, ...), method and route template.
 # TYPE idempotency_requests_total counter
-idempotency_requests_total{method="POST",outcome="store_error",route="/orders"} 5
+idempotency_requests_total{method="POST",outcome="store_error",route="unmatched"} 5
 # HELP idempotency_store_errors_total Idempotency store calls that failed, by operation; a key in flight or a lost lock is no failure.
 # TYPE idempotency_store_errors_total counter
 idempotency_store_errors_total{operation="acquire"} 2
 idempotency_store_errors_total{operation="complete"} 0
 idempotency_store_errors_total{operation="refresh"} 0
 idempotency_store_errors_total{operation="release"} 0
-# HELP idempotency_store_breaker_state State of the circuit breaker around the idempotency store: 1 for the current state (closed, open, half_open), 0 for the others.
+# HELP idempotency_store_breaker_state State of the idempotency store's circuit breaker: 1 for the current state (closed, open, half_open), 0 for the others.
 # TYPE idempotency_store_breaker_state gauge
 idempotency_store_breaker_state{state="closed"} 0
 idempotency_store_breaker_state{state="half_open"} 0
@@ -487,7 +562,7 @@ func TestStoreEvents(t *testing.T) {
 # HELP idempotency_store_fallbacks_total Requests that the fallback store served because the primary store failed.
 # TYPE idempotency_store_fallbacks_total counter
 idempotency_store_fallbacks_total 2
-# HELP idempotency_store_breaker_state State of the circuit breaker around the idempotency store: 1 for the current state (closed, open, half_open), 0 for the others.
+# HELP idempotency_store_breaker_state State of the idempotency store's circuit breaker: 1 for the current state (closed, open, half_open), 0 for the others.
 # TYPE idempotency_store_breaker_state gauge
 idempotency_store_breaker_state{state="closed"} 0
 idempotency_store_breaker_state{state="half_open"} 1

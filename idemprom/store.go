@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/instrument"
 )
 
 // InstrumentStore returns s measured by c (core.InstrumentStore): the
@@ -13,10 +14,10 @@ import (
 // the locks that s handed to this process and that were not completed or
 // released yet. The result implements core.Waiter and core.Admin if s does.
 func (c *Collector) InstrumentStore(s core.Store) core.Store {
-	return core.InstrumentStore(s, c.observeStore)
+	return instrument.Store(s, c.observeStore)
 }
 
-func (c *Collector) observeStore(_ context.Context, op core.StoreOp, d time.Duration, err error, held int) {
+func (c *Collector) observeStore(_ context.Context, op instrument.Op, d time.Duration, err error, held int) {
 	m := c.ops[op]
 	m.duration.Observe(d.Seconds())
 	if err != nil && !errors.Is(err, core.ErrInFlight) && !errors.Is(err, core.ErrLockLost) {

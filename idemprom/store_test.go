@@ -20,14 +20,14 @@ import (
 // MemoryStore: the wrapper changes nothing a store promises.
 func TestStoreConformance(t *testing.T) {
 	m, _ := idemprom.New(nil, nil)
-	idemtest.TestStore(t, func(*testing.T) core.Store { return m.InstrumentStore(core.NewMemoryStore(0)) })
+	idemtest.TestStore(t, func(*testing.T) core.Store { return m.InstrumentStore(core.NewMemoryStore(0)) }, idemtest.FakeTime())
 }
 
 // TestAdminConformance runs the admin suite over an instrumented
 // MemoryStore, whose core.Admin the wrapper passes through.
 func TestAdminConformance(t *testing.T) {
 	m, _ := idemprom.New(nil, nil)
-	idemtest.TestAdmin(t, func(*testing.T) core.Store { return m.InstrumentStore(core.NewMemoryStore(0)) })
+	idemtest.TestAdmin(t, func(*testing.T) core.Store { return m.InstrumentStore(core.NewMemoryStore(0)) }, idemtest.FakeTime())
 }
 
 type (

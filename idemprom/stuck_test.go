@@ -25,6 +25,8 @@ func (s *inflightStore) InFlight(context.Context, int) ([]core.KeyState, error) 
 	return s.keys, s.err
 }
 
+// TestStuckKeys reads the store at most every interval; the gauge is the
+// oldest lock's time, absent when no key is in flight or the read failed.
 func TestStuckKeys(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	store := &inflightStore{}
@@ -34,19 +36,22 @@ func TestStuckKeys(t *testing.T) {
 		t.Helper()
 		exp := ""
 		if v != "" {
-			exp = "# HELP idempotency_oldest_inflight_age_seconds Age of the oldest idempotency key in flight in the store (its lock taken that long ago), 0 when none.\n" +
-				"# TYPE idempotency_oldest_inflight_age_seconds gauge\nidempotency_oldest_inflight_age_seconds " + v + "\n"
+			exp = "# HELP idempotency_oldest_inflight_start_timestamp_seconds When the oldest idempotency key in flight in the store was locked, " +
+				"in Unix seconds; absent when none is.\n" +
+				"# TYPE idempotency_oldest_inflight_start_timestamp_seconds gauge\nidempotency_oldest_inflight_start_timestamp_seconds " + v + "\n"
 		}
 		if err := testutil.CollectAndCompare(c, strings.NewReader(exp)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	want("0") // nothing in flight
-	store.keys = []core.KeyState{{Key: "k", LockedAt: now.Add(-90 * time.Second)}}
+	want("") // nothing in flight
+	store.keys = []core.KeyState{{Key: "k", LockedAt: now.Add(-90*time.Second + 250*time.Millisecond)}}
 	now = now.Add(30 * time.Second)
-	want("0") // within the interval: not read again
+	want("") // within the interval: not read again
 	now = now.Add(30 * time.Second)
-	want("150")
+	want("9910.25")
+	now = now.Add(30 * time.Second)
+	want("9910.25") // within the interval: the same lock, its time still true
 	if store.calls != 2 {
 		t.Fatalf("%d reads of the store, want 2", store.calls)
 	}
@@ -54,5 +59,8 @@ func TestStuckKeys(t *testing.T) {
 	now = now.Add(time.Minute)
 	want("") // a failed read leaves the gauge out
 	store.err = nil
-	want("210") // and the next scrape reads again
+	want("9910.25") // and the next scrape reads again
+	if store.calls != 4 {
+		t.Fatalf("%d reads of the store, want 4", store.calls)
+	}
 }

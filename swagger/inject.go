@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // ProblemSchema is the name of the definition (Swagger 2.0) or component
@@ -264,7 +264,8 @@ func (in *injector) operation(item, op *yaml.Node) error {
 		if headers.Kind != yaml.MappingNode || headers.Anchor != "" || getFold(headers, in.opts.ReplayHeader) != nil {
 			continue
 		}
-		set(headers, in.opts.ReplayHeader, in.header("string", `"true" when this response is the stored response of an earlier request with the same idempotency key, replayed instead of running the request again.`))
+		set(headers, in.opts.ReplayHeader, in.header("string", `"true" when this response is the stored response of an earlier request `+
+			`with the same idempotency key, replayed instead of running the request again.`))
 	}
 	var like *yaml.Node // an existing status code key, whose YAML style new ones follow
 	for i := 0; i < len(responses.Content) && like == nil; i += 2 {
@@ -274,6 +275,9 @@ func (in *injector) operation(item, op *yaml.Node) error {
 	}
 	added := false
 	codes := []string{"400", "409", "413", "422"}
+	if in.opts.Quota {
+		codes = append(codes, "429")
+	}
 	if in.opts.FailClosed {
 		codes = append(codes, "503")
 	}
@@ -418,11 +422,14 @@ func (in *injector) problemResponse(code string) *yaml.Node {
 		desc = "The request carries an idempotency key and a body over " + strconv.FormatInt(in.opts.MaxBodyBytes, 10) + " bytes."
 	case "422":
 		desc = "The idempotency key was already used with a different request."
+	case "429":
+		desc = "Too many requests with idempotency keys in this scope (in flight, or new within the quota's window): " +
+			"the request was not run; retry after Retry-After seconds."
 	case "503":
 		desc = "The idempotency store is unavailable: the request was not run; retry after Retry-After seconds."
 	}
 	var headers *yaml.Node
-	if code == "409" || code == "503" {
+	if code == "409" || code == "429" || code == "503" {
 		headers = mapping("Retry-After", in.header("integer", "Seconds to wait before retrying."))
 	}
 	if in.v3 {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"text/template"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/swagger/route"
@@ -382,6 +382,32 @@ func TestFailClosed503(t *testing.T) {
 				if _, ok := r["headers"].(map[string]any)["Retry-After"]; !ok || !strings.Contains(string(out), ProblemSchema) {
 					t.Errorf("503 without Retry-After or the problem schema: %v", r)
 				}
+			}
+		}
+	}
+}
+
+// An Engine with a Quota answers 429 to a new key over it: OptionsFor
+// documents it, with Retry-After; without a quota there is no 429.
+func TestQuota429(t *testing.T) {
+	t.Parallel()
+	for _, q := range []core.Quota{{InFlight: 5}, {}} {
+		eng, err := core.New(core.Config{Quota: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc := `{"openapi": "3.0.0", "paths": {"/o": {"post": {"responses": {"201": {"description": "ok"}}}}}}`
+		out, err := Inject([]byte(doc), OptionsFor(eng.Config()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, ok := operations(t, out)["/o"]["post"]["responses"].(map[string]any)["429"].(map[string]any)
+		if ok != (q.InFlight > 0) {
+			t.Fatalf("quota %+v: 429 documented: %v\n%s", q, ok, out)
+		}
+		if ok {
+			if _, retry := r["headers"].(map[string]any)["Retry-After"]; !retry {
+				t.Errorf("429 without Retry-After: %v", r)
 			}
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"io"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // maxDepth bounds the nesting of a JSON document; no API description comes

@@ -26,10 +26,8 @@ type Options struct {
 	// 413, as the Engine's Config.MaxBodyBytes. Default:
 	// core.DefaultMaxBodyBytes.
 	MaxBodyBytes int64
-	// ResponseTTL is how long a key's response is kept, as the Engine's
-	// Config.ResponseTTL: the header's description says it, and its
-	// x-idempotency-ttl-seconds extension gives it in seconds (the draft
-	// asks a resource to publish its expiry policy).
+	// ResponseTTL, the Engine's Config.ResponseTTL, is published in the
+	// header's description and its x-idempotency-ttl-seconds extension.
 	// Default: core.DefaultResponseTTL.
 	ResponseTTL time.Duration
 	// ReplayHeader is the response header that marks a replay, as the
@@ -38,6 +36,9 @@ type Options struct {
 	// FailClosed documents the 503 (store-unavailable) that an Engine with
 	// Config.FailClosed answers when its store fails. Default: false.
 	FailClosed bool
+	// Quota documents the 429 (quota-exceeded) that an Engine with a
+	// Config.Quota answers to a new key over it. Default: false.
+	Quota bool
 	// Storable is the Engine's store policy (Config.Storable): the
 	// documented responses whose status it stores get the replay header.
 	// Default: core.DefaultStorable.
@@ -45,18 +46,13 @@ type Options struct {
 	// Methods are the covered methods; an operation with another method is
 	// left untouched. Default: core.DefaultMethods.
 	Methods []string
-	// Operations, when not nil, are the only covered operations (those of
-	// them whose method is in Methods). Paths may be written in a
-	// framework's syntax (see NormalizePath) and are full paths, as a router
-	// reports them: they are matched against BasePath joined with the
-	// document's path, ignoring the names of path parameters and a trailing
-	// slash. Default: nil, every operation whose method is in Methods.
+	// Operations, when not nil, are the only covered operations: full paths
+	// in any router's syntax (route.Normalize), matched against BasePath
+	// joined with the document's path. Default: nil, every one in Methods.
 	Operations []Operation
-	// BasePath is the prefix of every path of the document, used to match
-	// Operations. Default: the document's basePath (Swagger 2.0) or the path
-	// of its first server URL (OpenAPI 3). A swag template's basePath is the
-	// action {{.BasePath}}, which cannot be read: pass
-	// docs.SwaggerInfo.BasePath here. Write "/" for no prefix.
+	// BasePath prefixes the document's paths to match Operations ("/" for
+	// none); pass docs.SwaggerInfo.BasePath for a swag template. Default: its
+	// basePath (Swagger 2.0) or its first server URL's path (OpenAPI 3).
 	BasePath string
 }
 
@@ -76,6 +72,7 @@ func OptionsFor(cfg core.Config, ops ...Operation) Options {
 		ResponseTTL:  cfg.ResponseTTL,
 		ReplayHeader: cfg.ReplayHeader,
 		FailClosed:   cfg.FailClosed,
+		Quota:        cfg.Quota.InFlight > 0 || cfg.Quota.PerWindow > 0,
 		Storable:     cfg.Storable,
 		Methods:      slices.Clone(cfg.Methods), // empty, not nil, when the Engine covers nothing
 		Operations:   ops,

@@ -40,8 +40,8 @@ func ExampleProtected() {
 			return
 		}
 		defer f.Abort() // a panic: the lock is released, nothing stored
-		handler(p.Capture(f, w, r), r)
-		p.W.Finish()
+		handler(f.ResponseWriter(w), f.Request(r))
+		f.Finish()
 	}
 	for range 2 {
 		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("book"))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"iter"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -178,6 +179,77 @@ func WriteResponse[H FastResponseHeader](res FastResponse, rh H, r *core.Respons
 	res.SetBody(r.Body)
 }
 
+// FastStreamedResponse is what ReadBodyStream needs of a *fasthttp.Response.
+type FastStreamedResponse interface {
+	FastResponse
+	BodyStream() io.Reader
+}
+
+// ReadBodyStream reads a response's body stream (Fiber's SendStream, a
+// net/http handler that flushed through Fiber's adaptor) into its body, for
+// a Buffered flight: its response commits whole before any of it is sent.
+// On an error, the body is what was read.
+func ReadBodyStream(res FastStreamedResponse) error {
+	b, err := io.ReadAll(res.BodyStream())
+	res.SetBody(b) // closes the stream
+	return err
+}
+
+// FastResettableHeader is what ResetHeader needs of a
+// *fasthttp.ResponseHeader.
+type FastResettableHeader interface {
+	FastResponseHeader
+	All() iter.Seq2[[]byte, []byte]
+	Del(key string)
+}
+
+// ResetHeader sets a Buffered flight's response headers back to base,
+// those set before the handler, when the handler's response is not sent (a
+// failed commit, a panic): the handler's headers and cookies are deleted;
+// Connection is left as it is.
+func ResetHeader[H FastResettableHeader](h H, base http.Header) {
+	var names []string
+	for k := range h.All() {
+		if name := string(k); name != "Connection" {
+			names = append(names, name)
+		}
+	}
+	for _, name := range names {
+		h.Del(name)
+	}
+	for k, vs := range base {
+		for _, v := range vs {
+			h.Add(k, v)
+		}
+	}
+}
+
+// ContentTyper is what SentContentType reads of a *fasthttp.ResponseHeader.
+type ContentTyper interface {
+	ContentType() []byte
+	SetNoDefaultContentType(noDefault bool)
+}
+
+// SentContentType reports whether fasthttp sends the Content-Type of a
+// response with this status and body size: one that was set, always; its
+// default, which ContentType and All report when none is set, only with a
+// body (never on a 204, 304 or 1xx). A capture must not store a
+// Content-Type that was not sent: its replay would carry it.
+func SentContentType[H ContentTyper](h H, status, bodyLen int) bool {
+	if bodyLen > 0 && status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified {
+		return true
+	}
+	if len(h.ContentType()) == 0 {
+		return false // none set, and no default
+	}
+	h.SetNoDefaultContentType(true)
+	set := len(h.ContentType()) > 0
+	if !set {
+		h.SetNoDefaultContentType(false) // the default was on: leave it so
+	}
+	return set
+}
+
 // FastProblemHeaders adds the headers of an Engine's problem response but
 // its Content-Type (such as Retry-After) to rh, for an adapter's
 // ErrorHandler, which renders the body its own way.
@@ -222,9 +294,10 @@ type Localer interface {
 // allocation, for an adapter over fasthttp: set Req.Context to &Ctx, and
 // Req.Body to Body(req).
 type FastState struct {
-	Req  core.Request
-	Ctx  LocalsContext
-	body bytes.Reader
+	Req    core.Request
+	Ctx    LocalsContext
+	body   bytes.Reader
+	stream bodyStream
 }
 
 // Body returns the request body for core.Request.Body: the stream of
@@ -232,13 +305,53 @@ type FastState struct {
 // or nil if there are none.
 func (s *FastState) Body(r FastRequest) io.Reader {
 	if r.IsBodyStream() {
-		return r.BodyStream()
+		s.stream = bodyStream{r: r.BodyStream()}
+		return &s.stream
 	}
 	if b := r.Body(); len(b) > 0 {
 		s.body.Reset(b)
 		return &s.body
 	}
 	return nil
+}
+
+// maxDrain is the most of a refused body that DrainBody reads, as net/http
+// does after a handler (its maxPostHandlerReadBytes).
+const maxDrain = 256 << 10
+
+// DrainBody reads what Begin left of a streamed request body (Fiber's
+// StreamRequestBody), when it answered without reading all of it (413,
+// a bad key): fasthttp would read the rest as the next request on the
+// connection, a request smuggled in a body. It reports whether more than
+// maxDrain bytes are left, or the body failed: the adapter must then close
+// the connection after its answer.
+func (s *FastState) DrainBody() (closeConn bool) {
+	b := &s.stream
+	if b.r == nil || b.eof {
+		return false
+	}
+	if n := s.Req.ContentLength; n >= 0 && n-b.n > maxDrain {
+		return true
+	}
+	io.CopyN(io.Discard, b, maxDrain+1) //nolint:errcheck // b.eof tells
+	return !b.eof
+}
+
+// bodyStream reads a request's body stream, noting how much it read and
+// whether it reached the end.
+type bodyStream struct {
+	r   io.Reader
+	n   int64
+	eof bool
+}
+
+func (b *bodyStream) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
 }
 
 // LocalsContext is a request's context whose Value reads Locals first, so

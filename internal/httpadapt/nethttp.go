@@ -40,10 +40,8 @@ func (v *Values) Value(key any) any {
 // Protected is what one request that Engine.Begin acts on needs, in one
 // allocation, for an adapter over net/http.
 type Protected struct {
-	Req  core.Request
-	Ctx  Values
-	W    core.CaptureWriter
-	Body core.BodyReader
+	Req core.Request
+	Ctx Values
 }
 
 // Begin fills p.Req from r and asks eng what to do (core.Engine.Begin).
@@ -55,14 +53,4 @@ func (p *Protected) Begin(eng *core.Engine, r *http.Request, route string, store
 	p.Req = core.NewRequest(r, route, w)
 	p.Req.Context = &p.Ctx
 	return eng.Begin(&p.Req)
-}
-
-// Capture sets up the handler's side of f: r.Body reads the body that Begin
-// read, and the writer it returns passes the response on to w and copies it
-// into f. p.W.Finish ends f once the handler has returned.
-func (p *Protected) Capture(f *core.Flight, w http.ResponseWriter, r *http.Request) http.ResponseWriter {
-	p.W = core.CaptureWriter{ResponseWriter: w, Flight: f}
-	p.Body.Reset(f.Body())
-	r.Body = &p.Body
-	return &p.W
 }
