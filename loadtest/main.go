@@ -274,8 +274,12 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 		{"/orders-autopipeline", ap, redislock.Options{Prefix: prefix}, 0},
 		{"/orders-cache", client, redislock.Options{Prefix: prefix}, replayCache},
 	} {
+		rs, err := redislock.New(store.c, &store.opts)
+		if err != nil {
+			return err
+		}
 		eng, err := core.New(core.Config{
-			Store:       redislock.New(store.c, &store.opts),
+			Store:       rs,
 			ResponseTTL: length + time.Minute,
 			Observer:    observe,
 			ReplayCache: store.cache,

@@ -2,9 +2,13 @@ package blackbox
 
 import (
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
+
+var routeLabel = regexp.MustCompile(`[{,]route="([^"]*)"`)
 
 // Every example serves GET /metrics, where each outcome of a scripted
 // sequence of requests is counted exactly.
@@ -24,6 +28,13 @@ func TestExamplesMetrics(t *testing.T) {
 			results := duplicates(s.post, "erin", slow, `{"item": "clock", "qty": 1, "delay_ms": 300}`)
 			wantStatus(t, "duplicate in flight", <-results, http.StatusConflict)
 			wantStatus(t, "first of the slow pair", <-results, http.StatusCreated)
+			// Keyed requests to fifty paths no route matches: whatever the
+			// adapter sees of them, they add at most one route label value.
+			for i := range 50 {
+				if r := s.send(http.MethodPost, "/nowhere/"+strconv.Itoa(i), "erin", newKey(t), order); r.status < 400 || r.status >= 500 {
+					t.Fatalf("POST to an unrouted path: %d %s", r.status, r.body)
+				}
+			}
 
 			r := s.do(mustRequest(http.MethodGet, s.url+"/metrics"))
 			if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") {
@@ -37,6 +48,14 @@ func TestExamplesMetrics(t *testing.T) {
 			}
 			if !strings.Contains(string(r.body), "idempotency_inflight_requests 0\n") {
 				t.Errorf("/metrics: %s", grep(string(r.body), "idempotency_inflight_requests"))
+			}
+			routes := map[string]bool{}
+			for _, m := range routeLabel.FindAllStringSubmatch(string(r.body), -1) {
+				routes[m[1]] = true
+			}
+			delete(routes, "/orders")
+			if len(routes) > 1 {
+				t.Errorf("/metrics has %d route values beside /orders, want at most one: %v", len(routes), routes)
 			}
 		})
 	}

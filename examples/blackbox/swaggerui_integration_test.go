@@ -20,28 +20,9 @@ const chromiumPath = "/usr/bin/chromium"
 // Chromium, as a user would: after "Try it out", POST /orders has an input
 // for the Idempotency-Key header, GET /orders has none.
 func TestSwaggerUIShowsKeyInput(t *testing.T) {
-	browser, err := exec.LookPath("chromium")
-	if err != nil {
-		browser, err = exec.LookPath(chromiumPath)
-	}
-	if err != nil {
-		t.Fatalf("chromium not found (%v): this test needs a headless browser; install Debian's chromium package (apt-get install chromium), as .ci/run does", err)
-	}
 	s := start(t, build(t, "gin"))
-
-	// Everything below stops by itself: the browser is killed when ctx ends.
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	ctx, cancelAlloc := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(browser),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.UserDataDir(t.TempDir()), // fresh profile
-	)
-	defer cancelAlloc()
-	ctx, cancelTab := chromedp.NewContext(ctx, chromedp.WithErrorf(t.Logf))
+	ctx := newBrowser(t, 60*time.Second)
+	ctx, cancelTab := chromedp.NewContext(ctx)
 	defer cancelTab()
 
 	const (
@@ -86,6 +67,39 @@ func TestSwaggerUIShowsKeyInput(t *testing.T) {
 	if getHasInput {
 		t.Error("GET /orders has an input for the Idempotency-Key header")
 	}
+}
+
+// newBrowser starts headless Chromium with a fresh profile and returns its
+// context, for chromedp.NewContext (a tab each). The browser is killed
+// when the test ends or after timeout, whichever comes first: everything
+// that uses it stops by itself.
+func newBrowser(t *testing.T, timeout time.Duration) context.Context {
+	t.Helper()
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		browser, err = exec.LookPath(chromiumPath)
+	}
+	if err != nil {
+		t.Fatalf("chromium not found (%v): this test needs a headless browser; install Debian's chromium package (apt-get install chromium), as .ci/run does", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancelAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(browser),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.UserDataDir(t.TempDir()), // fresh profile
+	)
+	ctx, cancelBrowser := chromedp.NewContext(ctx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(func() { cancelBrowser(); cancelAlloc(); cancel() })
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("start %s: %v", browser, err)
+	}
+	return ctx
 }
 
 // present is a JavaScript expression: whether an element matches the CSS

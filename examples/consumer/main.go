@@ -160,8 +160,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		return inbox.Process(ctx, ev.ID, func(ctx context.Context, tx pgx.Tx) error { return credit(ctx, tx, ev) })
 	}
 	if cfg.generic {
+		store, err := redislock.New(rdb, &redislock.Options{Prefix: cfg.prefix})
+		if err != nil {
+			return err
+		}
 		eng, err := core.New(core.Config{
-			Store:   redislock.New(rdb, &redislock.Options{Prefix: cfg.prefix}),
+			Store:   store,
 			LockTTL: cfg.lockTTL,
 		})
 		if err != nil {

@@ -40,6 +40,10 @@ func main() {
 	// the client first saw it, and a 500 is not stored.
 	e.HTTPErrorHandler = renderError
 	e.Server.ReadTimeout = exampleapp.ReadTimeout
+	if c := app.CORS; c.Origin != "" { // CORS_ORIGIN: before idem, which leaves preflights (OPTIONS) alone
+		e.Use(middleware.CORSWithConfig(middleware.CORSConfig{AllowOrigins: []string{c.Origin}, AllowMethods: c.Methods,
+			AllowHeaders: c.AllowHeaders, ExposeHeaders: c.ExposeHeaders, MaxAge: c.MaxAge}))
+	}
 	e.Use(middleware.Recover()) // outside idem: a panic releases the key's lock
 	// After routing, so the middleware sees the route template (c.Path());
 	// GET is not covered and passes through.

@@ -10,9 +10,12 @@ package main
 import (
 	"errors"
 	"log"
+	"os"
+	"strings"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/gofiber/fiber/v2/middleware/cors"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	fiberSwagger "github.com/gofiber/swagger"
 
@@ -41,13 +44,20 @@ func main() {
 		// request with a key, fiberidem calls it itself, so that a 400 is
 		// stored and replayed like any 4xx, and a 500 is not stored.
 		ErrorHandler: renderError,
+		// FIBER_STREAM_BODY=1: request bodies are streamed to the handler
+		// (fiberidem reads a keyed one, bounded by MaxBodyBytes).
+		StreamRequestBody: os.Getenv("FIBER_STREAM_BODY") == "1",
 	})
+	if c := app.CORS; c.Origin != "" { // CORS_ORIGIN: before idem, which leaves preflights (OPTIONS) alone
+		f.Use(cors.New(cors.Config{AllowOrigins: c.Origin, AllowMethods: strings.Join(c.Methods, ","),
+			AllowHeaders: strings.Join(c.AllowHeaders, ","), ExposeHeaders: strings.Join(c.ExposeHeaders, ","), MaxAge: c.MaxAge}))
+	}
 	// recover.New() outside idem: a panic releases the key's lock, nothing
 	// is stored, and the client's retry runs the handler again.
 	f.Use(recover.New())
 	// The middleware is mounted on the route, where c.Route().Path is the
 	// route template, for the Engine's events (under app.Use, Fiber v2 has
-	// not routed the request yet and the path stands in for it).
+	// not routed the request yet: the route is reported as "unmatched").
 	idem := fiberidem.Config{Engine: app.Engine}
 	f.Post("/orders", fiberidem.New(idem), h.create)
 	f.Get("/orders", h.list)

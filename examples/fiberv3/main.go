@@ -11,9 +11,11 @@ import (
 	"errors"
 	"log"
 	"net"
+	"os"
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/fiber/v3/middleware/adaptor"
+	"github.com/gofiber/fiber/v3/middleware/cors"
 	"github.com/gofiber/fiber/v3/middleware/recover"
 	httpSwagger "github.com/swaggo/http-swagger/v2"
 
@@ -41,12 +43,19 @@ func main() {
 		// request with a key, fiberv3idem calls it itself, so that a 400 is
 		// stored and replayed like any 4xx, and a 500 is not stored.
 		ErrorHandler: renderError,
+		// FIBER_STREAM_BODY=1: request bodies are streamed to the handler
+		// (fiberv3idem reads a keyed one, bounded by MaxBodyBytes).
+		StreamRequestBody: os.Getenv("FIBER_STREAM_BODY") == "1",
 	})
+	if c := app.CORS; c.Origin != "" { // CORS_ORIGIN: before idem, which leaves preflights (OPTIONS) alone
+		f.Use(cors.New(cors.Config{AllowOrigins: []string{c.Origin}, AllowMethods: c.Methods,
+			AllowHeaders: c.AllowHeaders, ExposeHeaders: c.ExposeHeaders, MaxAge: c.MaxAge}))
+	}
 	// recover.New() outside idem: a panic releases the key's lock, nothing
 	// is stored, and the client's retry runs the handler again.
 	f.Use(recover.New())
 	// Mounted on the route, where c.Route().Path is the route template for
-	// the Engine's events (under f.Use the path stands in for it).
+	// the Engine's events (under f.Use it is reported as "unmatched").
 	idem := fiberv3idem.Config{Engine: app.Engine}
 	f.Post("/orders", fiberv3idem.New(idem), h.create)
 	f.Get("/orders", h.list)

@@ -10,7 +10,9 @@ package main
 import (
 	"log"
 	"net/http"
+	"time"
 
+	"github.com/gin-contrib/cors"
 	"github.com/gin-gonic/gin"
 	swaggerFiles "github.com/swaggo/files"
 	ginSwagger "github.com/swaggo/gin-swagger"
@@ -37,6 +39,10 @@ func main() {
 	// stored, and the client's retry runs the handler again. GET is not
 	// covered by the Engine and passes through; POST /orders is protected,
 	// its route template (c.FullPath()) in the Engine's events.
+	if c := app.CORS; c.Origin != "" { // CORS_ORIGIN: before idem, which leaves preflights (OPTIONS) alone
+		r.Use(cors.New(cors.Config{AllowOrigins: []string{c.Origin}, AllowMethods: c.Methods, AllowHeaders: c.AllowHeaders,
+			ExposeHeaders: c.ExposeHeaders, MaxAge: time.Duration(c.MaxAge) * time.Second}))
+	}
 	r.Use(gin.Recovery(), ginidem.New(app.Engine))
 	r.POST("/orders", h.create)
 	r.GET("/orders", h.list)

@@ -3,6 +3,10 @@
 package main
 
 import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -57,17 +62,52 @@ func TestGrpcurl(t *testing.T) {
 }
 
 // TestSeveralInstances starts three instances on the real Redis at
-// IDEM_REDIS_ADDR (default 127.0.0.1:6379) and spreads duplicates over
-// them: each key creates exactly one order. Keys are fresh; orders are
-// counted by difference, as other runs share the list.
+// IDEM_REDIS_ADDR (default 127.0.0.1:6379), then on a PostgreSQL database
+// of the test's own (transactional, then IDEM_TX=0), and spreads duplicates
+// over them: each key creates exactly one order. Keys are fresh; orders are
+// counted by difference, as other runs share the Redis list.
 func TestSeveralInstances(t *testing.T) {
 	addr := os.Getenv("IDEM_REDIS_ADDR")
 	if addr == "" {
 		addr = "127.0.0.1:6379"
 	}
+	t.Run("redis", func(t *testing.T) { testSeveralInstances(t, "REDIS_URL=redis://"+addr+"/0") })
+	t.Run("postgres", func(t *testing.T) { testSeveralInstances(t, "DATABASE_URL="+database(t)) })
+	t.Run("postgres IDEM_TX=0", func(t *testing.T) { testSeveralInstances(t, "DATABASE_URL="+database(t), "IDEM_TX=0") })
+}
+
+// database creates a PostgreSQL database of the test's own on the server
+// at IDEM_PG_URL (default the local one) and returns its URL; t.Cleanup
+// drops it.
+func database(t *testing.T) string {
+	admin := cmp.Or(os.Getenv("IDEM_PG_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "idem_grpc_" + strings.ToLower(rand.Text())
+	if _, err := c.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+func testSeveralInstances(t *testing.T, env ...string) {
 	var instances []*instance
 	for range 3 {
-		instances = append(instances, start(t, "REDIS_URL=redis://"+addr+"/0"))
+		instances = append(instances, start(t, env...))
 	}
 	before := instances[0].count()
 	const keys, dups = 10, 15

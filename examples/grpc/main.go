@@ -1,9 +1,12 @@
 // Command grpc is the order API of the examples over gRPC: service
 // idem.examples.orders.v1.Orders, whose CreateOrder is protected by
 // grpcidem's interceptor. It listens on $ADDR (default 127.0.0.1:9090),
-// keeps keys and orders in memory, or in Redis when REDIS_URL is set, scopes
-// keys per user (metadata x-user-id), and serves reflection, so that
-// grpcurl can call it:
+// keeps keys and orders in memory, in Redis when REDIS_URL is set, or in
+// PostgreSQL when DATABASE_URL is set (there the order, the key and the
+// stored reply commit in one transaction; IDEM_TX=0: separate commits),
+// scopes keys per user (metadata x-user-id), serves the same handlers
+// without idem with IDEM_OFF=1, and serves reflection, so that grpcurl can
+// call it:
 //
 //	grpcurl -plaintext -H 'idempotency-key: k1' -d '{"item":"x","qty":1}' \
 //		127.0.0.1:9090 idem.examples.orders.v1.Orders/CreateOrder
@@ -12,6 +15,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log"
 	"log/slog"
 	"net"
@@ -21,6 +25,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -31,6 +36,7 @@ import (
 	"github.com/idem-go/idem/core"
 	ordersv1 "github.com/idem-go/idem/examples/grpc/proto/idem/examples/orders/v1"
 	"github.com/idem-go/idem/grpcidem"
+	"github.com/idem-go/idem/pgstore"
 	"github.com/idem-go/idem/redislock"
 )
 
@@ -47,8 +53,20 @@ func run(logger *slog.Logger) error {
 		Scope:    func(r *core.Request) string { return r.Header.Get("X-User-ID") },
 		Observer: core.SlogObserver(logger),
 	}
-	var rdb redis.UniversalClient
-	if url := os.Getenv("REDIS_URL"); url != "" {
+	var (
+		rdb  redis.UniversalClient
+		pool *pgxpool.Pool
+	)
+	if url := os.Getenv("DATABASE_URL"); url != "" {
+		p, pg, err := setupPostgres(url)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		defer pg.Close()
+		pool, cfg.Store = p, pg
+		logger.Info("store: postgres", "transactional", os.Getenv("IDEM_TX") != "0")
+	} else if url := os.Getenv("REDIS_URL"); url != "" {
 		c, err := redislock.NewClient(url)
 		if err != nil {
 			return err
@@ -57,7 +75,10 @@ func run(logger *slog.Logger) error {
 		if err := c.Ping(context.Background()).Err(); err != nil {
 			return err
 		}
-		rdb, cfg.Store = c, redislock.New(c, nil)
+		if cfg.Store, err = redislock.New(c, nil); err != nil {
+			return err
+		}
+		rdb = c
 		logger.Info("store: redis")
 	} else {
 		logger.Info("store: memory (set REDIS_URL to share keys between instances)")
@@ -67,13 +88,14 @@ func run(logger *slog.Logger) error {
 		return err
 	}
 
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
-		recovery.UnaryServerInterceptor(), // outside: after a panic the key is released
-		grpcidem.UnaryServerInterceptor(eng, grpcidem.WithSkip(func(_ context.Context, method string) bool {
+	interceptors := []grpc.UnaryServerInterceptor{recovery.UnaryServerInterceptor()} // outside: after a panic the key is released
+	if os.Getenv("IDEM_OFF") != "1" {
+		interceptors = append(interceptors, grpcidem.UnaryServerInterceptor(eng, grpcidem.WithSkip(func(_ context.Context, method string) bool {
 			return method == ordersv1.Orders_ListOrders_FullMethodName // a read: not covered
-		})),
-	))
-	ordersv1.RegisterOrdersServer(srv, &server{store: newStore(rdb)})
+		})))
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptors...))
+	ordersv1.RegisterOrdersServer(srv, &server{store: &store{rdb: rdb, pool: pool}})
 	reflection.Register(srv)
 
 	ln, err := net.Listen("tcp", cmp.Or(os.Getenv("ADDR"), "127.0.0.1:9090"))
@@ -138,4 +160,33 @@ func (s *server) ListOrders(ctx context.Context, _ *ordersv1.ListOrdersRequest) 
 		return nil, status.Errorf(codes.Internal, "list: %v", err)
 	}
 	return &ordersv1.ListOrdersResponse{Count: int32(len(orders)), Orders: orders}, nil
+}
+
+// setupPostgres connects to url, migrates idem's table and the orders', and
+// returns the pool and idem's store on it: transactional unless IDEM_TX=0.
+func setupPostgres(url string) (*pgxpool.Pool, interface {
+	core.Store
+	Close()
+}, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	if err == nil {
+		err = pgstore.Migrate(ctx, pool, nil)
+	}
+	if err == nil {
+		_, err = pool.Exec(ctx, ordersTable)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if os.Getenv("IDEM_TX") == "0" {
+		s, err := pgstore.New(pool, nil)
+		return pool, s, err
+	}
+	s, err := pgstore.NewTx(pool, nil)
+	return pool, s, err
 }

@@ -5,10 +5,13 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
 	ordersv1 "github.com/idem-go/idem/examples/grpc/proto/idem/examples/orders/v1"
+	"github.com/idem-go/idem/pgstore"
 )
 
 // Redis keys of the orders, apart from the HTTP examples' ones.
@@ -17,18 +20,37 @@ const (
 	redisSeq  = "idem-example:grpc-order-seq"
 )
 
-// store keeps the orders in memory, or in Redis so that every instance
-// lists what was really created.
-type store struct {
-	rdb redis.UniversalClient // nil: in memory
-	mu  sync.Mutex
-	mem []*ordersv1.Order
-}
+// ordersTable holds the orders in PostgreSQL, apart from the HTTP examples'.
+const ordersTable = `CREATE TABLE IF NOT EXISTS idem_example_grpc_orders (
+	id bigserial PRIMARY KEY, item text NOT NULL, qty integer NOT NULL)`
 
-func newStore(rdb redis.UniversalClient) *store { return &store{rdb: rdb} }
+// store keeps the orders in memory, or in Redis or PostgreSQL so that every
+// instance lists what was really created.
+type store struct {
+	rdb  redis.UniversalClient // nil: in memory or PostgreSQL
+	pool *pgxpool.Pool         // nil: in memory or Redis
+	mu   sync.Mutex
+	mem  []*ordersv1.Order
+}
 
 func (s *store) create(ctx context.Context, item string, qty int32) (*ordersv1.Order, error) {
 	o := &ordersv1.Order{Item: item, Qty: qty}
+	if s.pool != nil {
+		// Through the call's transaction in the transactional mode: the
+		// order commits with the stored reply.
+		var db interface {
+			QueryRow(context.Context, string, ...any) pgx.Row
+		} = s.pool
+		if tx := pgstore.Tx(ctx); tx != nil {
+			db = tx
+		}
+		var id int64
+		if err := db.QueryRow(ctx, "INSERT INTO idem_example_grpc_orders (item, qty) VALUES ($1, $2) RETURNING id", item, qty).Scan(&id); err != nil {
+			return nil, err
+		}
+		o.Id = "ord_" + strconv.FormatInt(id, 10)
+		return o, nil
+	}
 	if s.rdb == nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -49,6 +71,16 @@ func (s *store) create(ctx context.Context, item string, qty int32) (*ordersv1.O
 }
 
 func (s *store) list(ctx context.Context) ([]*ordersv1.Order, error) {
+	if s.pool != nil {
+		rows, err := s.pool.Query(ctx, "SELECT 'ord_' || id, item, qty FROM idem_example_grpc_orders ORDER BY id")
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*ordersv1.Order, error) {
+			o := &ordersv1.Order{}
+			return o, r.Scan(&o.Id, &o.Item, &o.Qty)
+		})
+	}
 	if s.rdb == nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()

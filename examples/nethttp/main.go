@@ -44,7 +44,9 @@ func main() {
 	mux.Handle("GET /metrics", app.Ops)
 	mux.Handle("/admin/idempotency/", app.Ops)
 
-	srv := &http.Server{Addr: app.Addr, Handler: mux, ReadTimeout: exampleapp.ReadTimeout}
+	// CORS_ORIGIN: CORS around the mux, so that it answers preflights
+	// (OPTIONS, which idem does not cover) before the mux routes them.
+	srv := &http.Server{Addr: app.Addr, Handler: app.CORS.Handler(mux), ReadTimeout: exampleapp.ReadTimeout}
 	if err := app.Serve("net/http", srv.Serve, srv.Shutdown); err != nil {
 		log.Fatal(err)
 	}

@@ -23,6 +23,6 @@ func (a *App) mountAdmin() {
 		a.Logger.Warn("admin: the store has no admin operations; " + AdminPath + " not served")
 		return
 	}
-	a.Ops.Handle(AdminPath, admin.Handler(store, admin.BearerToken(token)))
+	a.Ops.Handle(AdminPath, admin.Handler(store, admin.BearerToken(token), admin.WithSealer(a.Engine.Config().Sealer)))
 	a.Logger.Info("admin: " + AdminPath + " behind the bearer token of IDEM_ADMIN_TOKEN")
 }

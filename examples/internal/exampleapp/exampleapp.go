@@ -1,9 +1,12 @@
 // Package exampleapp is the set-up the example servers share: the address,
 // the store (memory; Redis when REDIS_URL is set; PostgreSQL when
 // DATABASE_URL is set; Redis in front of PostgreSQL when both are), the idem
-// Engine scoped per user (fail-open, or fail-closed with IDEM_FAIL_CLOSED=1),
-// its metrics, and the order service, whose orders live beside the store's
-// records (in PostgreSQL when it is there).
+// Engine scoped per user (fail-open, or fail-closed with IDEM_FAIL_CLOSED=1;
+// none with IDEM_OFF=1, the baseline of a benchmark),
+// its metrics, the order service, whose orders live beside the store's
+// records (in PostgreSQL when it is there), the CORS policy for the
+// origin in CORS_ORIGIN, per-user quotas (IDEM_QUOTA_INFLIGHT,
+// IDEM_QUOTA_PER_MINUTE) and sealed records (IDEM_SEAL_KEYS).
 package exampleapp
 
 import (
@@ -50,10 +53,15 @@ type App struct {
 	Logger *slog.Logger
 	// Ops serves GET /metrics (Prometheus) and the admin endpoints:
 	// mount it for those paths.
-	Ops  *http.ServeMux
+	Ops *http.ServeMux
+	// CORS is what to answer to browsers of $CORS_ORIGIN (none if unset).
+	CORS CORS
 	rdb  redis.UniversalClient
 	pool *pgxpool.Pool
-	pg   *pgstore.Store
+	pg   interface {
+		core.Store
+		Close()
+	} // a *pgstore.TxStore, or a *pgstore.Store with IDEM_TX=0
 }
 
 // Setup reads the environment and builds the App.
@@ -74,6 +82,12 @@ func Setup() (*App, error) {
 		// 503 instead of running unprotected when the store fails.
 		FailClosed: os.Getenv("IDEM_FAIL_CLOSED") == "1",
 	}
+	if os.Getenv("IDEM_OFF") == "1" {
+		cfg.Methods = []string{} // covers nothing: every request passes straight on
+	}
+	if err := a.limits(&cfg); err != nil {
+		return nil, err
+	}
 	redisURL, dbURL := os.Getenv("REDIS_URL"), os.Getenv("DATABASE_URL")
 	if redisURL != "" {
 		rdb, err := redislock.NewClient(redisURL)
@@ -81,7 +95,9 @@ func Setup() (*App, error) {
 			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
 		a.rdb = rdb
-		cfg.Store = redislock.New(rdb, nil)
+		if cfg.Store, err = redislock.New(rdb, nil); err != nil {
+			return nil, err
+		}
 		a.Orders = orders.NewService(rdb)
 	}
 	if dbURL != "" {
@@ -92,7 +108,10 @@ func Setup() (*App, error) {
 	}
 	switch {
 	case redisURL != "" && dbURL != "":
-		// Redis may be down at start: the tiered store falls back.
+		// Redis may be down at start: the tiered store falls back. With
+		// the transactional store, the order, the key and the response
+		// commit in one PostgreSQL transaction (orders.Service.Create
+		// writes through pgstore.Tx), and Redis serves the replays.
 		cfg.Store = core.NewTiered(cfg.Store, a.pg)
 		a.Logger.Info("store: redis in front of postgres", "redis", redacted(redisURL), "postgres", redacted(dbURL))
 	case redisURL != "":
@@ -103,7 +122,8 @@ func Setup() (*App, error) {
 		a.Logger.Info("store: redis", "url", redacted(redisURL))
 	case dbURL != "":
 		cfg.Store = a.pg
-		a.Logger.Info("store: postgres", "url", redacted(dbURL))
+		_, tx := a.pg.(core.TxStore)
+		a.Logger.Info("store: postgres", "url", redacted(dbURL), "transactional", tx)
 	default:
 		a.Logger.Info("store: memory (set REDIS_URL or DATABASE_URL to share keys between instances)")
 		cfg.Store = core.NewMemoryStore(0)
@@ -121,6 +141,7 @@ func Setup() (*App, error) {
 		return nil, err
 	}
 	a.Engine = eng
+	a.CORS = corsFor(os.Getenv("CORS_ORIGIN"), eng.Config())
 	a.mountAdmin()
 	return a, nil
 }
@@ -141,12 +162,29 @@ func (a *App) setupPostgres(dbURL string) error {
 	if err := pgstore.Migrate(ctx, pool, nil); err != nil {
 		return err
 	}
-	if a.pg, err = pgstore.New(pool, &pgstore.Options{Logger: a.Logger}); err != nil {
-		return err
+	opts := &pgstore.Options{Logger: a.Logger}
+	if os.Getenv("IDEM_TX") == "0" {
+		s, err := pgstore.New(pool, opts)
+		if err != nil {
+			return err
+		}
+		a.pg = s
+	} else {
+		s, err := pgstore.NewTx(pool, opts)
+		if err != nil {
+			return err
+		}
+		a.pg = s
 	}
 	a.Orders, err = orders.NewPostgresService(ctx, pool)
 	return err
 }
+
+// Redis returns the client of REDIS_URL, or nil without one.
+func (a *App) Redis() redis.UniversalClient { return a.rdb }
+
+// Postgres returns the pool of DATABASE_URL, or nil without one.
+func (a *App) Postgres() *pgxpool.Pool { return a.pool }
 
 // Document adds the Idempotency-Key header and idem's responses to the
 // operations ops of the swag-generated spec, once, before it is served.

@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/pgstore"
 )
 
 // CreateRequest is the body of POST /orders.
@@ -126,8 +128,16 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Order, error) 
 	}
 	o := Order{Item: req.Item, Qty: req.Qty}
 	if s.pool != nil {
+		// Through the request's transaction when idem holds its key in one
+		// (pgstore.NewTx): the order commits with the stored response.
+		var db interface {
+			QueryRow(context.Context, string, ...any) pgx.Row
+		} = s.pool
+		if tx := pgstore.Tx(ctx); tx != nil {
+			db = tx
+		}
 		var id int64
-		err := s.pool.QueryRow(ctx, "INSERT INTO "+PostgresTable+" (item, qty) VALUES ($1, $2) RETURNING id", o.Item, o.Qty).Scan(&id)
+		err := db.QueryRow(ctx, "INSERT INTO "+PostgresTable+" (item, qty) VALUES ($1, $2) RETURNING id", o.Item, o.Qty).Scan(&id)
 		if err != nil {
 			return Order{}, err
 		}

@@ -1,0 +1,331 @@
+//go:build integration
+
+package blackbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/core"
+)
+
+// Issue 24's "Done when": two examples/payments instances and one fake
+// provider; a client sends paymentsCount payments, a third of them with
+// fail_after ("charge" or "record": the instance exits right after that
+// step ran), restarts an instance when it exits, and retries each key on
+// the other instance until it gets a 201. The provider must show exactly
+// one charge per payment, sent with the key core.DerivedKey gives (what a
+// re-run of the handler would send), and GET /payments exactly one payment
+// per key, with that charge. On Redis, on PostgreSQL in the transactional
+// mode, and on PostgreSQL in the lease mode.
+
+const (
+	paymentsCount   = 100
+	paymentsClients = 10
+	paymentsUser    = "payer"
+	// paymentsFor bounds a run: the lease modes wait out the initial lease
+	// of each crashed key (10 s), ten keys at a time.
+	paymentsFor = 3 * time.Minute
+)
+
+func TestPaymentsCrashes(t *testing.T) {
+	server, provider := build(t, "payments"), build(t, "payments/provider")
+	for _, tc := range []struct {
+		name string
+		env  func(t *testing.T) []string
+	}{
+		{"redis", func(t *testing.T) []string { return []string{"REDIS_URL=" + startRedis(t).url(), "DATABASE_URL="} }},
+		{"postgres", func(t *testing.T) []string {
+			return []string{"REDIS_URL=", "DATABASE_URL=" + postgresSchema(t), "IDEM_TX="}
+		}},
+		{"postgres-lease", func(t *testing.T) []string {
+			return []string{"REDIS_URL=", "DATABASE_URL=" + postgresSchema(t), "IDEM_TX=0"}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			runPayments(t, server, provider, tc.env(t))
+		})
+	}
+}
+
+// paymentsRun is the processes of one run and what the client saw.
+type paymentsRun struct {
+	t        *testing.T
+	provider string // its URL
+	procs    [2]*proc
+	// gates: a request with fail_after runs alone on its instance (the
+	// write lock). A crash kills every request in its process: one killed
+	// between the provider's answer and its checkpoint would send the
+	// charge again, with the same derived key, which a real provider
+	// answers with the first charge but this fake one counts.
+	gates   [2]sync.RWMutex
+	client  *http.Client
+	crashes atomic.Int64
+	failed  chan string // an instance that exited otherwise than by fail_after
+}
+
+func runPayments(t *testing.T, serverBin, providerBin string, env []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), paymentsFor)
+	defer cancel()
+	r := &paymentsRun{t: t, client: &http.Client{Timeout: 30 * time.Second}, failed: make(chan string, 2)}
+	t.Cleanup(r.client.CloseIdleConnections)
+	prov := &proc{bin: providerBin, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &lockedBuffer{}}
+	r.provider = "http://" + prov.addr
+	r.startProc(prov)
+	for i := range r.procs {
+		r.procs[i] = &proc{bin: serverBin, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			env: append([]string{"PROVIDER_URL=" + r.provider}, env...), logs: &lockedBuffer{}}
+		r.startProc(r.procs[i])
+	}
+	stop := make(chan struct{})
+	var supervisors sync.WaitGroup
+	for i := range r.procs {
+		supervisors.Add(1)
+		go func() { defer supervisors.Done(); r.supervise(i, stop) }()
+	}
+	defer supervisors.Wait()
+	defer close(stop)
+
+	keys := make([]string, paymentsCount)
+	failAfter := map[string]string{}
+	for i := range keys {
+		keys[i] = fmt.Sprintf("pay-%s-%d-%03d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano(), i)
+		switch i % 6 {
+		case 0:
+			failAfter[keys[i]] = "charge"
+		case 3:
+			failAfter[keys[i]] = "record"
+		}
+	}
+	created := make(map[string]map[string]any, len(keys))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range paymentsClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				body, err := r.pay(ctx, i, keys[i], failAfter[keys[i]])
+				mu.Lock()
+				created[keys[i]] = body
+				mu.Unlock()
+				if err != nil {
+					t.Errorf("key %s (fail_after %q): %v", keys[i], failAfter[keys[i]], err)
+				}
+			}
+		}()
+	}
+	for i := range keys {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case msg := <-r.failed:
+		t.Fatal(msg)
+	default:
+	}
+	if t.Failed() {
+		return
+	}
+	if got := r.crashes.Load(); got != int64(len(failAfter)) {
+		t.Errorf("%d crashes, want %d: one per payment with fail_after", got, len(failAfter))
+	}
+	r.check(t, keys, created)
+}
+
+// startProc starts p, stopped at the test's end, and waits until it listens.
+func (r *paymentsRun) startProc(p *proc) {
+	r.t.Helper()
+	if err := p.start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		p.kill()
+		if r.t.Failed() {
+			l := p.logs.String()
+			r.t.Logf("%s %s log (last 4 KiB):\n%s", p.bin, p.addr, l[max(0, len(l)-4096):])
+		}
+	})
+	if err := p.listening(30 * time.Second); err != nil {
+		r.t.Fatalf("%v:\n%s", err, p.logs.String())
+	}
+}
+
+// supervise restarts instance i each time it exits with status 3 (a
+// fail_after crash), until stop; any other exit is a failure.
+func (r *paymentsRun) supervise(i int, stop <-chan struct{}) {
+	p := r.procs[i]
+	for {
+		p.mu.Lock()
+		cmd, done := p.cmd, p.done
+		p.mu.Unlock()
+		if cmd == nil {
+			return // killed by the cleanup
+		}
+		select {
+		case <-stop:
+			return
+		case <-done:
+		}
+		p.mu.Lock()
+		killed := p.cmd == nil
+		p.mu.Unlock()
+		if killed {
+			return
+		}
+		if code := cmd.ProcessState.ExitCode(); code != 3 {
+			r.failed <- fmt.Sprintf("instance %d exited with status %d, not by fail_after", i, code)
+			return
+		}
+		r.crashes.Add(1)
+		err := p.start()
+		if err == nil {
+			err = p.listening(30 * time.Second)
+		}
+		if err != nil {
+			r.failed <- fmt.Sprintf("restarting instance %d: %v", i, err)
+			return
+		}
+	}
+}
+
+// pay sends payment i until it gets a 201, starting on instance i%2 and
+// switching instance after any other answer, and returns the 201's body.
+func (r *paymentsRun) pay(ctx context.Context, i int, key, failAfter string) (map[string]any, error) {
+	body := fmt.Sprintf(`{"amount": %d, "account": "acct-%d", "fail_after": %q}`, 100+i, i%5, failAfter)
+	inst := i % 2
+	var last string
+	for attempt := 0; ; attempt++ {
+		status, resp, err := r.send(ctx, inst, key, body, failAfter != "")
+		if status == http.StatusCreated {
+			var b map[string]any
+			if err := json.Unmarshal(resp, &b); err != nil {
+				return nil, fmt.Errorf("201 %s: %v", resp, err)
+			}
+			return b, nil
+		}
+		last = fmt.Sprintf("%d %s %v", status, resp, err)
+		inst = 1 - inst
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no 201 after %d attempts; the last: %s", attempt+1, last)
+		case <-time.After(min(50*time.Millisecond<<min(attempt, 4), 500*time.Millisecond)):
+		}
+	}
+}
+
+// send posts one attempt to instance inst, alone on it if alone.
+func (r *paymentsRun) send(ctx context.Context, inst int, key, body string, alone bool) (int, []byte, error) {
+	if alone {
+		r.gates[inst].Lock()
+		defer r.gates[inst].Unlock()
+	} else {
+		r.gates[inst].RLock()
+		defer r.gates[inst].RUnlock()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.procs[inst].addr+"/payments", strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-User-ID", paymentsUser)
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// check compares what the provider charged and what the instances recorded
+// with the 201s the client got.
+func (r *paymentsRun) check(t *testing.T, keys []string, created map[string]map[string]any) {
+	t.Helper()
+	var charges struct {
+		Count   int `json:"count"`
+		Charges []struct {
+			ID             string `json:"id"`
+			Payment        string `json:"payment"`
+			IdempotencyKey string `json:"idempotency_key"`
+		} `json:"charges"`
+	}
+	getJSON(t, r.client, r.provider+"/charges", &charges)
+	var payments struct {
+		Count    int `json:"count"`
+		Payments []struct {
+			Key      string `json:"key"`
+			ID       string `json:"id"`
+			ChargeID string `json:"charge_id"`
+		} `json:"payments"`
+	}
+	getJSON(t, r.client, "http://"+r.procs[0].addr+"/payments", &payments)
+	if charges.Count != len(charges.Charges) || payments.Count != len(payments.Payments) {
+		t.Fatalf("counts %d and %d for %d charges and %d payments", charges.Count, payments.Count, len(charges.Charges), len(payments.Payments))
+	}
+	t.Logf("%d payments, %d crashes: the provider has %d charges, the instances %d payments",
+		len(keys), r.crashes.Load(), charges.Count, payments.Count)
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	label := "POST " + strings.TrimPrefix(r.provider, "http://") + "/charges"
+	for _, key := range keys {
+		var chargeIDs, chargeKeys, paymentIDs []string
+		for _, c := range charges.Charges {
+			if c.Payment == key {
+				chargeIDs, chargeKeys = append(chargeIDs, c.ID), append(chargeKeys, c.IdempotencyKey)
+			}
+		}
+		for _, p := range payments.Payments {
+			if p.Key == key {
+				paymentIDs = append(paymentIDs, p.ID+" "+p.ChargeID)
+			}
+		}
+		// The key a run of the handler under (user, key) sends the provider.
+		derived, _, err := core.Do(context.Background(), eng, paymentsUser, key, func(ctx context.Context) (string, error) {
+			k, _ := core.DerivedKey(ctx, label)
+			return k, nil
+		})
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case len(chargeIDs) != 1:
+			t.Errorf("key %s: %d charges %v, want 1", key, len(chargeIDs), chargeKeys)
+		case chargeKeys[0] != derived:
+			t.Errorf("key %s: charged with Idempotency-Key %q, want the derived %q", key, chargeKeys[0], derived)
+		case len(paymentIDs) != 1:
+			t.Errorf("key %s: %d payments %v, want 1", key, len(paymentIDs), paymentIDs)
+		case paymentIDs[0] != fmt.Sprint(created[key]["id"], " ", chargeIDs[0]) || created[key]["charge_id"] != chargeIDs[0]:
+			t.Errorf("key %s: payment %q, charge %s, 201 %v: want one payment of that charge", key, paymentIDs[0], chargeIDs[0], created[key])
+		}
+	}
+}
+
+func getJSON(t *testing.T, c *http.Client, url string, v any) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("GET %s: %v: %s", url, err, b)
+	}
+}

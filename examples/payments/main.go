@@ -1,0 +1,172 @@
+// Command payments is the example of a handler that survives crashes: POST
+// /payments charges a payment provider (examples/payments/provider) and
+// records the payment in two steps (core.Step), each checkpointed under the
+// request's Idempotency-Key, and sends the provider a key derived from its
+// own (core.DerivedKey, through idemclient). A retry after a crash skips the
+// steps that finished, and a step run again sends the provider the same key.
+//
+//	POST /payments {"amount": 500, "account": "a1", "fail_after": ""}  → 201 {"id", "amount", "account", "charge_id"}
+//	GET  /payments                                                     → 200 {"count": N, "payments": [{"key", "id", "amount", "account", "charge_id"}]}
+//
+// POST /payments needs an Idempotency-Key; keys are scoped per X-User-ID.
+// fail_after "charge" or "record" makes the process exit (status 3, a
+// crash) right after that step ran in it: a retry, served the step's
+// checkpoint, goes on. The environment is the other examples' (ADDR,
+// REDIS_URL, DATABASE_URL, ...), plus PROVIDER_URL (default
+// http://127.0.0.1:8091).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/examples/internal/exampleapp"
+	"github.com/idem-go/idem/idemclient"
+)
+
+func main() {
+	app, err := exampleapp.Setup()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer app.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	store, err := newPayments(ctx, app.Redis(), app.Postgres())
+	cancel()
+	if err != nil {
+		log.Fatal(err)
+	}
+	providerURL := os.Getenv("PROVIDER_URL")
+	if providerURL == "" {
+		providerURL = "http://127.0.0.1:8091"
+	}
+	s := &server{payments: store, provider: &provider{url: providerURL,
+		// Covered requests carry the key DerivedKey gives for the request's
+		// method, host and path when a keyed handler sends them.
+		client: &http.Client{Transport: &idemclient.Transport{}, Timeout: 30 * time.Second}}}
+
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", app.Engine.Middleware(http.HandlerFunc(s.create)))
+	mux.HandleFunc("GET /payments", s.list)
+	mux.Handle("GET /metrics", app.Ops)
+	mux.Handle("/admin/idempotency/", app.Ops)
+	srv := &http.Server{Addr: app.Addr, Handler: app.CORS.Handler(mux), ReadTimeout: exampleapp.ReadTimeout}
+	if err := app.Serve("net/http", srv.Serve, srv.Shutdown); err != nil {
+		log.Fatal(err)
+	}
+}
+
+type server struct {
+	payments *payments
+	provider *provider
+}
+
+// createRequest is the body of POST /payments.
+type createRequest struct {
+	Amount    int64  `json:"amount"`
+	Account   string `json:"account"`
+	FailAfter string `json:"fail_after"` // "charge", "record" or ""
+}
+
+type charge struct {
+	ID string `json:"id"`
+}
+
+func (s *server) create(w http.ResponseWriter, r *http.Request) {
+	var req createRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Amount <= 0 || req.Account == "" ||
+		req.FailAfter != "" && req.FailAfter != "charge" && req.FailAfter != "record" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"amount": positive, "account": non-empty, "fail_after": "charge", "record" or ""}`})
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if info, ok := core.InfoFromContext(r.Context()); ok {
+		key = info.Key // unquoted
+	}
+	if key == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "an Idempotency-Key is required"})
+		return
+	}
+	ctx, user := r.Context(), r.Header.Get(exampleapp.UserHeader)
+
+	var ran bool // whether the last step ran here, not from its checkpoint
+	ch, err := core.Step(ctx, "charge", func(ctx context.Context) (charge, error) {
+		ran = true
+		return s.provider.charge(ctx, key, req.Amount)
+	})
+	if err != nil {
+		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		return
+	}
+	crashIf(req.FailAfter == "charge" && ran, "charge")
+	ran = false
+	p, err := core.Step(ctx, "record", func(ctx context.Context) (Payment, error) {
+		ran = true
+		return s.payments.record(ctx, user, Payment{Key: key, Amount: req.Amount, Account: req.Account, ChargeID: ch.ID})
+	})
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	crashIf(req.FailAfter == "record" && ran, "record")
+	writeJSON(w, http.StatusCreated, map[string]any{"id": p.ID, "amount": p.Amount, "account": p.Account, "charge_id": p.ChargeID})
+}
+
+// crashIf ends the process at once, as a crash would, if crash is true.
+func crashIf(crash bool, step string) {
+	if crash {
+		log.Printf("fail_after %q: exiting", step)
+		os.Exit(3)
+	}
+}
+
+func (s *server) list(w http.ResponseWriter, r *http.Request) {
+	list, err := s.payments.list(r.Context())
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	if list == nil {
+		list = []Payment{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"count": len(list), "payments": list})
+}
+
+// provider is the client of the payment provider.
+type provider struct {
+	url    string
+	client *http.Client
+}
+
+// charge charges amount for payment.
+func (p *provider) charge(ctx context.Context, payment string, amount int64) (charge, error) {
+	body, _ := json.Marshal(map[string]any{"payment": payment, "amount": amount})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url+"/charges", bytes.NewReader(body))
+	if err != nil {
+		return charge{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return charge{}, fmt.Errorf("provider: %w", err)
+	}
+	defer resp.Body.Close()
+	var c charge
+	if resp.StatusCode != http.StatusCreated {
+		return c, fmt.Errorf("provider: %s", resp.Status)
+	}
+	return c, json.NewDecoder(resp.Body).Decode(&c)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v) //nolint:errcheck
+}
