@@ -9,6 +9,8 @@ MODULES     := $(shell find . -name go.mod -not -path './.tools/*' -exec dirname
 TOOLS       := $(CURDIR)/.tools
 STATICCHECK := $(TOOLS)/staticcheck
 STATICCHECK_VERSION := v0.8.2
+PROMTOOL    ?= $(shell command -v promtool 2>/dev/null || echo $(TOOLS)/promtool)
+PROMETHEUS  ?= $(shell command -v prometheus 2>/dev/null || echo $(TOOLS)/prometheus)
 FRAMEWORK   ?= gin
 IDEM_REDIS_ADDR ?= 127.0.0.1:6379
 export IDEM_REDIS_ADDR
@@ -37,12 +39,13 @@ test:
 	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
 
 ## test-integration: unit and integration tests against real services
-## (Redis at $(IDEM_REDIS_ADDR), PostgreSQL at 127.0.0.1:5432; redis-server
-## and PostgreSQL processes the tests start themselves); every module runs.
-test-integration:
+## (Redis at $(IDEM_REDIS_ADDR), PostgreSQL at 127.0.0.1:5432; redis-server,
+## PostgreSQL and Prometheus processes the tests start themselves, Prometheus
+## installed into .tools/ if it is not on the PATH); every module runs.
+test-integration: $(PROMETHEUS)
 	@failed=; for m in $(MODULES); do \
 		echo "==> test-integration $$m"; \
-		(cd $$m && GOWORK=off $(GO) test -race -count=1 -timeout 20m -tags integration ./...) || failed="$$failed $$m"; \
+		(cd $$m && IDEM_PROMETHEUS=$(PROMETHEUS) GOWORK=off $(GO) test -race -count=1 -timeout 20m -tags integration ./...) || failed="$$failed $$m"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
 
@@ -73,10 +76,15 @@ loadtest:
 	cd loadtest && GOWORK=off $(GO) run . -redis '$(REDIS_URL)' -postgres '$(LOADTEST_POSTGRES)' \
 		-duration $(LOADTEST_DURATION) -connections $(LOADTEST_CONNECTIONS) -rounds $(LOADTEST_ROUNDS)
 
-## lint: gofmt, go vet and staticcheck over every module.
+## lint: gofmt, no line over 160 characters in a Go file that is not
+## generated (*.pb.go, swag's docs/docs.go), go vet and staticcheck over
+## every module.
 lint: $(STATICCHECK)
 	@unformatted=$$(gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	@long=$$(find . -name '*.go' -not -name '*.pb.go' -not -path '*/docs/docs.go' -not -path './.tools/*' -print0 | \
+		LC_ALL=C.UTF-8 xargs -0 awk 'length > 160 {print FILENAME ":" FNR ": " length " characters"}'); \
+	if [ -n "$$long" ]; then echo "lines over 160 characters:"; echo "$$long"; exit 1; fi
 	@set -e; for m in $(MODULES); do \
 		echo "==> lint $$m"; \
 		(cd $$m && GOWORK=off $(GO) vet ./... && GOWORK=off $(STATICCHECK) ./...); \
@@ -91,6 +99,32 @@ swagger:
 		(cd examples/$$fw && $(SWAG) init -q -g main.go -d ./,../internal/orders -o docs && \
 		 GOWORK=off $(GO) run github.com/idem-go/idem/swagger/cmd/idemswag -dir docs -op "POST /orders"); \
 	done
+
+## release: every module requires the idem modules at $(VERSION), committed,
+## and every released module tagged (v0.1.0, ginidem/v0.1.0, ...) in
+## dependency order; refuses a dirty tree or an existing tag; pushes nothing
+## (docs/release.md).
+.PHONY: release release-check
+release:
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=vX.Y.Z"; exit 1; }
+	cd scripts && GOWORK=off $(GO) run ./release -dir .. -version $(VERSION)
+
+## release-check: the modules of this working tree, as released at $(VERSION),
+## served by a file-based module proxy; a new module outside the repository
+## go gets seven of them, builds and sends one key twice through Gin.
+release-check:
+	@test -n "$(VERSION)" || { echo "usage: make release-check VERSION=vX.Y.Z"; exit 1; }
+	scripts/release-check $(VERSION)
+
+## deps: rewrite docs/dependencies.md (each module's direct dependencies and
+## why; the reasons are written there by hand); deps-check (CI) fails if it is
+## stale, a reason is missing, the idem modules are required at more than one
+## version, or a package of any module depends on gopkg.in/yaml.v3.
+.PHONY: deps deps-check
+deps:
+	cd scripts && GOWORK=off $(GO) run ./deps -dir ..
+deps-check:
+	cd scripts && GOWORK=off $(GO) run ./deps -dir .. -check
 
 ## proto: regenerate the gRPC code of grpcidem's tests and of examples/grpc
 ## with protoc (Debian's protobuf-compiler, installed if missing) and the
@@ -110,7 +144,6 @@ proto:
 
 ## rules: check idemprom's alert rules and run their unit tests with promtool
 ## (installed into .tools/ if it is not on the PATH).
-PROMTOOL ?= $(shell command -v promtool 2>/dev/null || echo $(TOOLS)/promtool)
 .PHONY: rules
 rules: $(PROMTOOL)
 	cd idemprom && $(PROMTOOL) check rules alerts.yml && $(PROMTOOL) test rules alerts_test.yml
@@ -118,15 +151,15 @@ rules: $(PROMTOOL)
 fmt:
 	gofmt -w .
 
-# promtool alone, from Debian's prometheus package: installing the package
-# would also install, and start, a Prometheus server.
-$(TOOLS)/promtool:
+# promtool and prometheus alone, from Debian's prometheus package: installing
+# the package would also start a Prometheus server.
+$(TOOLS)/promtool $(TOOLS)/prometheus &:
 	@mkdir -p $(TOOLS)/deb
 	cd $(TOOLS)/deb && { DEBIAN_FRONTEND=noninteractive apt-get download prometheus 2>/dev/null || \
 		{ DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get download prometheus; }; }
-	dpkg-deb --fsys-tarfile $(TOOLS)/deb/prometheus_*.deb | tar -xO ./usr/bin/promtool > $@.tmp
-	chmod +x $@.tmp && mv $@.tmp $@ && rm -rf $(TOOLS)/deb
-	$@ --version
+	dpkg-deb --fsys-tarfile $(TOOLS)/deb/prometheus_*.deb | tar -x -C $(TOOLS)/deb ./usr/bin/promtool ./usr/bin/prometheus
+	mv $(TOOLS)/deb/usr/bin/promtool $(TOOLS)/deb/usr/bin/prometheus $(TOOLS)/ && rm -rf $(TOOLS)/deb
+	$(TOOLS)/promtool --version && $(TOOLS)/prometheus --version
 
 $(STATICCHECK):
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
