@@ -52,6 +52,14 @@ func Tx(ctx context.Context) pgx.Tx {
 
 type txKey struct{}
 
+// savepoint follows the key's lock in its transaction: a statement of the
+// handler that fails aborts the transaction, and Commit rolls back to it to
+// store the record without giving up the lock.
+const (
+	savepoint         = "SAVEPOINT idem_handler"
+	rollbackToHandler = "ROLLBACK TO SAVEPOINT idem_handler"
+)
+
 // handlerTx is the transaction as the handler gets it.
 type handlerTx struct{ pgx.Tx }
 
@@ -76,16 +84,17 @@ func (s *TxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]
 	}
 	for runs := 1; ; runs++ {
 		record, t, err := s.begin(ctx, key, idle)
+		if errors.Is(err, errDead) && runs < maxRuns {
+			s.lost()
+			continue
+		}
 		if t == nil {
-			undo()
+			undo() // once: the retries above are the same admission
 		}
 		if err == nil || errors.Is(err, core.ErrInFlight) || errors.Is(err, core.ErrQuotaExceeded) {
 			return record, t, err
 		}
-		if !errors.Is(err, errDead) || runs == maxRuns {
-			return nil, nil, storeError("begin", runs, err)
-		}
-		s.lost()
+		return nil, nil, storeError("begin", runs, err)
 	}
 }
 
@@ -138,7 +147,9 @@ type txn struct {
 
 // take takes the key's advisory lock, bounding the transaction's idle
 // time, then reads the key's row in a snapshot taken after the lock (a
-// record committed by the transaction that held it): one round trip.
+// record committed by the transaction that held it), and sets the savepoint
+// that Commit rolls back to if a statement of the handler fails: one round
+// trip.
 func (t *txn) take(ctx context.Context, idle time.Duration) ([]byte, error) {
 	b := &pgx.Batch{}
 	var (
@@ -158,6 +169,7 @@ func (t *txn) take(ctx context.Context, idle time.Duration) ([]byte, error) {
 		}
 		return err
 	})
+	b.Queue(savepoint)
 	if err := t.tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
@@ -177,19 +189,25 @@ func (t *txn) Context(ctx context.Context) context.Context {
 // Commit implements core.Tx: the record is written over any row of the key
 // (an expired one: the advisory lock keeps out live ones) and committed with
 // the handler's writes. If a statement of the handler failed, PostgreSQL
-// has aborted the transaction: nothing of it is kept, and the record, the
-// handler's answer to that failure, is stored on its own.
+// has aborted the transaction: it is rolled back to the savepoint after the
+// key's lock, so none of the handler's writes is kept, and the record, the
+// handler's answer to that failure, commits under the lock it still holds
+// (a rollback and a write on another connection would let a duplicate in
+// between).
 func (t *txn) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
 	if t.done {
 		return pgx.ErrTxClosed
 	}
 	t.done = true
+	var err error
 	if t.c.Conn().PgConn().TxStatus() == 'E' {
-		t.tx.Rollback(ctx) //nolint:errcheck // aborted already
-		t.c.Release()
-		return t.s.Complete(ctx, t.key, newToken(), record, ttl)
+		// A round trip of its own: pgx prepares a batch's statements
+		// before running it, which the aborted transaction refuses.
+		_, err = t.tx.Exec(ctx, rollbackToHandler)
 	}
-	_, err := t.tx.Exec(ctx, t.s.sql.commit, t.key, record, recordCode(record), ttl)
+	if err == nil {
+		_, err = t.tx.Exec(ctx, t.s.sql.commit, t.key, record, recordCode(record), ttl)
+	}
 	if err == nil {
 		err = t.tx.Commit(ctx)
 	}
@@ -227,7 +245,13 @@ func (t *txn) RunStep(ctx context.Context, step string, ttl time.Duration, fn fu
 		return nil, core.ErrLockLost
 	}
 	pid := t.c.Conn().PgConn().PID()
-	c, err := t.s.pool.Acquire(ctx)
+	actx := ctx
+	if t.s.opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, t.s.opts.Timeout)
+		defer cancel()
+	}
+	c, err := t.s.pool.Acquire(actx) // bounded: the key's transaction holds a connection already
 	if err != nil {
 		return nil, storeError("step", 1, err)
 	}

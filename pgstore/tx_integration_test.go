@@ -354,3 +354,45 @@ func TestIntegrationTxInstrumented(t *testing.T) {
 		}
 	}
 }
+
+// A handler whose statement aborted the transaction keeps the key while its
+// answer is stored: of concurrent duplicates, one runs, the others get 409
+// until they get its stored 400.
+func TestIntegrationTxAbortedKeepsLock(t *testing.T) {
+	a := newTxApp(t, core.Config{}, 0)
+	const keys, dups = 50, 5
+	for i := range keys {
+		key := fmt.Sprintf("aborted-%d", i)
+		var (
+			ran atomic.Int64
+			wg  sync.WaitGroup
+		)
+		for range dups {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					r := a.post(key, `{"abort":1}`)
+					switch {
+					case r.status == http.StatusConflict:
+						continue
+					case r.status == http.StatusBadRequest && r.replay:
+						return
+					case r.status == http.StatusBadRequest:
+						ran.Add(1)
+						return
+					}
+					t.Errorf("%s: %d (replay %v), want 409 or 400", key, r.status, r.replay)
+					return
+				}
+			}()
+		}
+		wg.Wait()
+		if n := ran.Load(); n != 1 {
+			t.Fatalf("%s: %d of %d duplicates ran, want 1", key, n, dups)
+		}
+	}
+	if runs := a.runs.Load(); runs != keys {
+		t.Fatalf("%d runs for %d keys, want one each", runs, keys)
+	}
+}

@@ -322,7 +322,9 @@ func TestStoreDown(t *testing.T) {
 }
 
 // TestCorruptRecord puts something other than a record under a response
-// key: the Engine's store-error policy applies, no panic.
+// key, no panic: a value that is not a record is refused under either
+// policy (the key may have run: running it again could double it), a key
+// of the wrong type is a store error and the policy applies.
 func TestCorruptRecord(t *testing.T) {
 	m, c := newMiniredis(t)
 	store := mustNew(t, c, nil)
@@ -349,17 +351,22 @@ func TestCorruptRecord(t *testing.T) {
 		name    string
 		corrupt func(resp string)
 		want    error
+		refused bool // 503 under fail-open too
 	}{
-		{"junk", func(resp string) { m.Set(resp, "not a record") }, core.ErrCorruptRecord},
-		{"wrong type", func(resp string) { m.Del(resp); m.HSet(resp, "f", "v") }, nil},
+		{"junk", func(resp string) { m.Set(resp, "not a record") }, core.ErrCorruptRecord, true},
+		{"wrong type", func(resp string) { m.Del(resp); m.HSet(resp, "f", "v") }, nil, false},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			key := testKey(t, i)
 			tt.corrupt(respKey(key))
 			runs := open.runs.Load()
-			if w := open.do(key); w.Code != http.StatusCreated || open.runs.Load() != runs+1 {
-				t.Fatalf("fail-open: %d, handler runs %d, want 201 and one run", w.Code, open.runs.Load()-runs)
+			wantCode, wantRuns := http.StatusCreated, runs+1
+			if tt.refused {
+				wantCode, wantRuns = http.StatusServiceUnavailable, runs
+			}
+			if w := open.do(key); w.Code != wantCode || open.runs.Load() != wantRuns {
+				t.Fatalf("fail-open: %d, handler runs %d, want %d and %d runs", w.Code, open.runs.Load()-runs, wantCode, wantRuns-runs)
 			}
 			ev := open.event(t)
 			if ev.Outcome != core.OutcomeStoreError || ev.Err == nil || (tt.want != nil && !errors.Is(ev.Err, tt.want)) {

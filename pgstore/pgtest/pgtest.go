@@ -55,11 +55,24 @@ func Pool(t testing.TB) (*pgxpool.Pool, string) {
 	return PoolURL(t, URL())
 }
 
+// maxConns bounds a pool of Pool whose URL sets no pool_max_conns:
+// pgxpool's default, four on a small machine, is fewer than the
+// transactional mode's tests hold at once (a connection per running
+// handler, see docs/pgstore.md).
+const maxConns = 12
+
 // PoolURL is Pool on the PostgreSQL at url.
 func PoolURL(t testing.TB, url string) (*pgxpool.Pool, string) {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("PostgreSQL at %s: %v", url, err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("PostgreSQL at %s: %v", url, err)
 	}
