@@ -61,7 +61,7 @@ type Request struct {
 	// declared larger than Config.MaxBodyBytes is refused without reading;
 	// one that reads nothing while ContentLength promises bytes (and no
 	// Content-Encoding is sent) is refused as read before the middleware
-	// (ProblemBodyConsumed).
+	// (problemBodyConsumed).
 	ContentLength int64
 	// ResponseHeader holds the response headers already set when the
 	// middleware runs, by middleware before it (CORS, request ids, tracing).
@@ -140,10 +140,10 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 	}
 	switch {
 	case err != nil:
-		return fail(OutcomeInvalidKey, &Problem{Type: ProblemInvalidKey, Title: "Invalid idempotency key",
+		return fail(OutcomeInvalidKey, &Problem{Type: problemInvalidKey, Title: "Invalid idempotency key",
 			Status: http.StatusBadRequest, Detail: strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": ")}, err)
 	case !present:
-		return fail(OutcomeInvalidKey, &Problem{Type: ProblemMissingKey, Title: "Missing idempotency key",
+		return fail(OutcomeInvalidKey, &Problem{Type: problemMissingKey, Title: "Missing idempotency key",
 			Status: http.StatusBadRequest, Detail: "this request requires an " + e.cfg.KeyHeader + " header"}, nil)
 	}
 
@@ -151,16 +151,16 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 	if err != nil {
 		var maxBytes *http.MaxBytesError // an http.MaxBytesReader around the body
 		if errors.Is(err, errBodyTooLarge) || errors.As(err, &maxBytes) {
-			return fail(OutcomeTooLarge, &Problem{Type: ProblemBodyTooLarge, Title: "Request body too large",
+			return fail(OutcomeTooLarge, &Problem{Type: problemBodyTooLarge, Title: "Request body too large",
 				Status: http.StatusRequestEntityTooLarge,
 				Detail: fmt.Sprintf("a request with an idempotency key may have at most %d bytes of body", e.cfg.MaxBodyBytes)}, err)
 		}
 		if errors.Is(err, errBodyConsumed) {
-			return fail(OutcomeBadBody, &Problem{Type: ProblemBodyConsumed, Title: "Request body already read",
+			return fail(OutcomeBadBody, &Problem{Type: problemBodyConsumed, Title: "Request body already read",
 				Status: http.StatusInternalServerError, Detail: "the server read the request body before the idempotency middleware"}, err)
 		}
 		// The client went away or sent a broken body: nothing to protect.
-		return fail(OutcomeBadBody, &Problem{Type: ProblemUnreadableBody, Title: "Unreadable request body",
+		return fail(OutcomeBadBody, &Problem{Type: problemUnreadableBody, Title: "Unreadable request body",
 			Status: http.StatusBadRequest, Detail: err.Error()}, err)
 	}
 
@@ -188,16 +188,16 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 	case rec != nil:
 		return nil, e.replay(rec)
 	case errors.Is(err, ErrKeyReused):
-		return nil, e.problem(&Problem{Type: ProblemKeyReused, Title: "Idempotency key reused",
+		return nil, e.problem(&Problem{Type: problemKeyReused, Title: "Idempotency key reused",
 			Status: http.StatusUnprocessableEntity,
 			Detail: "this idempotency key was already used with a different request"}, nil)
 	case errors.Is(err, ErrQuotaExceeded):
 		h := make(http.Header, 2)
 		h.Set("Retry-After", e.quotaRetryAfter(err))
-		return nil, e.problem(&Problem{Type: ProblemQuotaExceeded, Title: "Idempotency quota exceeded",
+		return nil, e.problem(&Problem{Type: problemQuotaExceeded, Title: "Idempotency quota exceeded",
 			Status: http.StatusTooManyRequests, Detail: quotaDetail(err)}, h)
 	case errors.Is(err, ErrInFlight):
-		return nil, e.problem(&Problem{Type: ProblemKeyInFlight, Title: "Request in flight",
+		return nil, e.problem(&Problem{Type: problemKeyInFlight, Title: "Request in flight",
 			Status: http.StatusConflict,
 			Detail: "a request with this idempotency key is being processed; retry later"}, e.retryAfter())
 	default:
@@ -211,7 +211,7 @@ const unmatchedRoute = "unmatched"
 // unavailable is the 503 of a store failure under FailClosed, or of a
 // Buffered flight whose commit failed.
 func (e *Engine) unavailable(detail string) *Response {
-	return e.problem(&Problem{Type: ProblemStoreUnavailable, Title: "Idempotency store unavailable",
+	return e.problem(&Problem{Type: problemStoreUnavailable, Title: "Idempotency store unavailable",
 		Status: http.StatusServiceUnavailable, Detail: detail}, e.retryAfter())
 }
 

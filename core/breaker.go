@@ -7,29 +7,29 @@ import (
 	"time"
 )
 
-// ErrCircuitOpen is the store error of a call that the Engine did not make
+// errCircuitOpen is the store error of a call that the Engine did not make
 // because its circuit breaker is open: the store failed
 // Config.BreakerFailures times in a row, and Config.BreakerCooldown has not
 // passed since. The policy applies as to any store error.
-var ErrCircuitOpen = errors.New("idem: store circuit open")
+var errCircuitOpen = errors.New("idem: store circuit open")
 
-// BreakerState is the state of the Engine's circuit breaker around its
-// store, reported in events of OutcomeBreaker.
-type BreakerState int
+// breakerState is the state of the Engine's circuit breaker around its
+// store; its String is Event.Breaker.
+type breakerState int
 
 // States of the circuit breaker.
 const (
-	BreakerClosed   BreakerState = iota // the store is called
-	BreakerOpen                         // the store is not called: ErrCircuitOpen
-	BreakerHalfOpen                     // one call probes the store; the others get ErrCircuitOpen
+	breakerClosed   breakerState = iota // the store is called
+	breakerOpen                         // the store is not called: errCircuitOpen
+	breakerHalfOpen                     // one call probes the store; the others get errCircuitOpen
 )
 
 // String returns "closed", "open" or "half_open".
-func (s BreakerState) String() string {
+func (s breakerState) String() string {
 	switch s {
-	case BreakerOpen:
+	case breakerOpen:
 		return "open"
-	case BreakerHalfOpen:
+	case breakerHalfOpen:
 		return "half_open"
 	}
 	return "closed"
@@ -42,10 +42,10 @@ type breaker struct {
 	cooldown time.Duration // open time before a probe
 	probeFor time.Duration // how long a probe may take before another goes
 	now      func() time.Time
-	changed  func(BreakerState) // called without the mutex
+	changed  func(breakerState) // called without the mutex
 
 	mu     sync.Mutex
-	state  BreakerState
+	state  breakerState
 	count  int       // consecutive failures while closed
 	opened time.Time // when it last opened
 	probed time.Time // when the last probe went, while half-open
@@ -59,17 +59,17 @@ func (b *breaker) allow() bool {
 	}
 	b.mu.Lock()
 	switch b.state {
-	case BreakerClosed:
+	case breakerClosed:
 		b.mu.Unlock()
 		return true
-	case BreakerOpen:
+	case breakerOpen:
 		if b.now().Sub(b.opened) < b.cooldown {
 			b.mu.Unlock()
 			return false
 		}
-		b.state, b.probed = BreakerHalfOpen, b.now()
+		b.state, b.probed = breakerHalfOpen, b.now()
 		b.mu.Unlock()
-		b.changed(BreakerHalfOpen)
+		b.changed(breakerHalfOpen)
 		return true
 	}
 	// Half-open: its probe is on its way, unless it has taken longer than
@@ -91,17 +91,17 @@ func (b *breaker) done(err error) {
 	}
 	failed := err != nil && storeFailure(err)
 	b.mu.Lock()
-	var to BreakerState
+	var to breakerState
 	switch {
-	case !failed && b.state == BreakerClosed:
+	case !failed && b.state == breakerClosed:
 		b.count = 0
 		b.mu.Unlock()
 		return
 	case !failed:
-		b.state, b.count, to = BreakerClosed, 0, BreakerClosed
-	case b.state == BreakerHalfOpen, b.state == BreakerClosed && b.count+1 >= b.failures:
-		b.state, b.opened, to = BreakerOpen, b.now(), BreakerOpen
-	case b.state == BreakerClosed:
+		b.state, b.count, to = breakerClosed, 0, breakerClosed
+	case b.state == breakerHalfOpen, b.state == breakerClosed && b.count+1 >= b.failures:
+		b.state, b.opened, to = breakerOpen, b.now(), breakerOpen
+	case b.state == breakerClosed:
 		b.count++
 		b.mu.Unlock()
 		return
@@ -117,5 +117,5 @@ func (b *breaker) done(err error) {
 // opposed to an answer about a key or a bad record.
 func storeFailure(err error) bool {
 	return !errors.Is(err, ErrInFlight) && !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrStoreFull) && !errors.Is(err, ErrQuotaExceeded) &&
-		!errors.Is(err, ErrCorruptRecord) && !errors.Is(err, ErrCircuitOpen) && !errors.Is(err, context.Canceled)
+		!errors.Is(err, ErrCorruptRecord) && !errors.Is(err, errCircuitOpen) && !errors.Is(err, context.Canceled)
 }

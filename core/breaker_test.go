@@ -8,9 +8,9 @@ import (
 
 func TestBreakerTransitions(t *testing.T) {
 	now := time.Unix(0, 0)
-	var states []BreakerState
+	var states []breakerState
 	b := &breaker{failures: 3, cooldown: time.Second, probeFor: time.Hour, now: func() time.Time { return now },
-		changed: func(s BreakerState) { states = append(states, s) }}
+		changed: func(s breakerState) { states = append(states, s) }}
 	down := errors.New("dial tcp: connection refused")
 	step := func(want bool, err error) {
 		t.Helper()
@@ -34,7 +34,7 @@ func TestBreakerTransitions(t *testing.T) {
 		t.Fatalf("opened after failures that were not in a row: %v", states)
 	}
 	step(true, down) // the third in a row
-	if b.state != BreakerOpen || len(states) != 1 {
+	if b.state != breakerOpen || len(states) != 1 {
 		t.Fatalf("state %v, changes %v; want open", b.state, states)
 	}
 	step(false, nil)
@@ -42,22 +42,22 @@ func TestBreakerTransitions(t *testing.T) {
 	step(false, nil)
 	now = now.Add(time.Millisecond)
 	// The cooldown is over: one probe, and nothing else while it is out.
-	if !b.allow() || b.state != BreakerHalfOpen {
+	if !b.allow() || b.state != breakerHalfOpen {
 		t.Fatalf("no probe after the cooldown: state %v", b.state)
 	}
 	step(false, nil)
 	b.done(down) // the probe failed: open again, for a new cooldown
-	if b.state != BreakerOpen {
+	if b.state != breakerOpen {
 		t.Fatalf("state %v after a failed probe, want open", b.state)
 	}
 	now = now.Add(500 * time.Millisecond)
 	step(false, nil)
 	now = now.Add(500 * time.Millisecond)
 	step(true, ErrInFlight) // the probe got an answer: the store works
-	if b.state != BreakerClosed {
+	if b.state != breakerClosed {
 		t.Fatalf("state %v after a probe answered, want closed", b.state)
 	}
-	want := []BreakerState{BreakerOpen, BreakerHalfOpen, BreakerOpen, BreakerHalfOpen, BreakerClosed}
+	want := []breakerState{breakerOpen, breakerHalfOpen, breakerOpen, breakerHalfOpen, breakerClosed}
 	if len(states) != len(want) {
 		t.Fatalf("changes %v, want %v", states, want)
 	}
@@ -69,7 +69,7 @@ func TestBreakerTransitions(t *testing.T) {
 }
 
 func TestBreakerDisabled(t *testing.T) {
-	b := &breaker{failures: -1, now: time.Now, changed: func(BreakerState) { t.Fatal("a disabled breaker changed") }}
+	b := &breaker{failures: -1, now: time.Now, changed: func(breakerState) { t.Fatal("a disabled breaker changed") }}
 	for range 100 {
 		if !b.allow() {
 			t.Fatal("a disabled breaker refused a call")
@@ -84,7 +84,7 @@ func TestBreakerDisabled(t *testing.T) {
 func TestBreakerLostProbe(t *testing.T) {
 	now := time.Unix(0, 0)
 	b := &breaker{failures: 1, cooldown: time.Second, probeFor: 3 * time.Second,
-		now: func() time.Time { return now }, changed: func(BreakerState) {}}
+		now: func() time.Time { return now }, changed: func(breakerState) {}}
 	b.allow()
 	b.done(errors.New("down")) // open
 	now = now.Add(time.Second)
@@ -100,7 +100,7 @@ func TestBreakerLostProbe(t *testing.T) {
 		t.Fatal("no new probe after probeFor: the breaker is stuck half-open")
 	}
 	b.done(nil)
-	if b.state != BreakerClosed {
+	if b.state != breakerClosed {
 		t.Fatalf("state %v after the new probe answered", b.state)
 	}
 }

@@ -5,16 +5,14 @@ import (
 	"net/http"
 	"slices"
 	"time"
+
+	"github.com/idem-go/idem/internal/defaults"
 )
 
 // Defaults of Config.
 const (
-	DefaultKeyHeader          = "Idempotency-Key"
 	defaultLegacyKeyHeader    = "X-Idempotency-Key"
-	DefaultMaxKeyLength       = 255
-	DefaultMaxBodyBytes       = 1 << 20 // 1 MiB
 	defaultMaxStoredBodyBytes = 1 << 20 // 1 MiB
-	DefaultResponseTTL        = 24 * time.Hour
 	defaultLockTTL            = 5 * time.Minute
 	defaultRetryAfter         = time.Second
 	defaultStoreTimeout       = time.Second
@@ -34,9 +32,6 @@ const (
 	// the replay does not carry.
 	HeaderBodyOmitted = "X-Idempotency-Body-Omitted"
 )
-
-// DefaultMethods are the methods the Engine covers by default.
-var DefaultMethods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 
 // baseDeniedHeaders are never stored, whatever Config.DeniedHeaders says:
 // hop-by-hop headers, the cookies a replay must not hand to another client,
@@ -68,18 +63,18 @@ type Config struct {
 	Store Store
 
 	// Methods the Engine covers; other requests pass untouched.
-	// Default: DefaultMethods.
+	// Default: POST, PUT, PATCH and DELETE.
 	Methods []string
 	// Required makes a covered request without a key fail with 400.
 	// Default: false (a request without a key runs unprotected).
 	Required bool
-	// KeyHeader is the header carrying the key. Default: DefaultKeyHeader.
+	// KeyHeader is the header carrying the key. Default: "Idempotency-Key".
 	KeyHeader string
 	// LegacyKeyHeader is also accepted; if both headers are sent they must
 	// agree. Default: X-Idempotency-Key; "-" accepts no second header.
 	LegacyKeyHeader string
 	// MaxKeyLength is the longest key accepted, in bytes.
-	// Default: DefaultMaxKeyLength.
+	// Default: 255.
 	MaxKeyLength int
 	// ValidateKey checks a key after the default rules (1 to MaxKeyLength
 	// printable ASCII characters): idemkey.UUIDv4, idemkey.Token or your own;
@@ -100,7 +95,7 @@ type Config struct {
 	CriticalHeaders []string
 
 	// MaxBodyBytes is the largest request body read for the fingerprint;
-	// a larger body with a key gets 413. Default: DefaultMaxBodyBytes.
+	// a larger body with a key gets 413. Default: 1 MiB.
 	MaxBodyBytes int64
 	// MaxStoredBodyBytes is the largest response body stored; a larger one
 	// is stored as its size and SHA-256, and its replay has no body but the
@@ -119,7 +114,7 @@ type Config struct {
 	KeepHeaders []string
 
 	// ResponseTTL is how long a stored response is kept.
-	// Default: DefaultResponseTTL.
+	// Default: 24 hours.
 	ResponseTTL time.Duration
 	// TTL overrides ResponseTTL per request, such as 72 hours for payments;
 	// a result of zero or less means ResponseTTL. Default: none.
@@ -151,7 +146,7 @@ type Config struct {
 	// call fails and FailClosed decides. Default: 1 second.
 	StoreTimeout time.Duration
 	// BreakerFailures failed Store.Acquire calls in a row open the circuit
-	// breaker: requests skip the store (ErrCircuitOpen) for BreakerCooldown,
+	// breaker: requests skip the store (errCircuitOpen) for BreakerCooldown,
 	// then one probes it. Default: 5; negative disables it.
 	BreakerFailures int
 	// BreakerCooldown is how long the breaker stays open before a probe.
@@ -187,10 +182,10 @@ func (c *Config) setDefaults() error {
 		c.Store = NewMemoryStore(0)
 	}
 	if c.Methods == nil {
-		c.Methods = DefaultMethods
+		c.Methods = defaults.Methods()
 	}
 	if c.KeyHeader == "" {
-		c.KeyHeader = DefaultKeyHeader
+		c.KeyHeader = defaults.KeyHeader
 	}
 	// Canonical names: an http.Header lookup then allocates nothing.
 	c.KeyHeader = http.CanonicalHeaderKey(c.KeyHeader)
@@ -203,10 +198,10 @@ func (c *Config) setDefaults() error {
 		c.LegacyKeyHeader = http.CanonicalHeaderKey(c.LegacyKeyHeader)
 	}
 	if c.MaxKeyLength == 0 {
-		c.MaxKeyLength = DefaultMaxKeyLength
+		c.MaxKeyLength = defaults.MaxKeyLength
 	}
 	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
+		c.MaxBodyBytes = defaults.MaxBodyBytes
 	}
 	if c.MaxStoredBodyBytes == 0 {
 		c.MaxStoredBodyBytes = defaultMaxStoredBodyBytes
@@ -218,7 +213,7 @@ func (c *Config) setDefaults() error {
 		c.DeniedHeaders = defaultDeniedHeaders
 	}
 	if c.ResponseTTL == 0 {
-		c.ResponseTTL = DefaultResponseTTL
+		c.ResponseTTL = defaults.ResponseTTL
 	}
 	if c.LockTTL == 0 {
 		c.LockTTL = defaultLockTTL

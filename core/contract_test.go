@@ -76,7 +76,7 @@ func TestProblemDocsURL(t *testing.T) {
 		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusBadRequest {
 			t.Fatalf("status %d, body %s", w.Code, w.Body)
 		}
-		wantType, wantLink := core.ProblemInvalidKey, ""
+		wantType, wantLink := problemType("invalid-key"), ""
 		if base != "" {
 			wantType, wantLink = docs+"#invalid-key", "<"+docs+`>; rel="describedby"`
 		}
@@ -96,7 +96,7 @@ func TestMiddlewareWithErrorHandler(t *testing.T) {
 		w.Write([]byte("app's own: " + p.Title)) //nolint:errcheck
 	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("handler ran") }))
 	w := post(t, h, "", "{}")
-	if got == nil || got.Type != core.ProblemMissingKey || w.Code != http.StatusBadRequest || !strings.HasPrefix(w.Body.String(), "app's own") {
+	if got == nil || got.Type != problemType("missing-key") || w.Code != http.StatusBadRequest || !strings.HasPrefix(w.Body.String(), "app's own") {
 		t.Fatalf("problem %+v, status %d, body %q", got, w.Code, w.Body)
 	}
 }
@@ -126,8 +126,17 @@ func TestInfoFromContext(t *testing.T) {
 // Content-Type, which the handler's own body sets.
 func TestResponseSetHeaders(t *testing.T) {
 	dst := http.Header{"Content-Type": {"text/html"}}
-	(&core.Response{Header: http.Header{"Content-Type": {core.ContentTypeProblem}, "Retry-After": {"1"}}}).SetHeaders(dst)
+	(&core.Response{Header: http.Header{"Content-Type": {contentTypeProblem}, "Retry-After": {"1"}}}).SetHeaders(dst)
 	if len(dst) != 2 || dst.Get("Content-Type") != "text/html" || dst.Get("Retry-After") != "1" {
 		t.Fatalf("headers %v", dst)
 	}
 }
+
+// problemType is the type URI of the problem name, as docs/problems.md
+// documents it.
+func problemType(name string) string {
+	return "https://github.com/idem-go/idem/blob/main/docs/problems.md#" + name
+}
+
+// contentTypeProblem is the media type of the Engine's refusals (RFC 9457).
+const contentTypeProblem = "application/problem+json"

@@ -28,7 +28,7 @@
 //
 // A Store has four methods (Acquire, Complete, Release, Refresh) over opaque
 // keys and encoded records, and optional capabilities (Waiter, Admin,
-// Notifier, Invalidator, Checkpointer, quotas: QuotaFromContext); package
+// Invalidator, Checkpointer, TxStore, quotas: QuotaFromContext); package
 // idemtest holds the conformance suites every store runs. MemoryStore is
 // the default and serves one instance; redislock and pgstore serve many,
 // and NewTiered puts one in front of the other.

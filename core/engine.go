@@ -51,13 +51,13 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.initialLease = min(cfg.LockTTL, max(minInitialLease, 3*cfg.StoreTimeout))
 	e.brk = &breaker{failures: cfg.BreakerFailures, cooldown: cfg.BreakerCooldown, probeFor: cfg.BreakerCooldown + cfg.StoreTimeout, now: time.Now,
-		changed: func(s BreakerState) { e.observe(Event{Outcome: OutcomeBreaker, Breaker: s}, time.Now()) }}
+		changed: func(s breakerState) { e.observe(Event{Outcome: OutcomeBreaker, Breaker: s.String()}, time.Now()) }}
 	e.tx, _ = cfg.Store.(TxStore)
 	if cfg.ReplayCache > 0 {
 		e.cache = newReplayCache(cfg.ReplayCache)
 	}
 	for s := cfg.Store; s != nil; {
-		if n, ok := s.(Notifier); ok {
+		if n, ok := s.(notifier); ok {
 			n.SetObserver(func(ev Event) { e.observe(ev, time.Now()) })
 		}
 		if i, ok := s.(Invalidator); ok && e.cache != nil {
@@ -106,7 +106,7 @@ func (e *Engine) observe(ev Event, start time.Time) {
 	// No Observer: a store outage is never silent.
 	switch ev.Outcome {
 	case OutcomeStoreError, OutcomeLockLost, OutcomeBreaker, OutcomeFallback:
-		if !errors.Is(ev.Err, ErrCircuitOpen) { // the breaker's opening was logged
+		if !errors.Is(ev.Err, errCircuitOpen) { // the breaker's opening was logged
 			SlogObserver(slog.Default())(ev)
 		}
 	}

@@ -173,7 +173,7 @@ func TestEscapedPathFingerprinted(t *testing.T) {
 		body   string
 	}{
 		{"/docs/x%2Fy", http.StatusOK, "root x/y"},
-		{"/docs/x/y", http.StatusUnprocessableEntity, core.ProblemKeyReused},
+		{"/docs/x/y", http.StatusUnprocessableEntity, problemType("key-reused")},
 		{"/docs/x%2Fy", http.StatusOK, "root x/y"}, // the replay
 	} {
 		r := httptest.NewRequest(http.MethodPost, tc.path, nil)
@@ -498,10 +498,10 @@ func TestBodyReadErrors(t *testing.T) {
 	}{
 		{"MaxBytesReader", func(w http.ResponseWriter) io.ReadCloser {
 			return http.MaxBytesReader(w, io.NopCloser(strings.NewReader(`{"a":"`+strings.Repeat("x", 100)+`"}`)), 10)
-		}, http.StatusRequestEntityTooLarge, core.ProblemBodyTooLarge},
+		}, http.StatusRequestEntityTooLarge, problemType("body-too-large")},
 		{"broken connection", func(http.ResponseWriter) io.ReadCloser {
 			return io.NopCloser(readerFunc(func([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }))
-		}, http.StatusBadRequest, core.ProblemUnreadableBody},
+		}, http.StatusBadRequest, problemType("unreadable-body")},
 	} {
 		r := httptest.NewRequest(http.MethodPost, "/orders", nil)
 		r.Header.Set("Idempotency-Key", "body-"+tc.name)
@@ -533,8 +533,8 @@ func TestBodyConsumedBeforeMiddleware(t *testing.T) {
 	})
 	for _, body := range []string{`{"amount":100}`, `{"amount":999}`} {
 		w := post(t, drain, "consumed", body)
-		if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), core.ProblemBodyConsumed) {
-			t.Fatalf("body read before the middleware: %d %s, want 500 %s", w.Code, w.Body, core.ProblemBodyConsumed)
+		if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), problemType("body-consumed")) {
+			t.Fatalf("body read before the middleware: %d %s, want 500 %s", w.Code, w.Body, problemType("body-consumed"))
 		}
 	}
 	if n := runs.Load(); n != 0 {

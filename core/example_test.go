@@ -59,8 +59,8 @@ func Example() {
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		if resp.Header.Get("Content-Type") == core.ContentTypeProblem {
-			fmt.Println(resp.StatusCode, core.ContentTypeProblem)
+		if resp.Header.Get("Content-Type") == "application/problem+json" {
+			fmt.Println(resp.StatusCode, "application/problem+json")
 			return
 		}
 		fmt.Printf("%d replay=%q %s\n", resp.StatusCode, resp.Header.Get(core.HeaderReplay), b)

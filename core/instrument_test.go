@@ -12,7 +12,7 @@ import (
 
 func nopObserve(context.Context, instrument.Op, time.Duration, error, int) {}
 
-// New finds a Notifier behind an instrumented store: the tiered store's
+// New finds a notifier behind an instrumented store: the tiered store's
 // fallbacks reach the Observer.
 func TestInstrumentedTieredReportsFallbacks(t *testing.T) {
 	var ev events

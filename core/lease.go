@@ -178,7 +178,7 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 			// the work unprotected now could run it twice, whatever
 			// FailClosed says. Keep waiting; at the deadline, ErrInFlight,
 			// with the store's error rather than the breaker's it caused.
-			if waitErr == nil || !errors.Is(err, ErrCircuitOpen) {
+			if waitErr == nil || !errors.Is(err, errCircuitOpen) {
 				waitErr = err
 			}
 		}
@@ -208,7 +208,7 @@ func (e *Engine) storeAcquire(ctx context.Context, id string) (raw []byte, token
 		}
 	}
 	if !e.brk.allow() {
-		return nil, "", nil, ErrCircuitOpen
+		return nil, "", nil, errCircuitOpen
 	}
 	var gen uint64
 	if e.cache != nil {

@@ -60,14 +60,6 @@ func NewMemoryStore(maxEntries int) *MemoryStore {
 		scopes: make(map[string]*memScope)}
 }
 
-// Len returns the number of live keys, records and locks.
-func (s *MemoryStore) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.sweep(s.now())
-	return len(s.entries)
-}
-
 // Acquire implements Store, and enforces Config.Quota.
 func (s *MemoryStore) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
 	s.mu.Lock()

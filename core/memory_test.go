@@ -122,7 +122,7 @@ func testMemoryStoreNilRecord(t *testing.T) {
 		}
 	}
 	advance(100 * time.Millisecond)
-	if n := s.Len(); n != 0 {
+	if n := core.MemoryLen(s); n != 0 {
 		t.Fatalf("Len after the locks expired = %d, want 0", n)
 	}
 }
@@ -143,7 +143,7 @@ func testMemoryStoreSweepsExpired(t *testing.T) {
 	if _, _, err := s.Acquire(ctx, "fresh", time.Minute); err != nil {
 		t.Fatalf("Acquire after expiry: %v", err)
 	}
-	if n := s.Len(); n != 1 {
+	if n := core.MemoryLen(s); n != 1 {
 		t.Fatalf("Len after sweep = %d, want 1", n)
 	}
 }

@@ -73,8 +73,9 @@ type Event struct {
 	Code int
 	// Duration is the time from the start of the request to this outcome.
 	Duration time.Duration
-	// Breaker is the breaker's new state, in an OutcomeBreaker event.
-	Breaker BreakerState
+	// Breaker is the breaker's new state in an OutcomeBreaker event:
+	// "closed", "open" or "half_open".
+	Breaker string
 	// Err is the store or validation error behind the outcome, if any; for
 	// OutcomeStored, an error wrapping ErrLockLost if the response was
 	// stored after the lock expired, or may have (no refresh confirmed it
@@ -133,7 +134,7 @@ func SlogObserver(l *slog.Logger) func(Event) {
 			attrs = append(attrs, slog.String("scope", e.Scope))
 		}
 		if e.Outcome == OutcomeBreaker {
-			attrs = append(attrs, slog.String("breaker", e.Breaker.String()))
+			attrs = append(attrs, slog.String("breaker", e.Breaker))
 		}
 		if e.Transport != "" {
 			attrs = append(attrs, slog.String("transport", e.Transport), slog.Int("code", e.Code))

@@ -71,7 +71,7 @@ func testStalledStoreBoundedThenBreakerOpens(t *testing.T) {
 			t.Fatalf("events %v: want 10 store errors and the breaker opening once", ev.all)
 		}
 		for _, e := range ev.all {
-			if e.Outcome == core.OutcomeBreaker && e.Breaker != core.BreakerOpen {
+			if e.Outcome == core.OutcomeBreaker && e.Breaker != "open" {
 				t.Fatalf("breaker event %v, want open", e.Breaker)
 			}
 		}

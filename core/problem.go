@@ -7,25 +7,27 @@ import (
 )
 
 // Problem type URIs, one per error case, stable across releases so that
-// clients can branch on them. They point at the project's documentation.
+// clients can branch on them: docs/problems.md, whose sections they name.
 const (
-	ProblemMissingKey       = "https://github.com/idem-go/idem/blob/main/docs/problems.md#missing-key"
-	ProblemInvalidKey       = "https://github.com/idem-go/idem/blob/main/docs/problems.md#invalid-key"
-	ProblemKeyInFlight      = "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-in-flight"
-	ProblemKeyReused        = "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-reused"
-	ProblemBodyTooLarge     = "https://github.com/idem-go/idem/blob/main/docs/problems.md#body-too-large"
-	ProblemUnreadableBody   = "https://github.com/idem-go/idem/blob/main/docs/problems.md#unreadable-body"
-	ProblemBodyConsumed     = "https://github.com/idem-go/idem/blob/main/docs/problems.md#body-consumed"
-	ProblemStoreUnavailable = "https://github.com/idem-go/idem/blob/main/docs/problems.md#store-unavailable"
-	ProblemQuotaExceeded    = "https://github.com/idem-go/idem/blob/main/docs/problems.md#quota-exceeded"
+	problemMissingKey       = "https://github.com/idem-go/idem/blob/main/docs/problems.md#missing-key"
+	problemInvalidKey       = "https://github.com/idem-go/idem/blob/main/docs/problems.md#invalid-key"
+	problemKeyInFlight      = "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-in-flight"
+	problemKeyReused        = "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-reused"
+	problemBodyTooLarge     = "https://github.com/idem-go/idem/blob/main/docs/problems.md#body-too-large"
+	problemUnreadableBody   = "https://github.com/idem-go/idem/blob/main/docs/problems.md#unreadable-body"
+	problemBodyConsumed     = "https://github.com/idem-go/idem/blob/main/docs/problems.md#body-consumed"
+	problemStoreUnavailable = "https://github.com/idem-go/idem/blob/main/docs/problems.md#store-unavailable"
+	problemQuotaExceeded    = "https://github.com/idem-go/idem/blob/main/docs/problems.md#quota-exceeded"
 )
 
-// ContentTypeProblem is the media type of every error body (RFC 9457).
-const ContentTypeProblem = "application/problem+json"
+// contentTypeProblem is the media type of every error body (RFC 9457).
+const contentTypeProblem = "application/problem+json"
 
 // Problem is an RFC 9457 problem details object: the body of every error
-// the Engine answers with. It implements error so adapters can hand it to
-// a framework's error handler.
+// the Engine answers with, of Content-Type application/problem+json. It
+// implements error so adapters can hand it to a framework's error handler.
+// Type is stable across releases and ends in the name of its section of
+// docs/problems.md ("#key-in-flight"): branch on that.
 type Problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
@@ -59,6 +61,6 @@ func problemResponse(p *Problem, header http.Header) *Response {
 	if header == nil {
 		header = make(http.Header, 1)
 	}
-	header.Set("Content-Type", ContentTypeProblem)
+	header.Set("Content-Type", contentTypeProblem)
 	return &Response{StatusCode: p.Status, Header: header, Body: body, Problem: p}
 }

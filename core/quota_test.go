@@ -45,8 +45,8 @@ func testQuotaOverHTTP(t *testing.T) {
 		resp := w.Result()
 		var p core.Problem
 		json.NewDecoder(resp.Body).Decode(&p) //nolint:errcheck
-		if resp.StatusCode != http.StatusTooManyRequests || p.Type != core.ProblemQuotaExceeded || p.Status != 429 ||
-			resp.Header.Get("Retry-After") != retryAfter || resp.Header.Get("Content-Type") != core.ContentTypeProblem {
+		if resp.StatusCode != http.StatusTooManyRequests || p.Type != problemType("quota-exceeded") || p.Status != 429 ||
+			resp.Header.Get("Retry-After") != retryAfter || resp.Header.Get("Content-Type") != contentTypeProblem {
 			t.Fatalf("over the quota: %d %+v Retry-After %q", resp.StatusCode, p, resp.Header.Get("Retry-After"))
 		}
 	}

@@ -100,7 +100,7 @@ func TestDecodeRecordManyHeaders(t *testing.T) {
 	if last := events[len(events)-1]; last.Outcome != OutcomeNotStored || !errors.Is(last.Err, errHeadersTooMany) {
 		t.Fatalf("event %+v, want OutcomeNotStored: too many headers", last)
 	}
-	if store.Len() != 0 {
-		t.Fatalf("store holds %d keys, want the lock released and nothing stored", store.Len())
+	if MemoryLen(store) != 0 {
+		t.Fatalf("store holds %d keys, want the lock released and nothing stored", MemoryLen(store))
 	}
 }

@@ -59,12 +59,12 @@ type Waiter interface {
 	Wait(ctx context.Context, key string) error
 }
 
-// Notifier is implemented by stores that report events of their own, such
+// notifier is implemented by stores that report events of their own, such
 // as a Tiered store's fallbacks: New hands them the Engine's Observer. New
 // finds it through stores that wrap another and say so with an
 // Unwrap() Store method (metrics wrappers do). The last Engine made with a
 // store gets its events.
-type Notifier interface {
+type notifier interface {
 	SetObserver(func(Event))
 }
 

@@ -30,7 +30,7 @@ type tiered struct {
 // fast tier serves replays in one round trip and holds off duplicates.
 // When the fast tier fails, calls go to the durable tier alone
 // (OutcomeFallback); when it lost its data, records are written back to it.
-// The store implements Admin, Checkpointer, Notifier and Invalidator, and
+// The store implements Admin, Checkpointer, notifier and Invalidator, and
 // TxStore if durable does (pgstore.NewTx): the durable tier's transaction
 // then holds the key and commits the record, and the fast tier serves
 // replays and gets the record after the commit. See docs/design.md,
@@ -38,7 +38,7 @@ type tiered struct {
 func NewTiered(fast, durable Store) Store {
 	t := &tiered{fast: fast, durable: durable,
 		brk: &breaker{failures: defaultBreakerFailures, cooldown: defaultBreakerCooldown,
-			probeFor: defaultBreakerCooldown + defaultStoreTimeout, now: time.Now, changed: func(BreakerState) {}}}
+			probeFor: defaultBreakerCooldown + defaultStoreTimeout, now: time.Now, changed: func(breakerState) {}}}
 	if tx, ok := durable.(TxStore); ok {
 		return &tieredTx{tiered: t, tx: tx}
 	}
@@ -73,7 +73,7 @@ func (t *tiered) fastCall(ctx context.Context, op func(context.Context) error) e
 		return context.DeadlineExceeded
 	}
 	if !t.brk.allow() {
-		return ErrCircuitOpen
+		return errCircuitOpen
 	}
 	fctx, cancel := context.WithTimeout(ctx, budget)
 	err := op(fctx)
@@ -87,7 +87,7 @@ func (t *tiered) fastCall(ctx context.Context, op func(context.Context) error) e
 // the bound while the other is down.
 func (t *tiered) EnforcesQuota() bool { return enforcesQuota(t.fast) && enforcesQuota(t.durable) }
 
-// SetObserver implements Notifier.
+// SetObserver implements notifier.
 func (t *tiered) SetObserver(observe func(Event)) {
 	t.mu.Lock()
 	t.observe = observe

@@ -12,7 +12,7 @@ import (
 
 // Operations returns the operations of routes that the middleware of cfg
 // covers, for swagger.OptionsFor: those whose method the Engine covers
-// (core.DefaultMethods without an Engine) and that cfg.Skipper does not
+// (POST, PUT, PATCH and DELETE without an Engine) and that cfg.Skipper does not
 // skip. Paths are in OpenAPI syntax (/orders/:id → /orders/{id}), sorted by
 // path and method, without duplicates; the result is never nil (a nil
 // swagger.Options.Operations would document every operation).

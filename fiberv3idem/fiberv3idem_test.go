@@ -523,7 +523,7 @@ func TestBuffered(t *testing.T) {
 	store.FailCommits(true)
 	r := c.post("/orders", order, "Idempotency-Key", "buffered-1")
 	want(t, r, fiber.StatusServiceUnavailable, "", false)
-	if !strings.Contains(r.body, core.ProblemStoreUnavailable) || r.header.Get("Retry-After") == "" || r.header.Get("X-Outer") != "o" ||
+	if !strings.Contains(r.body, "problems.md#store-unavailable") || r.header.Get("Retry-After") == "" || r.header.Get("X-Outer") != "o" ||
 		r.header.Get("X-Order-Id") != "" || r.header.Get("Set-Cookie") != "" {
 		t.Fatalf("failed commit: got %v %s, want the 503 problem, X-Outer and none of the handler's headers", r.header, r.body)
 	}

@@ -501,7 +501,7 @@ func TestGinBuffered(t *testing.T) {
 
 	store.FailCommits(true)
 	resp, failed := send()
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("X-Order-Id") != "" || !strings.Contains(failed, core.ProblemStoreUnavailable) {
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("X-Order-Id") != "" || !strings.Contains(failed, "problems.md#store-unavailable") {
 		t.Fatalf("failed commit: got %d %v %s, want the 503 problem alone", resp.StatusCode, resp.Header, failed)
 	}
 	store.FailCommits(false)

@@ -517,7 +517,7 @@ func testKeys(t *testing.T, newStore func(*testing.T) core.Store) {
 			wantNotReplay(t, r)
 		}
 		h.wantRuns(2)
-		long := strings.Repeat("k", core.DefaultMaxKeyLength+1)
+		long := strings.Repeat("k", 256)
 		for name, md := range map[string][]string{
 			"too long":     key(long),
 			"empty":        key(""),

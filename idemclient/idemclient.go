@@ -8,7 +8,7 @@
 // of the work sends the same key; otherwise a fresh UUIDv4. The request is
 // sent again with that same key and the same body after a network error, a
 // 409 that says the key is in flight (idem's problem type
-// core.ProblemKeyInFlight, in any Config.ProblemDocsURL, or a Retry-After),
+// key-in-flight of docs/problems.md, under any Config.ProblemDocsURL, or a Retry-After),
 // a 429 or a 5xx but 501: up to MaxAttempts in all, waiting 100 ms, 200 ms,
 // 400 ms (±25 %) or the response's Retry-After, whichever is longer, and
 // never past the request context's deadline. Any other status, such as an
@@ -309,9 +309,9 @@ func (t *Transport) retry(resp *http.Response, err error, s settings) (time.Dura
 	return 0, false
 }
 
-// keyInFlight ends the type of idem's key-in-flight problem, whatever
-// Config.ProblemDocsURL says.
-var keyInFlight = core.ProblemKeyInFlight[strings.IndexByte(core.ProblemKeyInFlight, '#'):]
+// keyInFlight ends the type of idem's key-in-flight problem
+// (docs/problems.md), whatever Config.ProblemDocsURL says.
+const keyInFlight = "#key-in-flight"
 
 // inFlight reports whether a 409 says that a request with the key is in
 // flight: it carries Retry-After, or it is idem's problem of that type. It
@@ -320,7 +320,7 @@ func inFlight(resp *http.Response) bool {
 	if resp.Header.Get("Retry-After") != "" {
 		return true
 	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != core.ContentTypeProblem {
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/problem+json" {
 		return false
 	}
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, drainBytes))

@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/idem-go/idem/core"
 )
 
 // start is the fake clock's first reading, whole seconds for HTTP dates.
@@ -177,8 +175,8 @@ func TestRetriesWithOneKey(t *testing.T) {
 		{"409 Retry-After over MaxDelay", status(409, "Retry-After", "3600"), []time.Duration{5 * time.Second, 5 * time.Second}},
 		{"409 Retry-After shorter than the backoff", status(409, "Retry-After", "0"), []time.Duration{100 * ms, 200 * ms}},
 		{"409 bad Retry-After", status(409, "Retry-After", "soon"), []time.Duration{100 * ms, 200 * ms}},
-		{"409 key in flight", problem(409, core.ContentTypeProblem, core.ProblemKeyInFlight), []time.Duration{100 * ms, 200 * ms}},
-		{"409 key in flight, ProblemDocsURL", problem(409, core.ContentTypeProblem+"; charset=utf-8", "https://api.example/errors#key-in-flight"),
+		{"409 key in flight", problem(409, "application/problem+json", "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-in-flight"), []time.Duration{100 * ms, 200 * ms}},
+		{"409 key in flight, ProblemDocsURL", problem(409, "application/problem+json; charset=utf-8", "https://api.example/errors#key-in-flight"),
 			[]time.Duration{100 * ms, 200 * ms}},
 		{"503", status(503), []time.Duration{100 * ms, 200 * ms}},
 		{"503 Retry-After", status(503, "Retry-After", "1"), []time.Duration{time.Second, time.Second}},
@@ -357,9 +355,9 @@ func TestConflictNotRetried(t *testing.T) {
 	t.Parallel()
 	for name, fail := range map[string]func(http.ResponseWriter, *http.Request){
 		"plain":                      status(409),
-		"another problem":            problem(409, core.ContentTypeProblem, "https://api.example/errors#out-of-stock"),
-		"key in flight, not problem": problem(409, "application/json", core.ProblemKeyInFlight),
-		"long problem, body whole":   problem(409, core.ContentTypeProblem, "https://api.example/errors#"+strings.Repeat("x", 10000)),
+		"another problem":            problem(409, "application/problem+json", "https://api.example/errors#out-of-stock"),
+		"key in flight, not problem": problem(409, "application/json", "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-in-flight"),
+		"long problem, body whole":   problem(409, "application/problem+json", "https://api.example/errors#"+strings.Repeat("x", 10000)),
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -198,7 +198,7 @@ func testIdemctl(t *testing.T, store core.Store, flags, downFlags []string) {
 	}
 	if k.ID != core.ID("alice", k1, "") || k.Status != "completed" || k.Scope != "alice" || k.Key != k1 || k.Code != 201 ||
 		k.Size != int64(len(`{"run":1}`)) || k.Body != "" || k.Created.Before(before.Add(-time.Second)) || k.Completed.Before(k.Created) ||
-		k.Expires.Sub(k.Completed.Add(core.DefaultResponseTTL)).Abs() > 5*time.Second {
+		k.Expires.Sub(k.Completed.Add(24*time.Hour)).Abs() > 5*time.Second {
 		t.Fatalf("inspect: %s", stdout)
 	}
 	if code, stdout, _ := ctl("inspect", "-scope", "alice", "-key", k1, "-body"); code != 0 || !strings.Contains(stdout, "\nbody:\n{\"run\":1}\n") {

@@ -41,7 +41,7 @@ type Options struct {
 const (
 	outcomeKey   = attribute.Key("idempotency.outcome")         // core.Outcome's name
 	operationKey = attribute.Key("idempotency.store.operation") // instrument.Op's name
-	stateKey     = attribute.Key("idempotency.breaker.state")   // core.BreakerState's name
+	stateKey     = attribute.Key("idempotency.breaker.state")   // core.Event.Breaker
 	// Of a call neither HTTP nor gRPC (core.Event.Transport).
 	transportKey = attribute.Key("idempotency.transport")
 	methodKey    = attribute.Key("idempotency.method")
@@ -139,9 +139,9 @@ func New(mp metric.MeterProvider, opts *Options) (*Telemetry, error) {
 	t.fallbacks.Add(ctx, 0)
 	t.inflight.Add(ctx, 0)
 	for i, s := range breakerStates {
-		t.states[i] = options(attribute.NewSet(stateKey.String(s.String())))
+		t.states[i] = options(attribute.NewSet(stateKey.String(s)))
 	}
-	t.setBreaker(ctx, core.BreakerClosed)
+	t.setBreaker(ctx, "closed")
 	return t, nil
 }
 
@@ -256,9 +256,9 @@ func requestAttributes(k seriesKey) attribute.Set {
 	return attribute.NewSet(attrs...)
 }
 
-var breakerStates = [...]core.BreakerState{core.BreakerClosed, core.BreakerOpen, core.BreakerHalfOpen}
+var breakerStates = [...]string{"closed", "open", "half_open"} // Event.Breaker
 
-func (t *Telemetry) setBreaker(ctx context.Context, state core.BreakerState) {
+func (t *Telemetry) setBreaker(ctx context.Context, state string) {
 	for i, s := range breakerStates {
 		var v int64
 		if s == state {

@@ -399,9 +399,9 @@ func TestStoreEvents(t *testing.T) {
 	tel, reader := newTelemetry(t)
 	for _, e := range []core.Event{
 		{Outcome: core.OutcomeFallback, Err: errDown},
-		{Outcome: core.OutcomeBreaker, Breaker: core.BreakerOpen},
+		{Outcome: core.OutcomeBreaker, Breaker: "open"},
 		{Outcome: core.OutcomeFallback, Err: errDown},
-		{Outcome: core.OutcomeBreaker, Breaker: core.BreakerHalfOpen},
+		{Outcome: core.OutcomeBreaker, Breaker: "half_open"},
 	} {
 		tel.Observe(e)
 	}

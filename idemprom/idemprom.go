@@ -135,7 +135,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Collector, error) {
 		series:    make(map[seriesKey]series),
 		routes:    make(map[string]struct{}),
 	}
-	c.setBreaker(core.BreakerClosed)
+	c.setBreaker("closed")
 	for op := range instrument.NumOps {
 		c.ops[op] = opMetrics{
 			duration: c.storeDur.WithLabelValues(op.String()),
@@ -229,15 +229,15 @@ func (c *Collector) capped(k seriesKey) seriesKey {
 	return k
 }
 
-var breakerStates = [...]core.BreakerState{core.BreakerClosed, core.BreakerOpen, core.BreakerHalfOpen}
+var breakerStates = [...]string{"closed", "open", "half_open"} // Event.Breaker
 
-func (c *Collector) setBreaker(state core.BreakerState) {
+func (c *Collector) setBreaker(state string) {
 	for _, s := range breakerStates {
 		v := 0.0
 		if s == state {
 			v = 1
 		}
-		c.breaker.WithLabelValues(s.String()).Set(v)
+		c.breaker.WithLabelValues(s).Set(v)
 	}
 }
 

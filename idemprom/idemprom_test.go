@@ -552,9 +552,9 @@ func TestStoreEvents(t *testing.T) {
 	m, _ := idemprom.New(nil, nil)
 	for _, e := range []core.Event{
 		{Outcome: core.OutcomeFallback, Err: errDown},
-		{Outcome: core.OutcomeBreaker, Breaker: core.BreakerOpen},
+		{Outcome: core.OutcomeBreaker, Breaker: "open"},
 		{Outcome: core.OutcomeFallback, Err: errDown},
-		{Outcome: core.OutcomeBreaker, Breaker: core.BreakerHalfOpen},
+		{Outcome: core.OutcomeBreaker, Breaker: "half_open"},
 	} {
 		m.Observe(e)
 	}

@@ -49,7 +49,7 @@ func golden(t *testing.T, name string, got []byte) {
 func TestInjectGolden(t *testing.T) {
 	t.Parallel()
 	required := OptionsFor(core.Config{Required: true, MaxKeyLength: 64, KeyHeader: "Idempotency-Key",
-		Methods: core.DefaultMethods}, ginRoutes...)
+		Methods: []string{"POST", "PUT", "PATCH", "DELETE"}}, ginRoutes...)
 	for _, tc := range []struct {
 		in   string
 		opts Options
@@ -121,7 +121,7 @@ func TestInjectTemplate(t *testing.T) {
 	t.Parallel()
 	tmpl := docTemplate(t)
 	opts := OptionsFor(core.Config{Required: true, MaxKeyLength: 64, KeyHeader: "Idempotency-Key",
-		Methods: core.DefaultMethods}, ginRoutes...)
+		Methods: []string{"POST", "PUT", "PATCH", "DELETE"}}, ginRoutes...)
 	opts.BasePath = "/api/v1" // docs.SwaggerInfo.BasePath
 	out, err := InjectTemplate(tmpl, opts)
 	if err != nil {

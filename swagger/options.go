@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/internal/defaults"
 	"github.com/idem-go/idem/swagger/route"
 )
 
@@ -14,21 +15,21 @@ import (
 // operation; OptionsFor derives Options from an Engine's configuration.
 type Options struct {
 	// KeyHeader is the request header carrying the key.
-	// Default: core.DefaultKeyHeader.
+	// Default: "Idempotency-Key".
 	KeyHeader string
 	// Required documents the header as required, as it is when the Engine's
 	// Config.Required is set. Default: false.
 	Required bool
 	// MaxKeyLength is the documented maxLength of the key.
-	// Default: core.DefaultMaxKeyLength.
+	// Default: 255.
 	MaxKeyLength int
 	// MaxBodyBytes is the body size past which a request with a key gets
 	// 413, as the Engine's Config.MaxBodyBytes. Default:
-	// core.DefaultMaxBodyBytes.
+	// 1 MiB.
 	MaxBodyBytes int64
 	// ResponseTTL, the Engine's Config.ResponseTTL, is published in the
 	// header's description and its x-idempotency-ttl-seconds extension.
-	// Default: core.DefaultResponseTTL.
+	// Default: 24 hours.
 	ResponseTTL time.Duration
 	// ReplayHeader is the response header that marks a replay, as the
 	// Engine's Config.ReplayHeader. Default: core.HeaderReplay.
@@ -44,7 +45,7 @@ type Options struct {
 	// Default: core.DefaultStorable.
 	Storable func(status int) bool
 	// Methods are the covered methods; an operation with another method is
-	// left untouched. Default: core.DefaultMethods.
+	// left untouched. Default: POST, PUT, PATCH and DELETE.
 	Methods []string
 	// Operations, when not nil, are the only covered operations: full paths
 	// in any router's syntax (route.Normalize), matched against BasePath
@@ -95,16 +96,16 @@ func joinBase(base, p string) string {
 // filled returns o with its defaults filled in.
 func (o Options) filled() Options {
 	if o.KeyHeader == "" {
-		o.KeyHeader = core.DefaultKeyHeader
+		o.KeyHeader = defaults.KeyHeader
 	}
 	if o.MaxKeyLength == 0 {
-		o.MaxKeyLength = core.DefaultMaxKeyLength
+		o.MaxKeyLength = defaults.MaxKeyLength
 	}
 	if o.MaxBodyBytes == 0 {
-		o.MaxBodyBytes = core.DefaultMaxBodyBytes
+		o.MaxBodyBytes = defaults.MaxBodyBytes
 	}
 	if o.ResponseTTL == 0 {
-		o.ResponseTTL = core.DefaultResponseTTL
+		o.ResponseTTL = defaults.ResponseTTL
 	}
 	if o.ReplayHeader == "" {
 		o.ReplayHeader = core.HeaderReplay
@@ -113,7 +114,7 @@ func (o Options) filled() Options {
 		o.Storable = core.DefaultStorable
 	}
 	if o.Methods == nil {
-		o.Methods = core.DefaultMethods
+		o.Methods = defaults.Methods()
 	}
 	return o
 }

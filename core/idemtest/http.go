@@ -231,7 +231,7 @@ func (p *probe) count(err error) {
 	}
 }
 
-// Unwrap lets the Engine find the store's Notifier and Invalidator.
+// Unwrap lets the Engine find the store's notifier and Invalidator.
 func (p *probe) Unwrap() core.Store { return p.Store }
 
 // waitingProbe is the probe of a store that implements core.Waiter.
@@ -371,11 +371,20 @@ func short(b []byte) []byte {
 	return b
 }
 
+// problemType is the type URI of the problem name, as docs/problems.md
+// documents it.
+func problemType(name string) string {
+	return "https://github.com/idem-go/idem/blob/main/docs/problems.md#" + name
+}
+
+// contentTypeProblem is the media type of the Engine's refusals (RFC 9457).
+const contentTypeProblem = "application/problem+json"
+
 func wantProblem(t *testing.T, r response, status int, typ string) {
 	t.Helper()
 	wantStatus(t, r, status)
-	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, core.ContentTypeProblem) {
-		t.Fatalf("Content-Type %q, want %s", ct, core.ContentTypeProblem)
+	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, contentTypeProblem) {
+		t.Fatalf("Content-Type %q, want %s", ct, contentTypeProblem)
 	}
 	var p core.Problem
 	if err := json.Unmarshal(r.body, &p); err != nil {
@@ -430,7 +439,7 @@ func testNoKeyOptional(t *testing.T, h *harness) {
 
 func testNoKeyRequired(t *testing.T, h *harness) {
 	s := h.start(t, core.Config{Required: true})
-	wantProblem(t, s.do(http.MethodPost, "/orders", order), http.StatusBadRequest, core.ProblemMissingKey)
+	wantProblem(t, s.do(http.MethodPost, "/orders", order), http.StatusBadRequest, problemType("missing-key"))
 	s.wantRuns(0)
 }
 
@@ -443,7 +452,7 @@ func testInvalidKeys(t *testing.T, h *harness) {
 	}{
 		{"empty", []string{key, ""}},
 		{"empty quoted", []string{key, `""`}},
-		{"too long", []string{key, strings.Repeat("a", core.DefaultMaxKeyLength+1)}},
+		{"too long", []string{key, strings.Repeat("a", 256)}},
 		{"non-ASCII", []string{key, "ключ-" + uuid[5:]}},
 		{"fails validator", []string{key, "not-a-uuid"}},
 		{"two key headers", []string{key, uuid, key, uuid}},
@@ -457,7 +466,7 @@ func testInvalidKeys(t *testing.T, h *harness) {
 		if r.status != http.StatusBadRequest {
 			t.Fatalf("%s: status %d, want 400; body %s", c.name, r.status, r.body)
 		}
-		wantProblem(t, r, http.StatusBadRequest, core.ProblemInvalidKey)
+		wantProblem(t, r, http.StatusBadRequest, problemType("invalid-key"))
 	}
 	// A control character cannot be sent by net/http's client: write it raw.
 	// The server's HTTP parser may refuse it first; either way it is a 400.
@@ -537,11 +546,11 @@ func testFingerprintMismatch(t *testing.T, h *harness) {
 	s := h.start(t, core.Config{CriticalHeaders: []string{"X-Account"}})
 	wantStatus(t, s.do(http.MethodPost, "/orders", order, key, "mismatch-1", "X-Account", "a"), http.StatusCreated)
 	wantProblem(t, s.do(http.MethodPost, "/orders", `{"item":"book","qty":3}`, key, "mismatch-1", "X-Account", "a"),
-		http.StatusUnprocessableEntity, core.ProblemKeyReused)
+		http.StatusUnprocessableEntity, problemType("key-reused"))
 	wantProblem(t, s.do(http.MethodPut, "/orders", order, key, "mismatch-1", "X-Account", "a"),
-		http.StatusUnprocessableEntity, core.ProblemKeyReused)
+		http.StatusUnprocessableEntity, problemType("key-reused"))
 	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "mismatch-1", "X-Account", "b"),
-		http.StatusUnprocessableEntity, core.ProblemKeyReused)
+		http.StatusUnprocessableEntity, problemType("key-reused"))
 	s.wantRuns(1)
 }
 
@@ -560,9 +569,9 @@ func testRouteTemplate(t *testing.T, h *harness) {
 	wantReplayOf(t, s.do(http.MethodPost, "/orders/1", order, key, "route-1"), first)
 	// Same route, another resource: the key is reused, never a replay of
 	// the other resource's response.
-	wantProblem(t, s.do(http.MethodPost, "/orders/2", order, key, "route-1"), http.StatusUnprocessableEntity, core.ProblemKeyReused)
+	wantProblem(t, s.do(http.MethodPost, "/orders/2", order, key, "route-1"), http.StatusUnprocessableEntity, problemType("key-reused"))
 	// Another route: another request.
-	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "route-1"), http.StatusUnprocessableEntity, core.ProblemKeyReused)
+	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "route-1"), http.StatusUnprocessableEntity, problemType("key-reused"))
 	s.wantRuns(1)
 
 	// With ScopeRoute the same key may be used once per route: the route
@@ -570,7 +579,7 @@ func testRouteTemplate(t *testing.T, h *harness) {
 	s = h.start(t, core.Config{ScopeRoute: true})
 	wantStatus(t, s.do(http.MethodPost, "/orders/1", order, key, "route-2"), http.StatusCreated)
 	wantStatus(t, s.do(http.MethodPost, "/orders", order, key, "route-2"), http.StatusCreated)
-	wantProblem(t, s.do(http.MethodPost, "/orders/2", order, key, "route-2"), http.StatusUnprocessableEntity, core.ProblemKeyReused)
+	wantProblem(t, s.do(http.MethodPost, "/orders/2", order, key, "route-2"), http.StatusUnprocessableEntity, problemType("key-reused"))
 	s.wantRuns(2)
 }
 
@@ -579,7 +588,7 @@ func testQueryString(t *testing.T, h *harness) {
 	first := s.do(http.MethodPost, "/orders?a=1&b=2", order, key, "query-1")
 	wantStatus(t, first, http.StatusCreated)
 	wantReplayOf(t, s.do(http.MethodPost, "/orders?b=2&a=1", order, key, "query-1"), first)
-	wantProblem(t, s.do(http.MethodPost, "/orders?a=1&b=1000", order, key, "query-1"), http.StatusUnprocessableEntity, core.ProblemKeyReused)
+	wantProblem(t, s.do(http.MethodPost, "/orders?a=1&b=1000", order, key, "query-1"), http.StatusUnprocessableEntity, problemType("key-reused"))
 	s.wantRuns(1)
 }
 
@@ -610,7 +619,7 @@ func testInFlightConflict(t *testing.T, h *harness) {
 	}()
 	waitStarted(t, s)
 	r := s.do(http.MethodPost, "/orders", order, key, "flight-1")
-	wantProblem(t, r, http.StatusConflict, core.ProblemKeyInFlight)
+	wantProblem(t, r, http.StatusConflict, problemType("key-in-flight"))
 	if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 {
 		t.Fatalf("Retry-After %q, want a number of seconds", r.header.Get("Retry-After"))
 	}
@@ -661,7 +670,7 @@ func testWaitMode(t *testing.T, h *harness) {
 		done <- r
 	}()
 	waitStarted(t, s)
-	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "wait-2"), http.StatusConflict, core.ProblemKeyInFlight)
+	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "wait-2"), http.StatusConflict, problemType("key-in-flight"))
 	s.app.release()
 	<-done
 	s.wantRuns(1)
@@ -710,7 +719,7 @@ func testPanicReleasesLock(t *testing.T, h *harness) {
 func testBodyTooLarge(t *testing.T, h *harness) {
 	s := h.start(t, core.Config{MaxBodyBytes: 64})
 	big := `{"item":"` + strings.Repeat("b", 100) + `"}`
-	wantProblem(t, s.do(http.MethodPost, "/orders", big, key, "big-1"), http.StatusRequestEntityTooLarge, core.ProblemBodyTooLarge)
+	wantProblem(t, s.do(http.MethodPost, "/orders", big, key, "big-1"), http.StatusRequestEntityTooLarge, problemType("body-too-large"))
 	s.wantRuns(0)
 	// Without a key the body is not read by the middleware at all.
 	wantStatus(t, s.do(http.MethodPost, "/orders", big), http.StatusCreated)
@@ -783,7 +792,7 @@ func testStoreFailOpen(t *testing.T, h *harness) {
 
 func testStoreFailClosed(t *testing.T, h *harness) {
 	s := h.start(t, core.Config{Store: downStore{}, FailClosed: true})
-	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "down-2"), http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
+	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "down-2"), http.StatusServiceUnavailable, problemType("store-unavailable"))
 	s.wantRuns(0)
 	// A request without a key does not need the store.
 	wantStatus(t, s.do(http.MethodPost, "/orders", order), http.StatusCreated)
@@ -818,7 +827,7 @@ func testConcurrentDuplicates(t *testing.T, h *harness) {
 	for _, r := range results {
 		switch {
 		case r.status == http.StatusConflict:
-			wantProblem(t, r, http.StatusConflict, core.ProblemKeyInFlight)
+			wantProblem(t, r, http.StatusConflict, problemType("key-in-flight"))
 			conflicts++
 		case r.header.Get(core.HeaderReplay) != "":
 			wantReplayOf(t, r, first)
@@ -898,7 +907,7 @@ func testBufferedCommitFails(t *testing.T, h *harness) {
 	s.failCommitOf("u1", "commit-1")
 	const size = "200000"
 	r := s.do(http.MethodPost, "/orders", order, key, "commit-1", hdrUser, "u1", hdrSize, size, hdrFlush, "1", OuterHeader, "o1")
-	wantProblem(t, r, http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
+	wantProblem(t, r, http.StatusServiceUnavailable, problemType("store-unavailable"))
 	if r.header.Get("Retry-After") == "" || r.header.Get("X-Order-Id") != "" || r.header.Get(OuterHeader) != "o1" {
 		t.Fatalf("503 headers %v: want Retry-After, %s: o1 and none of the handler's", r.header, OuterHeader)
 	}

@@ -172,7 +172,7 @@ func TestWriteResponse(t *testing.T) {
 	}
 
 	rh = &fakeHeader{}
-	FastProblemHeaders(rh, &core.Response{Header: http.Header{"Content-Type": {core.ContentTypeProblem}, "Retry-After": {"1"}}})
+	FastProblemHeaders(rh, &core.Response{Header: http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"1"}}})
 	if got := headersOf(rh); !equalHeader(got, http.Header{"Retry-After": {"1"}}) {
 		t.Fatalf("FastProblemHeaders: %v, want Retry-After only", got)
 	}

@@ -6,6 +6,7 @@ package routedoc
 
 import (
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/internal/defaults"
 	"github.com/idem-go/idem/swagger/route"
 )
 
@@ -14,14 +15,14 @@ import (
 type Route struct{ Method, Path string }
 
 // Operations returns the operations of routes that a middleware of eng
-// documents, covering eng's methods (core.DefaultMethods if eng is nil): a route whose method is
+// documents, covering eng's methods (the default methods if eng is nil): a route whose method is
 // one of them, or anyMethod (a route for every method, such as Echo v5's
 // RouteAny; "" if the router has none) once per covered method, unless
 // skipped (nil: none) says the middleware's skip function skips route i
 // with that method. The result is in OpenAPI syntax, sorted and without
 // duplicates (route.Sort), and never nil.
 func Operations(routes []Route, eng *core.Engine, anyMethod string, skipped func(i int, method string) bool) []route.Operation {
-	methods := core.DefaultMethods
+	methods := defaults.Methods()
 	if eng != nil {
 		methods = eng.Config().Methods
 	}

@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/internal/defaults"
 	"github.com/idem-go/idem/swagger"
 	"github.com/idem-go/idem/swagger/route"
 )
@@ -85,15 +86,15 @@ func run(args []string, stderr io.Writer) error {
 		ops     operations
 		dir     = fset.String("dir", "docs", "directory of swagger.json and swagger.yaml")
 		files   = fset.String("files", "", "comma-separated files to rewrite instead of those in -dir")
-		methods = fset.String("methods", strings.Join(core.DefaultMethods, ","), "comma-separated covered methods")
+		methods = fset.String("methods", strings.Join(defaults.Methods(), ","), "comma-separated covered methods")
 	)
-	fset.StringVar(&opts.KeyHeader, "key-header", core.DefaultKeyHeader, "key header")
+	fset.StringVar(&opts.KeyHeader, "key-header", defaults.KeyHeader, "key header")
 	fset.BoolVar(&opts.Required, "required", false, "document the key header as required")
-	fset.IntVar(&opts.MaxKeyLength, "max-key-length", core.DefaultMaxKeyLength, "documented maximum key length")
-	fset.DurationVar(&opts.ResponseTTL, "ttl", core.DefaultResponseTTL, "how long a key's response is kept (Config.ResponseTTL)")
+	fset.IntVar(&opts.MaxKeyLength, "max-key-length", defaults.MaxKeyLength, "documented maximum key length")
+	fset.DurationVar(&opts.ResponseTTL, "ttl", defaults.ResponseTTL, "how long a key's response is kept (Config.ResponseTTL)")
 	fset.StringVar(&opts.ReplayHeader, "replay-header", core.HeaderReplay, "response header that marks a replay")
 	fset.BoolVar(&opts.FailClosed, "fail-closed", false, "document the 503 of a store failure")
-	fset.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", core.DefaultMaxBodyBytes, "body size past which the 413 is documented")
+	fset.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", defaults.MaxBodyBytes, "body size past which the 413 is documented")
 	fset.StringVar(&opts.BasePath, "base-path", "", "prefix of the document's paths (default: its basePath or server URL)")
 	fset.Var(&ops, "op", `covered operation "METHOD /path", repeatable (default: every operation of a covered method)`)
 	if err := fset.Parse(args); err != nil {
