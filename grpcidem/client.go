@@ -25,7 +25,9 @@ import (
 // its own (core.DerivedKey with a label of yours).
 //
 // It makes the call again with the same key when it fails with Unavailable
-// or Aborted: up to DefaultMaxAttempts calls in all, waiting 100 ms, 200 ms,
+// or Aborted, or with ResourceExhausted that carries an errdetails.RetryInfo
+// (a scope over core.Config.Quota; other exhaustion, such as a message too
+// large, has none and is not retried): up to DefaultMaxAttempts calls in all, waiting 100 ms, 200 ms,
 // 400 ms (±25 %) or the server's errdetails.RetryInfo, whichever is longer,
 // and never past the call's deadline: when the next wait would end after
 // it, the last error is returned at once. Other errors are returned as
@@ -57,7 +59,7 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 				return err
 			}
 			st := status.Convert(err)
-			if st.Code() != codes.Unavailable && st.Code() != codes.Aborted {
+			if !retryable(st) {
 				return err
 			}
 			wait := o.delay(attempt, st)
@@ -69,6 +71,22 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 			}
 		}
 	}
+}
+
+// retryable reports whether a call that failed with st may be made again
+// with its key.
+func retryable(st *status.Status) bool {
+	switch st.Code() {
+	case codes.Unavailable, codes.Aborted:
+		return true
+	case codes.ResourceExhausted:
+		for _, det := range st.Details() {
+			if _, ok := det.(*errdetails.RetryInfo); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // delay is the wait after the attempt-th call failed with st: the backoff
