@@ -83,6 +83,9 @@ func run(logger *slog.Logger) error {
 	} else {
 		logger.Info("store: memory (set REDIS_URL to share keys between instances)")
 	}
+	if err := limits(&cfg, logger); err != nil {
+		return err
+	}
 	eng, err := core.New(cfg)
 	if err != nil {
 		return err

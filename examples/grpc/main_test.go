@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -257,4 +258,42 @@ func TestReflection(t *testing.T) {
 		}
 	}
 	t.Fatalf("services %v, want %s", resp.GetListServicesResponse().GetService(), ordersv1.Orders_ServiceDesc.ServiceName)
+}
+
+// With IDEM_QUOTA_PER_MINUTE=2, a user's third new key within a minute is
+// refused with ResourceExhausted and a RetryInfo, while the user's completed
+// keys replay and another user's key runs.
+func TestQuota(t *testing.T) {
+	t.Parallel()
+	in := start(t, "IDEM_QUOTA_PER_MINUTE=2")
+	done := newKey()
+	if r := in.create("alice", done, req("book", 1)); r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r := in.create("alice", newKey(), req("book", 1)); r.err != nil {
+		t.Fatal(r.err)
+	}
+	r := in.create("alice", newKey(), req("book", 1))
+	st := status.Convert(r.err)
+	if st.Code() != codes.ResourceExhausted {
+		t.Fatalf("third new key: %v, want ResourceExhausted", r.err)
+	}
+	var retry bool
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay().AsDuration() > 0 {
+			retry = true
+		}
+	}
+	if !retry {
+		t.Fatalf("refusal %v without a RetryInfo", st.Details())
+	}
+	if r := in.create("alice", done, req("book", 1)); r.err != nil || !grpcidem.Replayed(r.header) {
+		t.Fatalf("completed key over the quota: %v, replayed %v; want its replay", r.err, grpcidem.Replayed(r.header))
+	}
+	if r := in.create("bob", newKey(), req("book", 1)); r.err != nil {
+		t.Fatalf("another user: %v", r.err)
+	}
+	if n := in.count(); n != 3 {
+		t.Fatalf("%d orders, want 3", n)
+	}
 }

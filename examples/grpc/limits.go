@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/seal"
+)
+
+// limits sets cfg's per-user quota from IDEM_QUOTA_INFLIGHT (keys in flight
+// at once) and IDEM_QUOTA_PER_MINUTE (new keys per minute), and its Sealer
+// from IDEM_SEAL_KEYS ("<id>:<base64 key>[,...]", the first primary), as
+// the HTTP examples do.
+func limits(cfg *core.Config, logger *slog.Logger) error {
+	for _, v := range []struct {
+		name string
+		dst  *int
+	}{{"IDEM_QUOTA_INFLIGHT", &cfg.Quota.InFlight}, {"IDEM_QUOTA_PER_MINUTE", &cfg.Quota.PerWindow}} {
+		s := os.Getenv(v.name)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%s=%q: want a number of keys, 0 for no bound", v.name, s)
+		}
+		*v.dst = n
+	}
+	if q := cfg.Quota; q.InFlight > 0 || q.PerWindow > 0 {
+		cfg.Quota.Window = time.Minute
+		logger.Info("quota per user", "in_flight", q.InFlight, "per_minute", q.PerWindow)
+	}
+	if spec := os.Getenv("IDEM_SEAL_KEYS"); spec != "" {
+		keys, err := seal.ParseKeys(spec)
+		if err != nil {
+			return fmt.Errorf("IDEM_SEAL_KEYS: %w", err)
+		}
+		cfg.Sealer = seal.New(keys)
+		primary, _, _ := keys.Primary(context.Background())
+		logger.Info("stored records sealed", "primary_key", primary)
+	}
+	return nil
+}
