@@ -60,7 +60,9 @@ bench:
 ## loadtest: wrk against idem on the Redis store at $(REDIS_URL), as
 ## configured by default (its scripts batched), unbatched, over go-redis's
 ## AutoPipeliner and with Config.ReplayCache, on the memory store, on the
-## PostgreSQL store at $(LOADTEST_POSTGRES) (empty: none), and on Fiber v2:
+## PostgreSQL store at $(LOADTEST_POSTGRES) (empty: none; with it, a handler
+## that inserts an order in the transactional and the lease mode against
+## that insert without idem, and write transactions per request), and on Fiber v2:
 ## fiberidem and Fiber's own idempotency middleware on their memory stores:
 ## first requests (fresh key), replays (fixed key) and requests without a
 ## key, each as a ratio to the same handler without the middleware on the

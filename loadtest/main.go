@@ -11,6 +11,14 @@
 //	POST /orders-cache         the default Redis store with Config.ReplayCache
 //	POST /orders-memory        behind the middleware on the memory store
 //	POST /orders-postgres      behind the middleware on pgstore, with -postgres
+//	POST /insert               with -postgres: the handler also inserts the
+//	                           order into a table (as the examples' POST
+//	                           /orders on DATABASE_URL), without idem
+//	POST /insert-tx            that handler behind the middleware on pgstore's
+//	                           transactional mode (the insert, the key and
+//	                           the response commit together)
+//	POST /insert-lease         that handler on pgstore's lease mode
+//	                           (IDEM_TX=0: separate commits)
 //
 // and the same handler on Fiber v2 (fiber.go): bare, behind fiberidem on
 // the memory store, and behind Fiber's own middleware/idempotency on its
@@ -26,6 +34,12 @@
 //	go run . -redis redis://127.0.0.1:6379/0 -duration 2s -rounds 5
 //	go run . -phases fiber-bare,fiber-first,fiber-replay,fiber-builtin-first,fiber-builtin-replay
 //	go run . -postgres postgres://postgres@127.0.0.1:5432/test -phases bare,first-postgres,replay-postgres
+//	go run . -postgres postgres://postgres@127.0.0.1:5432/test \
+//	  -phases bare-tx-postgres,first-tx-postgres,replay-tx-postgres,first-lease-tx-postgres,replay-lease-tx-postgres
+//
+// The -tx- phases also print their commits per request: the database's
+// pg_stat_database.xact_commit delta of the run's database over wrk's
+// request count.
 //
 // Records are written under a key prefix of the run's own, with a TTL a
 // minute longer than the run (so that Redis expiring them does not take CPU
@@ -88,10 +102,15 @@ type phase struct {
 	name, mode, path, description string
 	target                        float64 // the ratio to its baseline to reach; 0 for none
 	fiber                         bool
+	baseline                      string // the phase it is compared with, if not its server's bare handler
 }
 
-// base returns the name of p's baseline: the bare handler of its server.
+// base returns the name of p's baseline: the bare handler of its server,
+// or p.baseline.
 func (p phase) base() string {
+	if p.baseline != "" {
+		return p.baseline
+	}
 	if p.fiber {
 		return "fiber-bare"
 	}
@@ -101,24 +120,32 @@ func (p phase) base() string {
 func (p phase) isBase() bool { return p.name == p.base() }
 
 var allPhases = []phase{
-	{"bare", "none", "/bare", "bare handler (no middleware)", 0, false},
-	{"no-key", "none", "/orders", "no key", 0.95, false},
-	{"first", "fresh", "/orders", "first requests", 0.50, false},
-	{"replay", "fixed", "/orders", "replays", 0.45, false},
-	{"first-unbatched", "fresh", "/orders-unbatched", "first requests, unbatched", 0, false},
-	{"replay-unbatched", "fixed", "/orders-unbatched", "replays, unbatched", 0, false},
-	{"first-autopipeline", "fresh", "/orders-autopipeline", "first requests, AutoPipeliner", 0, false},
-	{"replay-autopipeline", "fixed", "/orders-autopipeline", "replays, AutoPipeliner", 0, false},
-	{"replay-cache", "fixed", "/orders-cache", "replays, Redis + ReplayCache", 0.80, false},
-	{"first-memory", "fresh", "/orders-memory", "first requests, memory store", 0.85, false},
-	{"replay-memory", "fixed", "/orders-memory", "replays, memory store", 0.97, false},
-	{"fiber-bare", "none", "/bare", "Fiber v2: bare handler", 0, true},
-	{"fiber-first", "fresh", "/orders", "Fiber v2: fiberidem, first requests", 0.85, true},
-	{"fiber-replay", "fixed", "/orders", "Fiber v2: fiberidem, replays", 0.97, true},
-	{"fiber-builtin-first", "fresh", "/orders-builtin", "Fiber v2: built-in, first requests", 0, true},
-	{"fiber-builtin-replay", "fixed", "/orders-builtin", "Fiber v2: built-in, replays", 0, true},
-	{"first-postgres", "fresh", "/orders-postgres", "first requests, PostgreSQL", 0.20, false},
-	{"replay-postgres", "fixed", "/orders-postgres", "replays, PostgreSQL", 0.35, false},
+	{"bare", "none", "/bare", "bare handler (no middleware)", 0, false, ""},
+	{"no-key", "none", "/orders", "no key", 0.95, false, ""},
+	{"first", "fresh", "/orders", "first requests", 0.50, false, ""},
+	{"replay", "fixed", "/orders", "replays", 0.45, false, ""},
+	{"first-unbatched", "fresh", "/orders-unbatched", "first requests, unbatched", 0, false, ""},
+	{"replay-unbatched", "fixed", "/orders-unbatched", "replays, unbatched", 0, false, ""},
+	{"first-autopipeline", "fresh", "/orders-autopipeline", "first requests, AutoPipeliner", 0, false, ""},
+	{"replay-autopipeline", "fixed", "/orders-autopipeline", "replays, AutoPipeliner", 0, false, ""},
+	{"replay-cache", "fixed", "/orders-cache", "replays, Redis + ReplayCache", 0.80, false, ""},
+	{"first-memory", "fresh", "/orders-memory", "first requests, memory store", 0.85, false, ""},
+	{"replay-memory", "fixed", "/orders-memory", "replays, memory store", 0.97, false, ""},
+	{"fiber-bare", "none", "/bare", "Fiber v2: bare handler", 0, true, ""},
+	{"fiber-first", "fresh", "/orders", "Fiber v2: fiberidem, first requests", 0.85, true, ""},
+	{"fiber-replay", "fixed", "/orders", "Fiber v2: fiberidem, replays", 0.97, true, ""},
+	{"fiber-builtin-first", "fresh", "/orders-builtin", "Fiber v2: built-in, first requests", 0, true, ""},
+	{"fiber-builtin-replay", "fixed", "/orders-builtin", "Fiber v2: built-in, replays", 0, true, ""},
+	{"first-postgres", "fresh", "/orders-postgres", "first requests, PostgreSQL", 0.20, false, ""},
+	{"replay-postgres", "fixed", "/orders-postgres", "replays, PostgreSQL", 0.35, false, ""},
+	// The handlers of the -tx phases insert an order row, as the examples'
+	// POST /orders on DATABASE_URL, and are compared with that insert
+	// without idem (the examples' IDEM_OFF=1).
+	{"bare-tx-postgres", "none", "/insert", "PostgreSQL: insert, no idem", 0, false, "bare-tx-postgres"},
+	{"first-tx-postgres", "fresh", "/insert-tx", "PostgreSQL tx mode: first requests", 0.75, false, "bare-tx-postgres"},
+	{"replay-tx-postgres", "fixed", "/insert-tx", "PostgreSQL tx mode: replays", 1.0, false, "bare-tx-postgres"},
+	{"first-lease-tx-postgres", "fresh", "/insert-lease", "PostgreSQL IDEM_TX=0: first requests", 0, false, "bare-tx-postgres"},
+	{"replay-lease-tx-postgres", "fixed", "/insert-lease", "PostgreSQL IDEM_TX=0: replays", 0, false, "bare-tx-postgres"},
 }
 
 func main() {
@@ -298,18 +325,31 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 	}
 	mux.Handle("POST /orders-memory", eng.Middleware(handler))
 	fixedPaths := []string{"/orders", "/orders-unbatched", "/orders-autopipeline", "/orders-cache", "/orders-memory"}
+	var (
+		pool   *pgxpool.Pool
+		pgConn *pgx.ConnConfig
+	)
 	if pgURL != "" {
-		store, done, err := postgresStore(pgURL)
+		pg, err := postgresStores(pgURL)
 		if err != nil {
 			return fmt.Errorf("postgres: %w", err)
 		}
-		defer done()
-		eng, err := core.New(core.Config{Store: store, ResponseTTL: length + time.Minute, Observer: observe})
-		if err != nil {
-			return err
+		defer pg.close()
+		pool, pgConn = pg.pool, pg.conn
+		insert := insertHandler(pg.pool, pg.orders)
+		mux.Handle("POST /insert", insert)
+		for _, s := range []struct {
+			path    string
+			store   core.Store
+			handler http.Handler
+		}{{"/orders-postgres", pg.lease, handler}, {"/insert-tx", pg.tx, insert}, {"/insert-lease", pg.lease, insert}} {
+			eng, err := core.New(core.Config{Store: s.store, ResponseTTL: length + time.Minute, Observer: observe})
+			if err != nil {
+				return err
+			}
+			mux.Handle("POST "+s.path, eng.Middleware(s.handler))
+			fixedPaths = append(fixedPaths, s.path)
 		}
-		mux.Handle("POST /orders-postgres", eng.Middleware(handler))
-		fixedPaths = append(fixedPaths, "/orders-postgres")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -362,8 +402,16 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 	}
 
 	var runs int
+	commits := map[string][]float64{} // per -tx- phase, commits per request in each run
 	wrkPhase := func(p phase, d time.Duration) (float64, error) {
 		runs++ // fresh keys of their own in every run
+		var before, own int64
+		counted := pool != nil && strings.Contains(p.name, "-tx-")
+		if counted {
+			if before, own, err = xactCommits(pool, pgConn); err != nil {
+				return 0, err
+			}
+		}
 		out, err := exec.Command(wrk, "-t", strconv.Itoa(threads), "-c", strconv.Itoa(connections),
 			"-d", d.String(), "-s", scriptPath, url(p), "--",
 			p.mode, p.path, prefix+"-"+strconv.Itoa(runs), fixedKey(p.path)).CombinedOutput()
@@ -376,6 +424,14 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 		m := rps.FindSubmatch(out)
 		if m == nil {
 			return 0, fmt.Errorf("wrk %s: no Requests/sec in\n%s", p.name, out)
+		}
+		if n := requests.FindSubmatch(out); counted && n != nil {
+			after, _, err := xactCommits(pool, pgConn)
+			if err != nil {
+				return 0, err
+			}
+			reqs, _ := strconv.ParseFloat(string(n[1]), 64)
+			commits[p.name] = append(commits[p.name], float64(after-before-own)/reqs)
 		}
 		return strconv.ParseFloat(string(m[1]), 64)
 	}
@@ -497,6 +553,14 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 		}
 		fmt.Printf("%-32s %9.2fx  %-8s  %s%s\n", p.description, m, target, join(ratios, 'f', 2), verdict)
 	}
+	if len(commits) > 0 {
+		fmt.Printf("\n%-32s %10s  %s\n", "commits per request", "median", "per run (pg_stat_database.xact_commit, read-only ones too)")
+		for _, p := range phases {
+			if w := commits[p.name]; len(w) > 0 {
+				fmt.Printf("%-32s %10.2f  %s\n", p.description, median(w), join(w, 'f', 2))
+			}
+		}
+	}
 	if below {
 		fmt.Println("\n(some ratios below target: see the README's Performance section for the figures of a 2-core machine)")
 	}
@@ -536,8 +600,9 @@ func join(vs []float64, format byte, prec int) string {
 }
 
 var (
-	rps    = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
-	non2xx = regexp.MustCompile(`Non-2xx or 3xx responses:\s+(\d+)`)
+	rps      = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	requests = regexp.MustCompile(`(\d+) requests in`)
+	non2xx   = regexp.MustCompile(`Non-2xx or 3xx responses:\s+(\d+)`)
 )
 
 // cleanup deletes the run's keys, in pipelines of one UNLINK per key (a
@@ -560,38 +625,127 @@ func cleanup(c redis.UniversalClient, prefix string) {
 // wrk's connections queue for the pool).
 const pgPoolSize = "32"
 
-// postgresStore returns a pgstore.Store in a schema of the run's own, and
-// a function that drops the schema and closes the pool.
-func postgresStore(pgURL string) (*pgstore.Store, func(), error) {
+// pgStores are the PostgreSQL stores of a run, in a database of its own
+// (whose commits are the run's alone) with a table of orders.
+type pgStores struct {
+	pool   *pgxpool.Pool
+	conn   *pgx.ConnConfig // of the database, for xactCommits
+	lease  *pgstore.Store
+	tx     *pgstore.TxStore
+	orders string // the table's name, quoted
+	close  func() // closes the stores and the pool, and drops the database
+}
+
+func postgresStores(pgURL string) (*pgStores, error) {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(pgURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if !strings.Contains(pgURL, "pool_max_conns") {
 		n, _ := strconv.Atoi(pgPoolSize)
 		cfg.MaxConns = int32(n)
 	}
+	admin, err := pgx.ConnectConfig(ctx, cfg.ConnConfig.Copy())
+	if err != nil {
+		return nil, err
+	}
+	db := "idemload_" + strings.ToLower(rand.Text())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+		admin.Close(ctx)
+		return nil, err
+	}
+	drop := func() {
+		admin.Exec(ctx, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+		admin.Close(ctx)
+	}
+	cfg.ConnConfig.Database = db
+	cfg.ConnConfig.RuntimeParams["application_name"] = loadApp
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, nil, err
-	}
-	schema := "idemload_" + strings.ToLower(rand.Text())
-	opts := &pgstore.Options{Schema: schema}
-	drop := func() {
-		pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-		pool.Close()
-	}
-	if err := pgstore.Migrate(ctx, pool, opts); err != nil {
 		drop()
-		return nil, nil, err
+		return nil, err
 	}
-	store, err := pgstore.New(pool, opts)
+	pg := &pgStores{pool: pool, conn: cfg.ConnConfig.Copy(), orders: "orders"}
+	pg.close = func() { pool.Close(); drop() }
+	err = pgstore.Migrate(ctx, pool, nil)
+	if err == nil {
+		_, err = pool.Exec(ctx, "CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL, qty int NOT NULL)")
+	}
+	if err == nil {
+		pg.lease, err = pgstore.New(pool, nil)
+	}
+	if err == nil {
+		pg.tx, err = pgstore.NewTx(pool, nil)
+	}
 	if err != nil {
-		drop()
-		return nil, nil, err
+		pg.close()
+		return nil, err
 	}
-	return store, func() { store.Close(); drop() }, nil
+	closePool := pg.close
+	pg.close = func() { pg.tx.Close(); pg.lease.Close(); closePool() }
+	return pg, nil
+}
+
+// insertHandler is the JSON handler that also inserts the order into table:
+// through the request's transaction in the transactional mode, else in a
+// transaction of its own.
+func insertHandler(pool *pgxpool.Pool, table string) http.Handler {
+	query := "INSERT INTO " + table + " (item, qty) VALUES ($1, $2) RETURNING id"
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var o order
+		if err := json.NewDecoder(r.Body).Decode(&o); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var db interface {
+			QueryRow(context.Context, string, ...any) pgx.Row
+		} = pool
+		if tx := pgstore.Tx(r.Context()); tx != nil {
+			db = tx
+		}
+		var id int64
+		if err := db.QueryRow(r.Context(), query, o.Item, o.Qty).Scan(&id); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		o.ID, o.Amount, o.Currency, o.Status = strconv.FormatInt(id, 10), 4200, "EUR", "created"
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(o)
+	})
+}
+
+// loadApp is the application_name of the run's connections to PostgreSQL.
+const loadApp = "idem-loadtest"
+
+// xactCommits returns the database's pg_stat_database.xact_commit once the
+// pool's connections have flushed their statistics (a backend flushes when
+// it exits; one in use, at most once a second), and own, the commits of its
+// own connection, which count from the next call on. The pool's next
+// requests pay for new connections, the same in every counted phase.
+func xactCommits(pool *pgxpool.Pool, conn *pgx.ConnConfig) (n, own int64, err error) {
+	ctx := context.Background()
+	pool.Reset()
+	c, err := pgx.ConnectConfig(ctx, conn.Copy())
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close(ctx)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var left int
+		own++
+		err := c.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()", loadApp).Scan(&left)
+		if err != nil {
+			return 0, 0, err
+		}
+		if left == 0 {
+			break
+		}
+	}
+	own++
+	err = c.QueryRow(ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").Scan(&n)
+	return n, own, err
 }
 
 func redactURL(s string) string {
