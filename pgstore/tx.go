@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-go/idem/core"
@@ -206,10 +207,7 @@ func (t *txn) Commit(ctx context.Context, record []byte, ttl time.Duration) erro
 		_, err = t.tx.Exec(ctx, rollbackToHandler)
 	}
 	if err == nil {
-		_, err = t.tx.Exec(ctx, t.s.sql.commit, t.key, record, recordCode(record), ttl)
-	}
-	if err == nil {
-		err = t.tx.Commit(ctx)
+		err = t.commit(ctx, record, ttl)
 	}
 	if err != nil {
 		t.tx.Rollback(ctx) //nolint:errcheck // the commit's error says it
@@ -219,12 +217,40 @@ func (t *txn) Commit(ctx context.Context, record []byte, ttl time.Duration) erro
 	return nil
 }
 
+// commit writes the record and commits in one round trip: the record's
+// statement and COMMIT in one batch (pgx's Tx.Commit would be a round trip
+// of its own). A COMMIT that PostgreSQL answers with ROLLBACK is an error.
+func (t *txn) commit(ctx context.Context, record []byte, ttl time.Duration) error {
+	b := &pgx.Batch{}
+	b.Queue(t.s.sql.commit, t.key, record, recordCode(record), ttl)
+	b.Queue("COMMIT")
+	br := t.tx.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && tag.String() == "ROLLBACK" {
+		err = pgx.ErrTxCommitRollback
+	}
+	return err
+}
+
 // Rollback implements core.Tx.
 func (t *txn) Rollback(ctx context.Context) error {
 	if t.done {
 		return nil
 	}
 	t.done = true
+	if t.c.Conn().IsClosed() {
+		// A statement was cut off (its context canceled, the network lost):
+		// the session, and with it the transaction, is gone.
+		t.c.Release()
+		return nil
+	}
 	err := t.tx.Rollback(ctx) // pgx closes the connection if it fails
 	t.c.Release()
 	if err != nil && !errors.Is(err, pgx.ErrTxClosed) {
