@@ -49,7 +49,19 @@ func Store(s core.Store, observe Observer) core.Store {
 	a, admin := s.(core.Admin)
 	if ts, ok := s.(core.TxStore); ok {
 		it := &instrumentedTx{instrumented: is, tx: ts}
-		if admin {
+		switch {
+		case waits && admin:
+			return &struct {
+				*instrumentedTx
+				core.Waiter
+				core.Admin
+			}{it, w, a}
+		case waits:
+			return &struct {
+				*instrumentedTx
+				core.Waiter
+			}{it, w}
+		case admin:
 			return &struct {
 				*instrumentedTx
 				core.Admin

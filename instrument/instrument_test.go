@@ -59,3 +59,17 @@ func TestInstrumentStore(t *testing.T) {
 	idemtest.TestAdmin(t, func(*testing.T) core.Store { return instrument.Store(core.NewMemoryStore(0), (&opLog{}).observe) }, idemtest.FakeTime())
 	idemtest.TestQuota(t, func(*testing.T) core.Store { return instrument.Store(core.NewMemoryStore(0), (&opLog{}).observe) }, idemtest.FakeTime())
 }
+
+// A TxStore keeps its Waiter and Admin behind the instrumentation.
+func TestInstrumentTxStoreCapabilities(t *testing.T) {
+	s := instrument.Store(idemtest.NewTxStore(t), func(context.Context, instrument.Op, time.Duration, error, int) {})
+	if _, ok := s.(core.TxStore); !ok {
+		t.Fatal("not a TxStore")
+	}
+	if _, ok := s.(core.Waiter); !ok {
+		t.Fatal("the TxStore's Waiter was not passed through")
+	}
+	if _, ok := s.(core.Admin); !ok {
+		t.Fatal("the TxStore's Admin was not passed through")
+	}
+}
