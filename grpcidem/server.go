@@ -245,8 +245,10 @@ func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, l 
 }
 
 // store ends the lease with the handler's result: stored if the policy
-// accepts it, else released. It returns false if a TxStore's commit
-// failed: the result must not be sent.
+// accepts it, else released. It returns false if the result must not be
+// sent: a TxStore's commit failed, or an OK reply could not be stored
+// (not a message of the method's type), which rolled the handler's writes
+// back.
 func (s *server) store(l *core.Lease, c *capture, method string, resp any, err error) bool {
 	st, ok := status.FromError(err)
 	if !ok {
@@ -263,11 +265,11 @@ func (s *server) store(l *core.Lease, c *capture, method string, resp any, err e
 		m, ok := resp.(proto.Message)
 		if !ok || m == nil || !m.ProtoReflect().IsValid() {
 			l.Release(int(code), errNotProto)
-			return true
+			return !l.Buffered()
 		}
 		if want := outputType(method); want != "" && m.ProtoReflect().Descriptor().FullName() != want {
 			l.Release(int(code), fmt.Errorf("%w: %s, the method answers %s", errWrongType, m.ProtoReflect().Descriptor().FullName(), want))
-			return true
+			return !l.Buffered()
 		}
 		rec.Header[recordMessage] = []string{string(m.ProtoReflect().Descriptor().FullName())}
 		rec.Body, merr = proto.Marshal(m)
@@ -276,7 +278,7 @@ func (s *server) store(l *core.Lease, c *capture, method string, resp any, err e
 	}
 	if merr != nil {
 		l.Release(int(code), merr)
-		return true
+		return !l.Buffered()
 	}
 	return l.Complete(rec) == nil // the Engine's storage policy applies: headers kept, denied, body bound
 }

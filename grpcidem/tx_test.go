@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/idem-go/idem/core"
@@ -60,4 +61,25 @@ func TestServerTxCommitFails(t *testing.T) {
 	}
 	wantReplayOf(t, h.call(order("book", 2), key(k)...), first)
 	h.wantRuns(2)
+}
+
+// With a TxStore, an OK reply that cannot be stored (here, not the
+// method's output type) rolls the handler's writes back: the client gets
+// Unavailable, not a reply whose effects were undone.
+func TestServerTxReplyNotStored(t *testing.T) {
+	t.Parallel()
+	eng, err := core.New(core.Config{Store: idemtest.NewTxStore(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	icpt := grpcidem.UnaryServerInterceptor(eng)
+	method := testpb.Orders_Create_FullMethodName
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcidem.KeyMetadata, idemtest.Key(t)))
+	req := order("book", 1)
+	resp, err := icpt(ctx, req, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) {
+		return req, nil // a CreateRequest where Create answers an Order
+	})
+	if status.Code(err) != codes.Unavailable || resp != nil {
+		t.Fatalf("reply of the wrong type in the transactional mode: %v, %v; want Unavailable and no reply", resp, err)
+	}
 }
