@@ -175,7 +175,7 @@ func TestRetriesWithOneKey(t *testing.T) {
 		{"409 Retry-After over MaxDelay", status(409, "Retry-After", "3600"), []time.Duration{5 * time.Second, 5 * time.Second}},
 		{"409 Retry-After shorter than the backoff", status(409, "Retry-After", "0"), []time.Duration{100 * ms, 200 * ms}},
 		{"409 bad Retry-After", status(409, "Retry-After", "soon"), []time.Duration{100 * ms, 200 * ms}},
-		{"409 key in flight", problem(409, "application/problem+json", "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-in-flight"), []time.Duration{100 * ms, 200 * ms}},
+		{"409 key in flight", problem(409, "application/problem+json", keyInFlightType), []time.Duration{100 * ms, 200 * ms}},
 		{"409 key in flight, ProblemDocsURL", problem(409, "application/problem+json; charset=utf-8", "https://api.example/errors#key-in-flight"),
 			[]time.Duration{100 * ms, 200 * ms}},
 		{"503", status(503), []time.Duration{100 * ms, 200 * ms}},
@@ -356,7 +356,7 @@ func TestConflictNotRetried(t *testing.T) {
 	for name, fail := range map[string]func(http.ResponseWriter, *http.Request){
 		"plain":                      status(409),
 		"another problem":            problem(409, "application/problem+json", "https://api.example/errors#out-of-stock"),
-		"key in flight, not problem": problem(409, "application/json", "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-in-flight"),
+		"key in flight, not problem": problem(409, "application/json", keyInFlightType),
 		"long problem, body whole":   problem(409, "application/problem+json", "https://api.example/errors#"+strings.Repeat("x", 10000)),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -852,3 +852,7 @@ func TestRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// keyInFlightType is the type of idem's key-in-flight problem, as
+// docs/problems.md documents it.
+const keyInFlightType = "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-in-flight"
