@@ -138,7 +138,8 @@ type Config struct {
 	ReplayHeader string
 	// ProblemDocsURL, if set, makes the problem types ProblemDocsURL#missing-key
 	// and so on, and every error carries Link: <ProblemDocsURL>; rel="describedby".
-	// Default: none, the Problem constants' types.
+	// Default: none, the types of docs/problems.md
+	// (https://github.com/idem-go/idem/blob/main/docs/problems.md#missing-key, ...).
 	ProblemDocsURL string
 
 	// StoreTimeout bounds each store call, whose client must honour the

@@ -26,8 +26,8 @@ import (
 //
 // It makes the call again with the same key when it fails with Unavailable
 // or Aborted, or with ResourceExhausted that carries an errdetails.RetryInfo
-// (a scope over core.Config.Quota; other exhaustion, such as a message too
-// large, has none and is not retried): up to DefaultMaxAttempts calls in all, waiting 100 ms, 200 ms,
+// of at most the maximum delay (a scope over core.Config.Quota; other
+// exhaustion, such as a message too large, has none): up to DefaultMaxAttempts calls in all, waiting 100 ms, 200 ms,
 // 400 ms (±25 %) or the server's errdetails.RetryInfo, whichever is longer,
 // and never past the call's deadline: when the next wait would end after
 // it, the last error is returned at once. Other errors are returned as
@@ -59,7 +59,7 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 				return err
 			}
 			st := status.Convert(err)
-			if !retryable(st) {
+			if !retryable(st, o.maxDelay) {
 				return err
 			}
 			wait := o.delay(attempt, st)
@@ -74,15 +74,17 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 }
 
 // retryable reports whether a call that failed with st may be made again
-// with its key.
-func retryable(st *status.Status) bool {
+// with its key: a ResourceExhausted only if its RetryInfo asks for no longer
+// than maxDelay (a quota's window may be a minute away: retrying sooner
+// would only be refused again).
+func retryable(st *status.Status, maxDelay time.Duration) bool {
 	switch st.Code() {
 	case codes.Unavailable, codes.Aborted:
 		return true
 	case codes.ResourceExhausted:
 		for _, det := range st.Details() {
-			if _, ok := det.(*errdetails.RetryInfo); ok {
-				return true
+			if ri, ok := det.(*errdetails.RetryInfo); ok {
+				return ri.GetRetryDelay().AsDuration() <= maxDelay
 			}
 		}
 	}

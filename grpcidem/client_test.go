@@ -138,6 +138,7 @@ func TestClientRetries(t *testing.T) {
 		{"internal not retried", []error{status.Error(codes.Internal, "bug")}, nil, codes.Internal, 1, nil},
 		{"resource exhausted not retried", []error{status.Error(codes.ResourceExhausted, "slow down")}, nil, codes.ResourceExhausted, 1, nil},
 		{"quota exceeded with RetryInfo", []error{retryErr(codes.ResourceExhausted, time.Second)}, nil, codes.OK, 2, ms(1000)},
+		{"quota exceeded for a minute", []error{retryErr(codes.ResourceExhausted, time.Minute)}, nil, codes.ResourceExhausted, 1, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

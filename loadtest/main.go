@@ -37,6 +37,8 @@
 //	go run . -postgres postgres://postgres@127.0.0.1:5432/test \
 //	  -phases bare-tx-postgres,first-tx-postgres,replay-tx-postgres,first-lease-tx-postgres,replay-lease-tx-postgres
 //
+// With -postgres the run creates a database of its own and drops it at the
+// end (CREATEDB and PostgreSQL 13 or later: DROP DATABASE ... WITH (FORCE)).
 // The -tx- phases also print their commits per request (the
 // pg_stat_database.xact_commit delta of the run's database over wrk's
 // request count) and this process's CPU time per request.
@@ -465,6 +467,8 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 		seen[i].Store(0)
 	}
 	canceled.Store(0)
+	clear(commits)
+	clear(cpu)
 
 	// Each phase runs between two runs of its server's bare handler and is
 	// compared with their mean: over a whole round the machine's speed

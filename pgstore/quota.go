@@ -106,12 +106,23 @@ func (t *txn) admit(ctx context.Context) error {
 	if !ok || q.InFlight <= 0 {
 		return nil
 	}
-	var slot int
-	err := t.tx.QueryRow(ctx, t.s.qsql.slot, t.s.qsql.slotID+scope, q.InFlight).Scan(&slot)
-	if errors.Is(err, pgx.ErrNoRows) {
+	// The savepoint again, after the slot: Commit rolls back to the newest
+	// one of its name, which keeps the slot's lock until the end.
+	var found bool
+	b := &pgx.Batch{}
+	b.Queue(t.s.qsql.slot, t.s.qsql.slotID+scope, q.InFlight).Query(func(rows pgx.Rows) error {
+		found = rows.Next()
+		rows.Close()
+		return rows.Err()
+	})
+	b.Queue(savepoint)
+	if err := t.tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	if !found {
 		return &core.QuotaError{}
 	}
-	return err
+	return nil
 }
 
 // admitWindow is the part of TxStore.Begin under a quota's PerWindow that

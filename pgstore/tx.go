@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,7 +43,9 @@ func NewTx(pool *pgxpool.Pool, opts *Options) (*TxStore, error) {
 // Tx returns the transaction that holds the key of ctx's request, for the
 // handler's writes, or nil if the request runs without one (no key, a store
 // that is not a TxStore, or unprotected after a store failure). Its Commit
-// and Rollback return ErrTxManaged.
+// and Rollback return ErrTxManaged. Once idem has ended it, its statements
+// return pgx.ErrTxClosed; do not keep its Conn or LargeObjects past the
+// handler, whose connection then serves other requests.
 func Tx(ctx context.Context) pgx.Tx {
 	tx, _ := ctx.Value(txKey{}).(handlerTx)
 	if tx.Tx == nil {
@@ -61,11 +64,79 @@ const (
 	rollbackToHandler = "ROLLBACK TO SAVEPOINT idem_handler"
 )
 
-// handlerTx is the transaction as the handler gets it.
-type handlerTx struct{ pgx.Tx }
+// handlerTx is the transaction as the handler gets it: ended is set when
+// idem commits or rolls it back (pgx does not see a COMMIT sent in a batch),
+// after which its statements fail rather than run on a connection that
+// serves another request.
+type handlerTx struct {
+	pgx.Tx
+	ended *atomic.Bool
+}
 
 func (handlerTx) Commit(context.Context) error   { return ErrTxManaged }
 func (handlerTx) Rollback(context.Context) error { return ErrTxManaged }
+
+func (h handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if h.ended.Load() {
+		return nil, pgx.ErrTxClosed
+	}
+	return h.Tx.Begin(ctx)
+}
+
+func (h handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if h.ended.Load() {
+		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	}
+	return h.Tx.Exec(ctx, sql, args...)
+}
+
+func (h handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if h.ended.Load() {
+		return nil, pgx.ErrTxClosed
+	}
+	return h.Tx.Query(ctx, sql, args...)
+}
+
+func (h handlerTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if h.ended.Load() {
+		return closedRow{}
+	}
+	return h.Tx.QueryRow(ctx, sql, args...)
+}
+
+func (h handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if h.ended.Load() {
+		return closedBatch{}
+	}
+	return h.Tx.SendBatch(ctx, b)
+}
+
+func (h handlerTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if h.ended.Load() {
+		return 0, pgx.ErrTxClosed
+	}
+	return h.Tx.CopyFrom(ctx, table, columns, src)
+}
+
+func (h handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if h.ended.Load() {
+		return nil, pgx.ErrTxClosed
+	}
+	return h.Tx.Prepare(ctx, name, sql)
+}
+
+// closedRow and closedBatch answer a handlerTx that has ended.
+type (
+	closedRow   struct{}
+	closedBatch struct{}
+)
+
+func (closedRow) Scan(...any) error                  { return pgx.ErrTxClosed }
+func (closedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, pgx.ErrTxClosed }
+func (closedBatch) Query() (pgx.Rows, error)         { return nil, pgx.ErrTxClosed }
+func (closedBatch) QueryRow() pgx.Row                { return closedRow{} }
+func (closedBatch) Close() error                     { return pgx.ErrTxClosed }
+func (closedBatch) Tx() pgx.Tx                       { return nil }
 
 // Begin implements core.TxStore: a transaction takes the key's advisory
 // lock, which a concurrent duplicate fails to take (core.ErrInFlight)
@@ -139,11 +210,12 @@ func dead(ctx context.Context, c *pgxpool.Conn, err error) error {
 // txn is a key held by a transaction. Commit and Rollback end it; only the
 // first call counts.
 type txn struct {
-	s    *TxStore
-	c    *pgxpool.Conn
-	tx   pgx.Tx
-	key  string
-	done bool
+	s     *TxStore
+	c     *pgxpool.Conn
+	tx    pgx.Tx
+	key   string
+	done  bool
+	ended atomic.Bool // the handler's view of done (handlerTx)
 }
 
 // take takes the key's advisory lock, bounding the transaction's idle
@@ -184,7 +256,7 @@ func (t *txn) take(ctx context.Context, idle time.Duration) ([]byte, error) {
 }
 
 func (t *txn) Context(ctx context.Context) context.Context {
-	return context.WithValue(ctx, txKey{}, handlerTx{t.tx})
+	return context.WithValue(ctx, txKey{}, handlerTx{t.tx, &t.ended})
 }
 
 // Commit implements core.Tx: the record is written over any row of the key
@@ -200,6 +272,7 @@ func (t *txn) Commit(ctx context.Context, record []byte, ttl time.Duration) erro
 		return pgx.ErrTxClosed
 	}
 	t.done = true
+	t.ended.Store(true)
 	var err error
 	if t.c.Conn().PgConn().TxStatus() == 'E' {
 		// A round trip of its own: pgx prepares a batch's statements
@@ -245,6 +318,7 @@ func (t *txn) Rollback(ctx context.Context) error {
 		return nil
 	}
 	t.done = true
+	t.ended.Store(true)
 	if t.c.Conn().IsClosed() {
 		// A statement was cut off (its context canceled, the network lost):
 		// the session, and with it the transaction, is gone.
@@ -297,7 +371,9 @@ func (t *txn) RunStep(ctx context.Context, step string, ttl time.Duration, fn fu
 	if !held {
 		return nil, core.ErrLockLost
 	}
-	result, err := fn(context.WithValue(ctx, txKey{}, handlerTx{tx}))
+	var ended atomic.Bool
+	defer ended.Store(true)
+	result, err := fn(context.WithValue(ctx, txKey{}, handlerTx{tx, &ended}))
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -288,6 +289,18 @@ func TestIntegrationTxConnectionLost(t *testing.T) {
 	if n := a.count("lost"); n != 0 {
 		t.Fatalf("%d orders kept from a lost transaction", n)
 	}
+	// pg_terminate_backend returns before the backend has exited and
+	// released the key's lock: the retry goes once it has.
+	for {
+		var alive bool
+		if err := a.pool.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)", a.pid.Load()).Scan(&alive); err != nil {
+			t.Fatal(err)
+		}
+		if !alive {
+			break
+		}
+		runtime.Gosched()
+	}
 	a.hold = nil
 	if r := a.post("lost", `{}`); r.status != http.StatusCreated || r.replay {
 		t.Fatalf("retry: %+v, want a first run", r)
@@ -394,5 +407,51 @@ func TestIntegrationTxAbortedKeepsLock(t *testing.T) {
 	}
 	if runs := a.runs.Load(); runs != keys {
 		t.Fatalf("%d runs for %d keys, want one each", runs, keys)
+	}
+}
+
+// The transaction a handler got is closed once idem has committed it: a
+// handler that keeps it cannot run statements on the connection, which
+// then serves other requests.
+func TestIntegrationTxClosedAfterRequest(t *testing.T) {
+	store := pgtest.TxStore(t, nil)
+	eng, err := core.New(core.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := make(chan pgx.Tx, 2)
+	srv := httptest.NewServer(eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx := pgstore.Tx(r.Context())
+		kept <- tx
+		if _, err := tx.Exec(r.Context(), "SELECT 1"); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})))
+	t.Cleanup(srv.Close)
+	for _, key := range []string{"kept-1", "kept-2"} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("%s: %d", key, resp.StatusCode)
+		}
+		tx := <-kept
+		ctx := context.Background()
+		if _, err := tx.Exec(ctx, "SELECT 1"); !errors.Is(err, pgx.ErrTxClosed) {
+			t.Fatalf("Exec after the request: %v, want ErrTxClosed", err)
+		}
+		var n int
+		if err := tx.QueryRow(ctx, "SELECT 1").Scan(&n); !errors.Is(err, pgx.ErrTxClosed) {
+			t.Fatalf("QueryRow after the request: %v, want ErrTxClosed", err)
+		}
+		if err := tx.SendBatch(ctx, &pgx.Batch{}).Close(); !errors.Is(err, pgx.ErrTxClosed) {
+			t.Fatalf("SendBatch after the request: %v, want ErrTxClosed", err)
+		}
 	}
 }
