@@ -138,11 +138,11 @@ func (closedBatch) QueryRow() pgx.Row                { return closedRow{} }
 func (closedBatch) Close() error                     { return pgx.ErrTxClosed }
 func (closedBatch) Tx() pgx.Tx                       { return nil }
 
-// Begin implements core.TxStore: a transaction takes the key's advisory
-// lock, which a concurrent duplicate fails to take (core.ErrInFlight)
-// instead of waiting, and that PostgreSQL releases when the transaction
-// ends, even if the process dies; then, in the same round trip, it reads
-// the key's row. A completed record ends the transaction (a rollback: a
+// Begin implements core.TxStore: a transaction, begun in the same round
+// trip, takes the key's advisory lock, which a concurrent duplicate fails
+// to take (core.ErrInFlight) instead of waiting, and that PostgreSQL
+// releases when the transaction ends, even if the process dies; then it
+// reads the key's row. A completed record ends the transaction (a rollback: a
 // replay commits nothing), so that a first request costs one commit.
 func (s *TxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
 	if _, ok := ctx.Deadline(); !ok && s.opts.Timeout > 0 {
@@ -179,11 +179,7 @@ func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration) ([]
 	if err != nil {
 		return nil, nil, err
 	}
-	tx, err := c.Begin(ctx)
-	if err != nil {
-		return nil, nil, dead(ctx, c, err)
-	}
-	t := &txn{s: s, c: c, tx: tx, key: key}
+	t := &txn{s: s, c: c, key: key}
 	record, err := t.take(ctx, idle)
 	if err == nil && record == nil {
 		err = t.admit(ctx)
@@ -218,13 +214,14 @@ type txn struct {
 	ended atomic.Bool // the handler's view of done (handlerTx)
 }
 
-// take takes the key's advisory lock, bounding the transaction's idle
-// time, then reads the key's row in a snapshot taken after the lock (a
-// record committed by the transaction that held it), and sets the savepoint
-// that Commit rolls back to if a statement of the handler fails: one round
-// trip.
+// take begins the transaction, takes the key's advisory lock, bounding the
+// transaction's idle time, then reads the key's row in a snapshot taken
+// after the lock (a record committed by the transaction that held it), and
+// sets the savepoint that Commit rolls back to if a statement of the
+// handler fails: one round trip (pgx's Batch.BeginTx).
 func (t *txn) take(ctx context.Context, idle time.Duration) ([]byte, error) {
 	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
 	var (
 		locked  bool
 		idleSet string
@@ -243,7 +240,9 @@ func (t *txn) take(ctx context.Context, idle time.Duration) ([]byte, error) {
 		return err
 	})
 	b.Queue(savepoint)
-	if err := t.tx.SendBatch(ctx, b).Close(); err != nil {
+	br := t.c.SendBatch(ctx, b)
+	t.tx = br.Tx()
+	if err := br.Close(); err != nil {
 		return nil, err
 	}
 	switch {
@@ -319,7 +318,7 @@ func (t *txn) Rollback(ctx context.Context) error {
 	}
 	t.done = true
 	t.ended.Store(true)
-	if t.c.Conn().IsClosed() {
+	if t.tx == nil || t.c.Conn().IsClosed() {
 		// A statement was cut off (its context canceled, the network lost):
 		// the session, and with it the transaction, is gone.
 		t.c.Release()
