@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-go/idem/core"
@@ -43,9 +44,11 @@ func NewTx(pool *pgxpool.Pool, opts *Options) (*TxStore, error) {
 // Tx returns the transaction that holds the key of ctx's request, for the
 // handler's writes, or nil if the request runs without one (no key, a store
 // that is not a TxStore, or unprotected after a store failure). Its Commit
-// and Rollback return ErrTxManaged. Once idem has ended it, its statements
-// return pgx.ErrTxClosed; do not keep its Conn or LargeObjects past the
-// handler, whose connection then serves other requests.
+// and Rollback return ErrTxManaged; a transaction begun in it (a savepoint)
+// is the handler's to commit or roll back. Once idem has ended it, its
+// statements return pgx.ErrTxClosed. Use it only from the handler's
+// goroutine, within the handler: its connection then serves other
+// requests (its Conn and LargeObjects are not guarded).
 func Tx(ctx context.Context) pgx.Tx {
 	tx, _ := ctx.Value(txKey{}).(handlerTx)
 	if tx.Tx == nil {
@@ -64,23 +67,46 @@ const (
 	rollbackToHandler = "ROLLBACK TO SAVEPOINT idem_handler"
 )
 
-// handlerTx is the transaction as the handler gets it: ended is set when
-// idem commits or rolls it back (pgx does not see a COMMIT sent in a batch),
+// handlerTx is the transaction as the handler gets it, or a savepoint the
+// handler began in it (nested). ended is set when idem commits or rolls
+// back the key's transaction (pgx does not see a COMMIT sent in a batch),
 // after which its statements fail rather than run on a connection that
 // serves another request.
 type handlerTx struct {
 	pgx.Tx
-	ended *atomic.Bool
+	ended  *atomic.Bool
+	nested bool // the handler's own to commit or roll back
 }
 
-func (handlerTx) Commit(context.Context) error   { return ErrTxManaged }
-func (handlerTx) Rollback(context.Context) error { return ErrTxManaged }
+func (h handlerTx) Commit(ctx context.Context) error {
+	if !h.nested {
+		return ErrTxManaged
+	}
+	if h.ended.Load() {
+		return pgx.ErrTxClosed
+	}
+	return h.Tx.Commit(ctx)
+}
+
+func (h handlerTx) Rollback(ctx context.Context) error {
+	if !h.nested {
+		return ErrTxManaged
+	}
+	if h.ended.Load() {
+		return pgx.ErrTxClosed
+	}
+	return h.Tx.Rollback(ctx)
+}
 
 func (h handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if h.ended.Load() {
 		return nil, pgx.ErrTxClosed
 	}
-	return h.Tx.Begin(ctx)
+	n, err := h.Tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return handlerTx{Tx: n, ended: h.ended, nested: true}, nil
 }
 
 func (h handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
@@ -92,14 +118,14 @@ func (h handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Co
 
 func (h handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if h.ended.Load() {
-		return nil, pgx.ErrTxClosed
+		return closedRows{}, pgx.ErrTxClosed // pgx.CollectRows(tx.Query(...)) reads the error
 	}
 	return h.Tx.Query(ctx, sql, args...)
 }
 
 func (h handlerTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if h.ended.Load() {
-		return closedRow{}
+		return closedRows{}
 	}
 	return h.Tx.QueryRow(ctx, sql, args...)
 }
@@ -125,16 +151,26 @@ func (h handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.State
 	return h.Tx.Prepare(ctx, name, sql)
 }
 
-// closedRow and closedBatch answer a handlerTx that has ended.
+// closedRows and closedBatch answer a handlerTx that has ended.
 type (
-	closedRow   struct{}
+	closedRows  struct{}
 	closedBatch struct{}
 )
 
-func (closedRow) Scan(...any) error                  { return pgx.ErrTxClosed }
+func (closedRows) Close()                                       {}
+func (closedRows) Err() error                                   { return pgx.ErrTxClosed }
+func (closedRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
+func (closedRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
+func (closedRows) Next() bool                                   { return false }
+func (closedRows) Scan(...any) error                            { return pgx.ErrTxClosed }
+func (closedRows) Values() ([]any, error)                       { return nil, pgx.ErrTxClosed }
+func (closedRows) RawValues() [][]byte                          { return nil }
+func (closedRows) Conn() *pgx.Conn                              { return nil }
+func (closedRows) TypeMap() *pgtype.Map                         { return nil }
+
 func (closedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, pgx.ErrTxClosed }
-func (closedBatch) Query() (pgx.Rows, error)         { return nil, pgx.ErrTxClosed }
-func (closedBatch) QueryRow() pgx.Row                { return closedRow{} }
+func (closedBatch) Query() (pgx.Rows, error)         { return closedRows{}, pgx.ErrTxClosed }
+func (closedBatch) QueryRow() pgx.Row                { return closedRows{} }
 func (closedBatch) Close() error                     { return pgx.ErrTxClosed }
 func (closedBatch) Tx() pgx.Tx                       { return nil }
 
@@ -255,7 +291,7 @@ func (t *txn) take(ctx context.Context, idle time.Duration) ([]byte, error) {
 }
 
 func (t *txn) Context(ctx context.Context) context.Context {
-	return context.WithValue(ctx, txKey{}, handlerTx{t.tx, &t.ended})
+	return context.WithValue(ctx, txKey{}, handlerTx{Tx: t.tx, ended: &t.ended})
 }
 
 // Commit implements core.Tx: the record is written over any row of the key
@@ -318,7 +354,7 @@ func (t *txn) Rollback(ctx context.Context) error {
 	}
 	t.done = true
 	t.ended.Store(true)
-	if t.tx == nil || t.c.Conn().IsClosed() {
+	if t.c.Conn().IsClosed() {
 		// A statement was cut off (its context canceled, the network lost):
 		// the session, and with it the transaction, is gone.
 		t.c.Release()
@@ -372,7 +408,7 @@ func (t *txn) RunStep(ctx context.Context, step string, ttl time.Duration, fn fu
 	}
 	var ended atomic.Bool
 	defer ended.Store(true)
-	result, err := fn(context.WithValue(ctx, txKey{}, handlerTx{tx, &ended}))
+	result, err := fn(context.WithValue(ctx, txKey{}, handlerTx{Tx: tx, ended: &ended}))
 	if err != nil {
 		return nil, err
 	}

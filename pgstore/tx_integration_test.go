@@ -419,14 +419,24 @@ func TestIntegrationTxClosedAfterRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kept := make(chan pgx.Tx, 2)
+	kept := make(chan [2]pgx.Tx, 2) // the request's transaction, a savepoint begun in it
 	srv := httptest.NewServer(eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx := pgstore.Tx(r.Context())
-		kept <- tx
-		if _, err := tx.Exec(r.Context(), "SELECT 1"); err != nil {
+		sp, err := tx.Begin(r.Context())
+		if err == nil {
+			_, err = sp.Exec(r.Context(), "SELECT 1")
+		}
+		if err == nil {
+			err = sp.Commit(r.Context()) // the handler's own: released
+		}
+		if err == nil {
+			sp, err = tx.Begin(r.Context()) // kept open past the request
+		}
+		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
+		kept <- [2]pgx.Tx{tx, sp}
 		w.WriteHeader(http.StatusCreated)
 	})))
 	t.Cleanup(srv.Close)
@@ -441,17 +451,26 @@ func TestIntegrationTxClosedAfterRequest(t *testing.T) {
 		if resp.StatusCode != http.StatusCreated {
 			t.Fatalf("%s: %d", key, resp.StatusCode)
 		}
-		tx := <-kept
+		txs := <-kept
 		ctx := context.Background()
-		if _, err := tx.Exec(ctx, "SELECT 1"); !errors.Is(err, pgx.ErrTxClosed) {
-			t.Fatalf("Exec after the request: %v, want ErrTxClosed", err)
+		for i, tx := range txs {
+			if _, err := tx.Exec(ctx, "SELECT 1"); !errors.Is(err, pgx.ErrTxClosed) {
+				t.Fatalf("%d: Exec after the request: %v, want ErrTxClosed", i, err)
+			}
+			var n int
+			if err := tx.QueryRow(ctx, "SELECT 1").Scan(&n); !errors.Is(err, pgx.ErrTxClosed) {
+				t.Fatalf("%d: QueryRow after the request: %v, want ErrTxClosed", i, err)
+			}
+			rows, _ := tx.Query(ctx, "SELECT 1") // as pgx's docs use it: CollectRows reads the error
+			if _, err := pgx.CollectRows(rows, pgx.RowTo[int]); !errors.Is(err, pgx.ErrTxClosed) {
+				t.Fatalf("%d: Query after the request: %v, want ErrTxClosed", i, err)
+			}
+			if err := tx.SendBatch(ctx, &pgx.Batch{}).Close(); !errors.Is(err, pgx.ErrTxClosed) {
+				t.Fatalf("%d: SendBatch after the request: %v, want ErrTxClosed", i, err)
+			}
 		}
-		var n int
-		if err := tx.QueryRow(ctx, "SELECT 1").Scan(&n); !errors.Is(err, pgx.ErrTxClosed) {
-			t.Fatalf("QueryRow after the request: %v, want ErrTxClosed", err)
-		}
-		if err := tx.SendBatch(ctx, &pgx.Batch{}).Close(); !errors.Is(err, pgx.ErrTxClosed) {
-			t.Fatalf("SendBatch after the request: %v, want ErrTxClosed", err)
+		if err := txs[1].Rollback(ctx); !errors.Is(err, pgx.ErrTxClosed) {
+			t.Fatalf("the savepoint's Rollback after the request: %v, want ErrTxClosed", err)
 		}
 	}
 }
