@@ -19,11 +19,32 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/pgstore"
 	"github.com/idem-go/idem/pgstore/pgtest"
 )
+
+// processSetup migrates a schema of the test's own, with a table of side
+// effects (one row per run of the handler), and builds internal/testserver.
+func processSetup(t *testing.T) (pool *pgxpool.Pool, schema, effects, bin string) {
+	t.Helper()
+	ctx := context.Background()
+	pool, schema = pgtest.Pool(t)
+	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	effects = pgx.Identifier{schema, "side_effects"}.Sanitize()
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+effects+" (id bigserial PRIMARY KEY, key text NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	bin = filepath.Join(t.TempDir(), "testserver")
+	if out, err := exec.Command("go", "build", "-o", bin, "./internal/testserver").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return pool, schema, effects, bin
+}
 
 // TestIntegrationExactlyOnceAcrossProcesses runs three API processes on
 // one PostgreSQL and sends each of 50 keys 20 times at once, spread over
@@ -31,18 +52,7 @@ import (
 func TestIntegrationExactlyOnceAcrossProcesses(t *testing.T) {
 	const keys, dups = 50, 20
 	ctx := context.Background()
-	pool, schema := pgtest.Pool(t)
-	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: schema}); err != nil {
-		t.Fatal(err)
-	}
-	effects := pgx.Identifier{schema, "side_effects"}.Sanitize()
-	if _, err := pool.Exec(ctx, "CREATE TABLE "+effects+" (id bigserial PRIMARY KEY, key text NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "testserver")
-	if out, err := exec.Command("go", "build", "-o", bin, "./internal/testserver").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	pool, schema, effects, bin := processSetup(t)
 	var urls []string
 	for i := range 3 {
 		urls = append(urls, startTestServer(t, bin, "-database", pgtest.URL(), "-schema", schema, "-name", "s"+strconv.Itoa(i)))
@@ -182,18 +192,7 @@ func TestIntegrationTxCrashes(t *testing.T) {
 	const keys = 48
 	points := []string{"", "insert", "respond", "commit"}
 	ctx := context.Background()
-	pool, schema := pgtest.Pool(t)
-	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: schema}); err != nil {
-		t.Fatal(err)
-	}
-	effects := pgx.Identifier{schema, "side_effects"}.Sanitize()
-	if _, err := pool.Exec(ctx, "CREATE TABLE "+effects+" (id bigserial PRIMARY KEY, key text NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "testserver")
-	if out, err := exec.Command("go", "build", "-o", bin, "./internal/testserver").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	pool, schema, effects, bin := processSetup(t)
 	var urls []string
 	for i := range 3 {
 		urls = append(urls, superviseTestServer(t, bin, "-tx", "-delay", "5ms", "-database", pgtest.URL(), "-schema", schema, "-name", "s"+strconv.Itoa(i)))
@@ -337,18 +336,7 @@ func superviseTestServer(t *testing.T, bin string, args ...string) string {
 func TestIntegrationTxDuplicatesAcrossProcesses(t *testing.T) {
 	const dups = 200
 	ctx := context.Background()
-	pool, schema := pgtest.Pool(t)
-	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: schema}); err != nil {
-		t.Fatal(err)
-	}
-	effects := pgx.Identifier{schema, "side_effects"}.Sanitize()
-	if _, err := pool.Exec(ctx, "CREATE TABLE "+effects+" (id bigserial PRIMARY KEY, key text NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "testserver")
-	if out, err := exec.Command("go", "build", "-o", bin, "./internal/testserver").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	pool, schema, effects, bin := processSetup(t)
 	var urls []string
 	for i := range 3 {
 		urls = append(urls, startTestServer(t, bin, "-tx", "-delay", "200ms", "-database", pgtest.URL(), "-schema", schema, "-name", "s"+strconv.Itoa(i)))
