@@ -61,24 +61,38 @@ func (a answer) latency() time.Duration { return a.done.Sub(a.sent) }
 // send posts key's order to instance i (mod 3).
 func (f *fleet) send(i int, key string) answer {
 	i %= len(f.servers)
-	body := fmt.Sprintf(`{"item": %q, "qty": 1, "delay_ms": 10}`, key)
-	req, err := http.NewRequest(http.MethodPost, f.servers[i].url+"/orders", strings.NewReader(body))
+	return postOrder(f.client, f.servers[i].url, i, "faults", key, 10)
+}
+
+// postOrder posts key's order, as user, to the instance at base, which is
+// instance inst. The request is not replayable for net/http's Transport
+// (no GetBody), which would otherwise send it again on its own, to the same
+// instance, when a kept-alive connection dies. A body cut off is a
+// transport error (status 0): a kill.
+func postOrder(client *http.Client, base string, inst int, user, key string, delayMs int) answer {
+	body := fmt.Sprintf(`{"item": %q, "qty": 1, "delay_ms": %d}`, key, delayMs)
+	req, err := http.NewRequest(http.MethodPost, base+"/orders", strings.NewReader(body))
 	if err != nil {
 		panic(err)
 	}
+	req.GetBody = nil
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-User-ID", "faults")
+	req.Header.Set("X-User-ID", user)
 	req.Header.Set("Idempotency-Key", key)
-	a := answer{inst: i, sent: time.Now()}
-	resp, err := f.client.Do(req)
+	a := answer{inst: inst, sent: time.Now()}
+	resp, err := client.Do(req)
 	if err != nil {
 		a.done, a.err = time.Now(), err
 		return a
 	}
 	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	a.done, a.status, a.err = time.Now(), resp.StatusCode, err
+	a.done, a.status = time.Now(), resp.StatusCode
 	a.replay = resp.Header.Get("X-Idempotency-Replay") == "true"
+	if err != nil {
+		a.status, a.err = 0, err
+		return a
+	}
 	if a.status == http.StatusCreated {
 		var o struct {
 			ID   string `json:"id"`

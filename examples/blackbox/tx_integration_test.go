@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -282,42 +281,10 @@ func (c *chaos) drive(n int, end, finish time.Time) []*chaosKey {
 	return keys
 }
 
-// send posts key's order to instance i. The request is not replayable for
-// net/http's Transport (no GetBody), which would otherwise send it again
-// on its own, to the same instance, when a kept-alive connection dies.
+// send posts key's order to instance i.
 func (c *chaos) send(i int, key string) answer {
 	c.sent.Add(1)
-	body := fmt.Sprintf(`{"item": %q, "qty": 1, "delay_ms": %d}`, key, orderDelay)
-	req, err := http.NewRequest(http.MethodPost, "http://"+c.procs[i].addr+"/orders", strings.NewReader(body))
-	if err != nil {
-		panic(err)
-	}
-	req.GetBody = nil
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-User-ID", "kills")
-	req.Header.Set("Idempotency-Key", key)
-	a := answer{inst: i, sent: time.Now()}
-	resp, err := c.client.Do(req)
-	if err != nil {
-		a.done, a.err = time.Now(), err
-		return a
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	a.done, a.status = time.Now(), resp.StatusCode
-	a.replay = resp.Header.Get("X-Idempotency-Replay") == "true"
-	if err != nil {
-		a.status, a.err = 0, err // cut off mid-body: a kill
-		return a
-	}
-	if a.status == http.StatusCreated {
-		var o struct{ ID, Item string }
-		if err := json.Unmarshal(b, &o); err != nil || o.ID == "" || o.Item != key {
-			a.err = fmt.Errorf("201 body %s for key %s", b, key)
-		}
-		a.id = o.ID
-	}
-	return a
+	return postOrder(c.client, "http://"+c.procs[i].addr, i, "kills", key, orderDelay)
 }
 
 // death returns when the first request of k that a kill cut off was cut
