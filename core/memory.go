@@ -274,24 +274,37 @@ func (e *memEntry) wake() {
 	}
 }
 
-// expiryHeap orders entries by expiry, soonest first (container/heap).
-type expiryHeap []*memEntry
+// timeHeap orders its items by their time, soonest first (container/heap);
+// each item holds its index in it, -1 once popped.
+type timeHeap[T interface {
+	at() time.Time
+	setIndex(int)
+}] []T
 
-func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
-func (h expiryHeap) Swap(i, j int) {
+// expiryHeap orders entries by expiry.
+type expiryHeap = timeHeap[*memEntry]
+
+func (e *memEntry) at() time.Time  { return e.expires }
+func (e *memEntry) setIndex(i int) { e.index = i }
+
+func (h timeHeap[T]) Len() int           { return len(h) }
+func (h timeHeap[T]) Less(i, j int) bool { return h[i].at().Before(h[j].at()) }
+func (h timeHeap[T]) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
+	h[i].setIndex(i)
+	h[j].setIndex(j)
 }
-func (h *expiryHeap) Push(x any) {
-	e := x.(*memEntry)
-	e.index = len(*h)
+func (h *timeHeap[T]) Push(x any) {
+	e := x.(T)
+	e.setIndex(len(*h))
 	*h = append(*h, e)
 }
-func (h *expiryHeap) Pop() any {
+func (h *timeHeap[T]) Pop() any {
 	old := *h
 	e := old[len(old)-1]
-	old[len(old)-1] = nil
+	var zero T
+	old[len(old)-1] = zero
+	e.setIndex(-1)
 	*h = old[:len(old)-1]
 	return e
 }

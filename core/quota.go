@@ -214,25 +214,8 @@ func (s *MemoryStore) sweepScopes(now time.Time) {
 // last is when the scope's last admission leaves its window.
 func (sc *memScope) last() time.Time { return sc.admitted[len(sc.admitted)-1] }
 
-// scopeHeap orders scopes by when their window empties (container/heap).
-type scopeHeap []*memScope
+// scopeHeap orders scopes by when their window empties.
+type scopeHeap = timeHeap[*memScope]
 
-func (h scopeHeap) Len() int           { return len(h) }
-func (h scopeHeap) Less(i, j int) bool { return h[i].last().Before(h[j].last()) }
-func (h scopeHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *scopeHeap) Push(x any) {
-	sc := x.(*memScope)
-	sc.index = len(*h)
-	*h = append(*h, sc)
-}
-func (h *scopeHeap) Pop() any {
-	old := *h
-	sc := old[len(old)-1]
-	old[len(old)-1] = nil
-	sc.index = -1
-	*h = old[:len(old)-1]
-	return sc
-}
+func (sc *memScope) at() time.Time  { return sc.last() }
+func (sc *memScope) setIndex(i int) { sc.index = i }
