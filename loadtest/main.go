@@ -723,12 +723,7 @@ func insertHandler(pool *pgxpool.Pool, table string) http.Handler {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		var db interface {
-			QueryRow(context.Context, string, ...any) pgx.Row
-		} = pool
-		if tx := pgstore.Tx(r.Context()); tx != nil {
-			db = tx
-		}
+		db := pgstore.TxOr(r.Context(), pool)
 		var id int64
 		if err := db.QueryRow(r.Context(), query, o.Item, o.Qty).Scan(&id); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)

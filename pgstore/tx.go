@@ -59,6 +59,23 @@ func Tx(ctx context.Context) pgx.Tx {
 
 type txKey struct{}
 
+// Querier is what a handler's statements need, of a transaction or a pool.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// TxOr returns Tx(ctx), or pool if the request runs without a transaction,
+// for a handler that writes through whichever it has.
+func TxOr(ctx context.Context, pool *pgxpool.Pool) Querier {
+	if tx := Tx(ctx); tx != nil {
+		return tx
+	}
+	return pool
+}
+
 // savepoint follows the key's lock in its transaction: a statement of the
 // handler that fails aborts the transaction, and Commit rolls back to it to
 // store the record without giving up the lock.

@@ -474,3 +474,35 @@ func TestIntegrationTxClosedAfterRequest(t *testing.T) {
 		}
 	}
 }
+
+// TxOr gives a handler the request's transaction under a key, and the pool
+// without one.
+func TestIntegrationTxOr(t *testing.T) {
+	store := pgtest.TxStore(t, nil)
+	eng, err := core.New(core.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, _ := pgtest.Pool(t)
+	got := make(chan bool, 1)
+	srv := httptest.NewServer(eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, isPool := pgstore.TxOr(r.Context(), pool).(*pgxpool.Pool)
+		got <- isPool
+		w.WriteHeader(http.StatusCreated)
+	})))
+	t.Cleanup(srv.Close)
+	for _, key := range []string{"txor-1", ""} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if isPool := <-got; isPool != (key == "") {
+			t.Fatalf("key %q: TxOr gave the pool: %v", key, isPool)
+		}
+	}
+}

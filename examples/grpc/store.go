@@ -38,12 +38,7 @@ func (s *store) create(ctx context.Context, item string, qty int32) (*ordersv1.O
 	if s.pool != nil {
 		// Through the call's transaction in the transactional mode: the
 		// order commits with the stored reply.
-		var db interface {
-			QueryRow(context.Context, string, ...any) pgx.Row
-		} = s.pool
-		if tx := pgstore.Tx(ctx); tx != nil {
-			db = tx
-		}
+		db := pgstore.TxOr(ctx, s.pool)
 		var id int64
 		if err := db.QueryRow(ctx, "INSERT INTO idem_example_grpc_orders (item, qty) VALUES ($1, $2) RETURNING id", item, qty).Scan(&id); err != nil {
 			return nil, err

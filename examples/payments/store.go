@@ -77,12 +77,7 @@ func newPayments(ctx context.Context, rdb redis.UniversalClient, pool *pgxpool.P
 func (s *payments) record(ctx context.Context, user string, p Payment) (Payment, error) {
 	switch {
 	case s.pool != nil:
-		var db interface {
-			QueryRow(context.Context, string, ...any) pgx.Row
-		} = s.pool
-		if tx := pgstore.Tx(ctx); tx != nil {
-			db = tx
-		}
+		db := pgstore.TxOr(ctx, s.pool)
 		var id int64
 		err := db.QueryRow(ctx, `INSERT INTO `+paymentsTable+` (user_id, key, amount, account, charge_id) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (user_id, key) DO UPDATE SET key = EXCLUDED.key

@@ -130,12 +130,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Order, error) 
 	if s.pool != nil {
 		// Through the request's transaction when idem holds its key in one
 		// (pgstore.NewTx): the order commits with the stored response.
-		var db interface {
-			QueryRow(context.Context, string, ...any) pgx.Row
-		} = s.pool
-		if tx := pgstore.Tx(ctx); tx != nil {
-			db = tx
-		}
+		db := pgstore.TxOr(ctx, s.pool)
 		var id int64
 		err := db.QueryRow(ctx, "INSERT INTO "+PostgresTable+" (item, qty) VALUES ($1, $2) RETURNING id", o.Item, o.Qty).Scan(&id)
 		if err != nil {
