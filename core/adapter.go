@@ -171,11 +171,8 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 		Route:       route,
 		Fingerprint: fingerprint(req.Method, req.Path, req.Query, req.Header.Get("Content-Type"), body, e.cfg.CriticalHeaders, req.Header),
 	}
-	if e.cfg.Scope != nil {
-		c.Scope = e.cfg.Scope(req)
-	}
-	if e.cfg.TTL != nil {
-		c.TTL = e.cfg.TTL(req)
+	if e.cfg.Scope != nil || e.cfg.TTL != nil {
+		c.Scope, c.TTL = e.scopeAndTTL(*req)
 	}
 	f := &Flight{body: body, max: e.cfg.MaxStoredBodyBytes}
 	l, rec, err := e.acquire(&c, endpoint, start, &httpAnswers, &f.lease)
@@ -186,7 +183,8 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 		}
 		return f, nil
 	case rec != nil:
-		return nil, e.replay(rec)
+		e.replay(&f.answer, rec) // the Flight's memory, unused otherwise
+		return nil, &f.answer
 	case errors.Is(err, ErrKeyReused):
 		return nil, e.problem(&Problem{Type: problemKeyReused, Title: "Idempotency key reused",
 			Status: http.StatusUnprocessableEntity,
@@ -203,6 +201,19 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 	default:
 		return nil, e.unavailable("the request was not run because its idempotency cannot be guaranteed; retry later")
 	}
+}
+
+// scopeAndTTL returns Config.Scope's and Config.TTL's answers for req. It
+// takes a copy, which the functions may keep, so that Begin's req, which
+// they never see, stays on its caller's stack.
+func (e *Engine) scopeAndTTL(req Request) (scope string, ttl time.Duration) {
+	if e.cfg.Scope != nil {
+		scope = e.cfg.Scope(&req)
+	}
+	if e.cfg.TTL != nil {
+		ttl = e.cfg.TTL(&req)
+	}
+	return scope, ttl
 }
 
 // unmatchedRoute is Event.Route of a request without a route template.
@@ -232,20 +243,29 @@ func (e *Engine) retryAfter() http.Header {
 	return h
 }
 
-// replay builds the response of a stored record.
-func (e *Engine) replay(rec *Record) *Response {
+// replay sets r to the response of a stored record: its headers, the
+// replay's own and its Content-Length.
+func (e *Engine) replay(r *Response, rec *Record) {
 	h := http.Header(rec.Header)
 	if h == nil {
-		h = make(http.Header, 2)
+		h = make(http.Header, 4)
 	}
-	h[e.cfg.ReplayHeader] = []string{"true"}
+	values := make([]string, 0, 4) // the values below: one allocation
+	add := func(name, value string) {
+		values = append(values, value)
+		h[name] = values[len(values)-1:]
+	}
+	add(e.cfg.ReplayHeader, "true")
+	if bodyAllowed(rec.Code) {
+		add("Content-Length", strconv.Itoa(len(rec.Body)))
+	}
 	if e.cfg.ReplayTimestamp {
-		h[HeaderOriginalTimestamp] = []string{rec.RequestedAt.UTC().Format(time.RFC3339)}
+		add(HeaderOriginalTimestamp, rec.RequestedAt.UTC().Format(time.RFC3339))
 	}
 	if rec.BodyOmitted {
-		h[HeaderBodyOmitted] = []string{"sha256=" + hex.EncodeToString(rec.BodySHA256[:]) + "; size=" + strconv.FormatInt(rec.BodySize, 10)}
+		add(HeaderBodyOmitted, "sha256="+hex.EncodeToString(rec.BodySHA256[:])+"; size="+strconv.FormatInt(rec.BodySize, 10))
 	}
-	return &Response{StatusCode: rec.Code, Header: h, Body: rec.Body}
+	*r = Response{StatusCode: rec.Code, Header: h, Body: rec.Body}
 }
 
 var (
@@ -318,6 +338,8 @@ type Flight struct {
 	size   int64
 	hasher hash.Hash
 
+	answer Response // Begin's replay
+
 	// the memory of what an adapter hands the handler: one allocation
 	// instead of three
 	ctx    flightContext
@@ -389,7 +411,8 @@ func (f *Flight) Write(p []byte) (int, error) {
 // left as Request.ResponseHeader had them and the storage policy's, and the
 // lock released; if Config.Storable refuses the status, the lock is
 // released without storing. If the store fails to take the response, the
-// lock is left to expire (see Lease.Complete).
+// lock is left to expire (see Lease.Complete). Complete keeps header and
+// deletes from it: pass a copy of a map that the framework still uses.
 //
 // Complete returns nil, or, when a Buffered flight failed to commit, the
 // response to send instead of the handler's (503): nothing of the handler's
@@ -402,12 +425,13 @@ func (f *Flight) Complete(status int, header http.Header) *Response {
 		f.lease.Release(status, nil)
 		return nil
 	}
-	rec := &Record{Code: status, Header: make(map[string][]string, len(header)), Body: f.resp}
 	for k, v := range header {
-		if !slices.Equal(v, f.base[k]) {
-			rec.Header[k] = v
+		if slices.Equal(v, f.base[k]) {
+			delete(header, k)
 		}
 	}
+	rec := &f.lease.rec // unused: a Flight's lease replays nothing
+	*rec = Record{Code: status, Header: header, Body: f.resp}
 	if f.hasher != nil {
 		rec.BodyOmitted, rec.BodySize = true, f.size
 		f.hasher.Sum(rec.BodySHA256[:0])
@@ -577,8 +601,11 @@ func (w *captureWriter) finish() {
 		return
 	}
 	status, header := w.status, w.header
-	if status == 0 {
-		status, header = http.StatusOK, w.ResponseWriter.Header()
+	switch {
+	case status == 0:
+		status, header = http.StatusOK, w.ResponseWriter.Header().Clone()
+	case w.flight.Buffered():
+		header = header.Clone() // w.header is sent after Complete
 	}
 	resp := w.flight.Complete(status, header) // if Storable panics, a deferred Abort still counts
 	w.ended = true
@@ -633,7 +660,7 @@ func (r *Response) Write(w http.ResponseWriter) {
 	for k, v := range r.Header {
 		h[k] = v
 	}
-	if bodyAllowed(r.StatusCode) {
+	if bodyAllowed(r.StatusCode) && r.Header["Content-Length"] == nil {
 		h.Set("Content-Length", strconv.Itoa(len(r.Body)))
 	}
 	w.WriteHeader(r.StatusCode)

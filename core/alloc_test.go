@@ -17,8 +17,8 @@ import (
 // store calls) but not the server around it; the race detector adds
 // raceAllocs. Raise a budget only with a reason in the commit message.
 const (
-	replayAllocBudget   = 18
-	firstRunAllocBudget = 23
+	replayAllocBudget   = 8
+	firstRunAllocBudget = 13
 	noKeyAllocBudget    = 1
 )
 

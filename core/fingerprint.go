@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/idem-go/idem/internal/canon"
 )
@@ -26,7 +27,12 @@ func fingerprint(method, path, query, contentType string, body []byte, critical 
 		mt = canon.MediaType(contentType)
 		encoding = strings.Join(header.Values("Content-Encoding"), ", ") // every line: a framework may read the last
 	}
-	body, canonical := canon.Body(contentType, mt, body)
+	buf := canonBuffers.Get().(*[]byte)
+	defer putCanonBuffer(buf)
+	body, canonical := canon.Body((*buf)[:0], contentType, mt, body)
+	if canonical {
+		*buf = body
+	}
 	if query != "" {
 		if v, err := url.ParseQuery(query); err == nil {
 			query = v.Encode()
@@ -34,7 +40,8 @@ func fingerprint(method, path, query, contentType string, body []byte, critical 
 	}
 	// The fields around the body are small: one buffer, hashed before and
 	// after the body, which is hashed where it is rather than copied.
-	b := make([]byte, 0, len(method)+len(path)+len(query)+len(mt)+len(encoding)+64)
+	var fields [256]byte
+	b := fields[:0]
 	b = appendField(b, method)
 	b = appendField(b, path)
 	b = appendField(b, query)
@@ -63,4 +70,18 @@ func fingerprint(method, path, query, contentType string, body []byte, critical 
 func appendField(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
+}
+
+// canonBuffers hold the canonical form of a body while fingerprint hashes
+// it.
+var canonBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxKeptCanonBuffer bounds the buffer putCanonBuffer keeps for the next
+// request: a large body's is let go.
+const maxKeptCanonBuffer = 64 << 10
+
+func putCanonBuffer(b *[]byte) {
+	if cap(*b) <= maxKeptCanonBuffer {
+		canonBuffers.Put(b)
+	}
 }

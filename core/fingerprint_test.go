@@ -117,7 +117,7 @@ func TestFingerprintMultipart(t *testing.T) {
 // canonical form, sent as the body, are a different request.
 func TestRawBodyNeverMeetsCanonical(t *testing.T) {
 	ct, body := multipartBody(t, "amount", "100")
-	c, _ := canon.Body(ct, canon.MediaType(ct), body)
+	c, _ := canon.Body(nil, ct, canon.MediaType(ct), body)
 	if bytes.Equal(c, body) {
 		t.Fatal("the form was not canonicalised")
 	}

@@ -150,13 +150,19 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 		inFlight bool  // the key was seen in flight
 		waitErr  error // a store error met since
 		last     bool  // the wait is over: this was the last look
+		first    = true
 	)
 	for {
 		// Not cancelled with the request: a store call cut off half-way may
 		// have taken the lock all the same (Redis ran the script, the reply
 		// was lost), leaving a lock nobody releases before it expires.
 		sent := time.Now() // the lock's TTL runs from about then
-		raw, token, tx, err := e.storeAcquire(l.ctx, l.id)
+		sc := &l.firstCtx
+		if !first {
+			sc = new(storeCtx)
+		}
+		first = false
+		raw, token, tx, err := e.storeAcquire(sc.start(l.ctx, e.cfg.StoreTimeout), l.id)
 		switch {
 		case err == nil && tx != nil:
 			l.tx = tx // held by its transaction: nothing to refresh
@@ -200,8 +206,9 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 }
 
 // storeAcquire calls Store.Acquire, taking the initial lease, or
-// TxStore.Begin, through the breaker, within Config.StoreTimeout.
-func (e *Engine) storeAcquire(ctx context.Context, id string) (raw []byte, token string, tx Tx, err error) {
+// TxStore.Begin, through the breaker, with sc, which it cancels.
+func (e *Engine) storeAcquire(sc *storeCtx, id string) (raw []byte, token string, tx Tx, err error) {
+	defer sc.cancel()
 	if e.cache != nil {
 		if raw := e.cache.get(id); raw != nil {
 			return raw, "", nil, nil
@@ -214,13 +221,11 @@ func (e *Engine) storeAcquire(ctx context.Context, id string) (raw []byte, token
 	if e.cache != nil {
 		gen = e.cache.generation()
 	}
-	sc := newStoreCtx(ctx, e.cfg.StoreTimeout)
 	if e.tx != nil {
 		raw, tx, err = e.tx.Begin(sc, id, e.cfg.LockTTL)
 	} else {
 		raw, token, err = e.cfg.Store.Acquire(sc, id, e.initialLease)
 	}
-	sc.cancel()
 	e.brk.done(err)
 	if err == nil && token == "" && tx == nil && e.cache != nil {
 		e.cache.put(id, raw, gen)
@@ -262,8 +267,12 @@ type Lease struct {
 	fingerprint [32]byte
 	ttl         time.Duration
 
-	rec   Record // a replayed record: the lease's memory, one allocation less
+	rec   Record // a replayed record, or a Flight's completed one: the lease's memory, one allocation less
 	steps steps  // the checkpoints of Step
+
+	// the contexts of the first store call and of the last (Complete or
+	// Release), in the lease's memory: two allocations less
+	firstCtx, endCtx storeCtx
 
 	mu      sync.Mutex // guards done, held, lease, expired and timer against the refresher
 	done    bool
@@ -378,8 +387,8 @@ func (l *Lease) Complete(rec *Record) error {
 	if l.e.cache != nil {
 		gen = l.e.cache.generation()
 	}
-	ctx, cancel := l.storeContext()
-	defer cancel()
+	ctx := l.endContext()
+	defer ctx.cancel()
 	var err error
 	if l.e.cfg.Sealer != nil {
 		if data, err = sealRecord(ctx, l.e.cfg.Sealer, l.id, rec, data); err != nil {
@@ -441,8 +450,8 @@ func (l *Lease) Release(code int, reason error) {
 
 func (l *Lease) release(code int, reason error) {
 	l.setCode(code)
-	ctx, cancel := l.storeContext()
-	defer cancel()
+	ctx := l.endContext()
+	defer ctx.cancel()
 	var err error
 	if l.tx != nil {
 		err = l.tx.Rollback(ctx)
@@ -496,6 +505,12 @@ var errStoredLate = fmt.Errorf("%w (or may have been: no refresh confirmed the l
 func (l *Lease) storeContext() (context.Context, context.CancelFunc) {
 	sc := newStoreCtx(l.ctx, l.e.cfg.StoreTimeout)
 	return sc, sc.cancel
+}
+
+// endContext is storeContext for the store call that ends the lease, made
+// once (finish), in the lease's memory.
+func (l *Lease) endContext() *storeCtx {
+	return l.endCtx.start(l.ctx, l.e.cfg.StoreTimeout)
 }
 
 // finish marks the lease done and stops the refresher; it reports whether

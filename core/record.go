@@ -120,19 +120,17 @@ func (rec *Record) decode(data []byte) error {
 	rec.RequestedAt = fromUnixNano(d.varint())
 	rec.CompletedAt = fromUnixNano(d.varint())
 	rec.ExpiresAt = fromUnixNano(d.varint())
-	rec.Key = d.string()
-	rec.Scope = d.string()
-	if n := d.count(2); n > 0 && d.spend(n*headerCost) {
-		rec.Header = make(map[string][]string, n)
-		for range n {
-			name := d.string()
-			values := make([]string, d.cost(d.count(1), valueCost))
-			for j := range values {
-				values[j] = d.string()
-			}
-			rec.Header[name] = values
-		}
+	// The key, the scope and the headers are read twice: first to find
+	// where they end and how many values they hold, then as substrings of
+	// one string of their bytes, the values in one slice: two allocations
+	// rather than one per string and one per header.
+	first := d
+	first.skip = true
+	values := first.strings(&Record{}, nil)
+	if first.err == nil {
+		d.text, d.rest = string(d.b[:len(d.b)-len(first.b)]), len(d.b)
 	}
+	d.strings(rec, make([]string, values))
 	if flags&1 != 0 {
 		rec.BodyOmitted = true
 		size := d.uvarint()
@@ -182,6 +180,47 @@ type decoder struct {
 	b      []byte
 	err    error
 	budget int
+
+	skip bool   // string reads and returns ""
+	text string // the strings' bytes from where d.b was rest bytes long
+	rest int
+}
+
+// strings reads the key, the scope and the headers into rec, the values
+// into values, which holds as many; it returns how many values it read.
+// With d.skip it only counts them.
+func (d *decoder) strings(rec *Record, values []string) int {
+	rec.Key, rec.Scope = d.string(), d.string()
+	n := d.count(2)
+	if n == 0 || !d.spend(n*headerCost) {
+		return 0
+	}
+	if !d.skip {
+		rec.Header = make(map[string][]string, n)
+	}
+	read := 0
+	for range n {
+		name := d.string()
+		m := d.cost(d.count(1), valueCost)
+		read += m
+		if d.skip {
+			for range m {
+				d.string()
+			}
+			continue
+		}
+		if m > len(values) {
+			d.fail("header")
+			return read
+		}
+		vs := values[:m:m]
+		values = values[m:]
+		for j := range vs {
+			vs[j] = d.string()
+		}
+		rec.Header[name] = vs
+	}
+	return read
 }
 
 // What decoding costs in memory beyond the bytes of a string: a header in
@@ -298,5 +337,13 @@ func (d *decoder) count(minSize int) int {
 }
 
 func (d *decoder) string() string {
-	return string(d.bytes(d.cost(d.count(1), 1)))
+	b := d.bytes(d.cost(d.count(1), 1))
+	switch {
+	case d.skip || len(b) == 0:
+		return ""
+	case d.text != "":
+		at := d.rest - len(d.b) - len(b)
+		return d.text[at : at+len(b)]
+	}
+	return string(b)
 }

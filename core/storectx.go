@@ -29,7 +29,14 @@ type storeCtx struct {
 // newStoreCtx returns a context of parent's values that is done after d.
 // parent must never be done.
 func newStoreCtx(parent context.Context, d time.Duration) *storeCtx {
-	return &storeCtx{Context: parent, deadline: time.Now().Add(d)}
+	return new(storeCtx).start(parent, d)
+}
+
+// start makes c, unused so far, a context of parent's values that is done
+// after d, and returns it: newStoreCtx in memory the caller holds.
+func (c *storeCtx) start(parent context.Context, d time.Duration) *storeCtx {
+	*c = storeCtx{Context: parent, deadline: time.Now().Add(d)}
+	return c
 }
 
 func (c *storeCtx) Deadline() (time.Time, bool) { return c.deadline, true }

@@ -121,8 +121,11 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			return
 		}
 		header := st.w.sent
-		if header == nil { // nothing written yet: Gin sends the headers as they are now
-			header = st.w.Header()
+		switch {
+		case header == nil: // nothing written yet: Gin sends the headers as they are now
+			header = st.w.Header().Clone()
+		case st.w.buffered:
+			header = header.Clone() // sent after Complete
 		}
 		resp = f.Complete(st.w.Status(), header)
 		if st.w.buffered {

@@ -45,14 +45,15 @@ func MediaType(contentType string) string {
 
 // Body returns the canonical form of body, of Content-Type contentType
 // and media type mt (MediaType), and whether it is one (false: the raw
-// bytes).
-func Body(contentType, mt string, body []byte) ([]byte, bool) {
+// bytes). The canonical form of JSON is appended to dst, which may be nil:
+// a caller that hashes it and lets it go can pass a buffer of its own.
+func Body(dst []byte, contentType, mt string, body []byte) ([]byte, bool) {
 	if len(body) == 0 {
 		return body, false
 	}
 	switch {
 	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
-		if c, ok := canonicalJSON(body); ok {
+		if c, ok := canonicalJSON(dst, body); ok {
 			return c, true
 		}
 	case mt == "application/x-www-form-urlencoded":

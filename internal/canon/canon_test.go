@@ -185,7 +185,7 @@ func nested(depth, n int) []byte {
 
 func TestCanonicalJSONDepth(t *testing.T) {
 	body := nested(maxJSONDepth, 10)
-	c, ok := canonicalJSON(body)
+	c, ok := canonicalJSON(nil, body)
 	if !ok {
 		t.Fatalf("%d levels of nesting: not canonicalised", maxJSONDepth)
 	}
@@ -199,7 +199,7 @@ func TestCanonicalJSONDepth(t *testing.T) {
 	if !bytes.HasPrefix(c, []byte(`{"a":1,"b":{"a":1,"b":`)) {
 		t.Errorf("members not sorted: %.40s", c)
 	}
-	if _, ok := canonicalJSON(nested(maxJSONDepth+1, 10)); ok {
+	if _, ok := canonicalJSON(nil, nested(maxJSONDepth+1, 10)); ok {
 		t.Errorf("%d levels of nesting were canonicalised; want the raw body", maxJSONDepth+1)
 	}
 }
@@ -209,7 +209,7 @@ func TestCanonicalJSONDepth(t *testing.T) {
 func TestCanonicalJSONMemory(t *testing.T) {
 	body := nested(maxJSONDepth, 1<<20)
 	var ok bool
-	if n := bytesAllocated(func() { _, ok = canonicalJSON(body) }); !ok {
+	if n := bytesAllocated(func() { _, ok = canonicalJSON(nil, body) }); !ok {
 		t.Fatal("not canonicalised")
 	} else if n > 4*uint64(len(body)) {
 		t.Errorf("canonicalising %d bytes allocated %d bytes; want at most 4x", len(body), n)
@@ -332,6 +332,24 @@ func TestCanonicalMultipartDisposition(t *testing.T) {
 
 // canonical is Body of a body of Content-Type contentType.
 func canonical(contentType string, body []byte) []byte {
-	c, _ := Body(contentType, MediaType(contentType), body)
+	c, _ := Body(nil, contentType, MediaType(contentType), body)
 	return c
+}
+
+// Body appends JSON's canonical form to dst and, with room in dst and
+// after a first call, allocates nothing: core's fingerprint passes a
+// buffer of its own for every request.
+func TestBodyAppendsToDst(t *testing.T) {
+	body := []byte(`{"qty":2, "item":{"z":1,"a":[1,2]}}`)
+	dst := append(make([]byte, 0, 256), "prefix:"...)
+	c, ok := Body(dst, "application/json", "application/json", body)
+	if want := `prefix:{"item":{"a":[1,2],"z":1},"qty":2}`; !ok || string(c) != want {
+		t.Fatalf("Body = %q, %v; want %q", c, ok, want)
+	}
+	if raceEnabled {
+		return
+	}
+	if allocs := testing.AllocsPerRun(100, func() { Body(dst[:0], "application/json", "application/json", body) }); allocs != 0 {
+		t.Errorf("Body allocated %.0f times per call, want 0", allocs)
+	}
 }

@@ -3,6 +3,7 @@ package canon
 import (
 	"bytes"
 	"slices"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -19,15 +20,37 @@ const maxJSONDepth = 64
 // anything that is not exactly one valid JSON value, and for an object
 // with two members of one name to encoding/json (see object). It is a
 // small single-pass parser rather than a decode into map[string]any and
-// back, which costs dozens of allocations per request.
-func canonicalJSON(body []byte) ([]byte, bool) {
-	p := jsonCanon{in: body}
-	out, ok := p.value(make([]byte, 0, len(body)), 0)
+// back, which costs dozens of allocations per request. It appends the
+// canonical form to dst.
+func canonicalJSON(dst, body []byte) ([]byte, bool) {
+	p := parsers.Get().(*jsonCanon)
+	defer p.release()
+	p.in, p.pos = body, 0
+	out, ok := p.value(slices.Grow(dst, len(body)), 0)
 	if !ok {
 		return nil, false
 	}
 	p.ws()
 	return out, p.pos == len(p.in)
+}
+
+// parsers keep the buffers of a canonicalJSON call for the next one.
+var parsers = sync.Pool{New: func() any { return new(jsonCanon) }}
+
+// maxKeptScratch bounds the buffer a parser keeps in parsers: a large
+// body's is let go.
+const maxKeptScratch = 64 << 10
+
+// release puts p back in parsers, holding no reference to the body.
+func (p *jsonCanon) release() {
+	p.in = nil
+	clear(p.members[:cap(p.members)])
+	clear(p.names[:cap(p.names)])
+	p.members, p.names = p.members[:0], p.names[:0]
+	if cap(p.scratch) > maxKeptScratch || cap(p.members) > maxKeptScratch/32 {
+		return
+	}
+	parsers.Put(p)
 }
 
 type jsonCanon struct {
