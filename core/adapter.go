@@ -293,7 +293,11 @@ func (e *Engine) readBody(req *Request) ([]byte, error) {
 	// byte more than the body, to read its EOF, or, past the limit, to tell
 	// "exactly the limit" from "over it".
 	want := min(req.ContentLength, limit) + 1 // the declared body and its EOF, or 0 if undeclared
-	buf := make([]byte, 0, max(min(want, initialBodyBuffer), 512))
+	size := int64(512)                        // an undeclared body's first read
+	if want > 0 {
+		size = min(want, initialBodyBuffer)
+	}
+	buf := make([]byte, 0, size)
 	for {
 		if len(buf) == cap(buf) {
 			ceiling := limit + 1

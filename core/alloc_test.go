@@ -18,7 +18,7 @@ import (
 // raceAllocs. Raise a budget only with a reason in the commit message.
 const (
 	replayAllocBudget   = 8
-	firstRunAllocBudget = 13
+	firstRunAllocBudget = 11
 	noKeyAllocBudget    = 1
 )
 

@@ -20,7 +20,9 @@ type Engine struct {
 	kept   map[string]bool // canonical names of Config.KeepHeaders; nil keeps all
 	tx     TxStore         // Config.Store if it is one
 	brk    *breaker
-	cache  *replayCache // nil without Config.ReplayCache
+	// refresher extends the locks of the leases whose work runs
+	refresher refresher
+	cache     *replayCache // nil without Config.ReplayCache
 	// initialLease is the TTL of a new lock, extended to LockTTL by the
 	// first refresh: a lock that a stalled store takes after the request
 	// gave up on it refuses retries for this long, not LockTTL.

@@ -125,6 +125,7 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 		route = endpoint
 	}
 	*l = Lease{
+		index:       -1,
 		e:           e,
 		answers:     a,
 		detached:    detachedCtx{parent: ctx},
@@ -274,12 +275,14 @@ type Lease struct {
 	// Release), in the lease's memory: two allocations less
 	firstCtx, endCtx storeCtx
 
-	mu      sync.Mutex // guards done, held, lease, expired and timer against the refresher
+	mu      sync.Mutex // guards done, held, lease and expired against the refresher
 	done    bool
 	held    time.Time     // when the lock was last known held for lease: taken or refreshed
 	lease   time.Duration // how long the lock lasts from held: the initial lease, then LockTTL
 	expired bool          // a refresh found the lock gone
-	timer   *time.Timer
+
+	due   time.Time // the next refresh, while the Engine's refresher holds the lease
+	index int       // in the refresher's heap; -1 if not in it
 }
 
 // NewContext returns a copy of ctx that carries the lease, for the work's
@@ -522,24 +525,24 @@ func (l *Lease) finish() bool {
 		return false
 	}
 	l.done = true
-	if l.timer != nil {
-		l.timer.Stop()
+	if l.token != "" {
+		l.e.refresher.cancel(l)
 	}
 	return true
 }
 
-// startRefresh arms a timer that extends the lock while the work runs, so
-// that slow work keeps its lock and is never run twice: a third into the
-// initial lease, then every LockTTL/3.
+// startRefresh has the Engine's refresher extend the lock while the work
+// runs, so that slow work keeps its lock and is never run twice: a third
+// into the initial lease, then every LockTTL/3.
 func (l *Lease) startRefresh(taken time.Time) {
 	l.mu.Lock()
 	l.held, l.lease = taken, l.e.initialLease
-	l.timer = time.AfterFunc(l.lease/3, l.refresh)
+	l.e.refresher.schedule(l, l.lease/3)
 	l.mu.Unlock()
 }
 
 // storeRefresh calls Store.Refresh, turning a panic of the store into an
-// error: it runs on a timer's goroutine, where a panic would end the
+// error: it runs on a goroutine of its own, where a panic would end the
 // process rather than one call.
 func (l *Lease) storeRefresh(ctx context.Context) (err error) {
 	defer func() {
@@ -592,7 +595,7 @@ func (l *Lease) refresh() {
 			next = min(next, max(left/2, minRefreshRetry))
 		}
 	}
-	l.timer.Reset(next)
+	l.e.refresher.schedule(l, next)
 }
 
 // minRefreshRetry is the shortest wait before a failed refresh is retried.
