@@ -163,7 +163,7 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 			sc = new(storeCtx)
 		}
 		first = false
-		raw, token, tx, err := e.storeAcquire(sc.start(l.ctx, e.cfg.StoreTimeout), l.id)
+		raw, token, tx, err := e.storeAcquire(sc.start(l.ctx, sent.Add(e.cfg.StoreTimeout)), l.id)
 		switch {
 		case err == nil && tx != nil:
 			l.tx = tx // held by its transaction: nothing to refresh
@@ -366,14 +366,14 @@ func (l *Lease) Complete(rec *Record) error {
 	if !l.finish() {
 		return nil
 	}
+	now := time.Now()
 	l.mu.Lock()
 	// Expired: a refresh found the lock gone, or none succeeded for the
 	// lease (they failed with other errors).
-	expired := l.expired || time.Since(l.held) >= l.lease
+	expired := l.expired || now.Sub(l.held) >= l.lease
 	l.mu.Unlock()
 	l.setCode(rec.Code)
 	l.e.applyPolicy(rec)
-	now := time.Now()
 	rec.Key, rec.Scope, rec.Fingerprint = l.ev.Key, l.ev.Scope, l.fingerprint
 	rec.RequestedAt, rec.CompletedAt, rec.ExpiresAt = l.start, now, now.Add(l.ttl)
 	data := rec.appendBinary(make([]byte, 0, 128+len(rec.Body)))
@@ -390,7 +390,7 @@ func (l *Lease) Complete(rec *Record) error {
 	if l.e.cache != nil {
 		gen = l.e.cache.generation()
 	}
-	ctx := l.endContext()
+	ctx := l.endContext(now)
 	defer ctx.cancel()
 	var err error
 	if l.e.cfg.Sealer != nil {
@@ -453,7 +453,7 @@ func (l *Lease) Release(code int, reason error) {
 
 func (l *Lease) release(code int, reason error) {
 	l.setCode(code)
-	ctx := l.endContext()
+	ctx := l.endContext(time.Now())
 	defer ctx.cancel()
 	var err error
 	if l.tx != nil {
@@ -511,9 +511,9 @@ func (l *Lease) storeContext() (context.Context, context.CancelFunc) {
 }
 
 // endContext is storeContext for the store call that ends the lease, made
-// once (finish), in the lease's memory.
-func (l *Lease) endContext() *storeCtx {
-	return l.endCtx.start(l.ctx, l.e.cfg.StoreTimeout)
+// once (finish), in the lease's memory, now.
+func (l *Lease) endContext(now time.Time) *storeCtx {
+	return l.endCtx.start(l.ctx, now.Add(l.e.cfg.StoreTimeout))
 }
 
 // finish marks the lease done and stops the refresher; it reports whether
@@ -537,7 +537,7 @@ func (l *Lease) finish() bool {
 func (l *Lease) startRefresh(taken time.Time) {
 	l.mu.Lock()
 	l.held, l.lease = taken, l.e.initialLease
-	l.e.refresher.schedule(l, l.lease/3)
+	l.e.refresher.schedule(l, taken.Add(l.lease/3))
 	l.mu.Unlock()
 }
 
@@ -595,7 +595,7 @@ func (l *Lease) refresh() {
 			next = min(next, max(left/2, minRefreshRetry))
 		}
 	}
-	l.e.refresher.schedule(l, next)
+	l.e.refresher.schedule(l, time.Now().Add(next))
 }
 
 // minRefreshRetry is the shortest wait before a failed refresh is retried.

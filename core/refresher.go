@@ -22,11 +22,11 @@ type refresher struct {
 func (l *Lease) at() time.Time  { return l.due }
 func (l *Lease) setIndex(i int) { l.index = i }
 
-// schedule arranges for l.refresh to run after d. l must not be scheduled.
-func (r *refresher) schedule(l *Lease, d time.Duration) {
+// schedule arranges for l.refresh to run at due. l must not be scheduled.
+func (r *refresher) schedule(l *Lease, due time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l.due = time.Now().Add(d)
+	l.due = due
 	heap.Push(&r.due, l)
 	r.arm()
 }

@@ -29,13 +29,13 @@ type storeCtx struct {
 // newStoreCtx returns a context of parent's values that is done after d.
 // parent must never be done.
 func newStoreCtx(parent context.Context, d time.Duration) *storeCtx {
-	return new(storeCtx).start(parent, d)
+	return new(storeCtx).start(parent, time.Now().Add(d))
 }
 
 // start makes c, unused so far, a context of parent's values that is done
-// after d, and returns it: newStoreCtx in memory the caller holds.
-func (c *storeCtx) start(parent context.Context, d time.Duration) *storeCtx {
-	*c = storeCtx{Context: parent, deadline: time.Now().Add(d)}
+// at deadline, and returns it: newStoreCtx in memory the caller holds.
+func (c *storeCtx) start(parent context.Context, deadline time.Time) *storeCtx {
+	*c = storeCtx{Context: parent, deadline: deadline}
 	return c
 }
 
