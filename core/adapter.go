@@ -294,7 +294,7 @@ func (e *Engine) readBody(req *Request) ([]byte, error) {
 	// "exactly the limit" from "over it".
 	want := min(req.ContentLength, limit) + 1 // the declared body and its EOF, or 0 if undeclared
 	size := int64(512)                        // an undeclared body's first read
-	if want > 0 {
+	if want > 1 {
 		size = min(want, initialBodyBuffer)
 	}
 	buf := make([]byte, 0, size)

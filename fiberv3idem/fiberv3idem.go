@@ -2,7 +2,6 @@ package fiberv3idem
 
 import (
 	"errors"
-	"net/http"
 	"strings"
 
 	"github.com/gofiber/fiber/v3"
@@ -97,7 +96,7 @@ func New(config ...Config) fiber.Handler {
 			}
 		}
 		f.Write(res.Body()) //nolint:errcheck // never fails; Write copies
-		sent := httpadapt.HeaderSink{Header: make(http.Header, res.Header.Len()+2)}
+		var sent httpadapt.HeaderSink
 		for k, v := range res.Header.All() {
 			sent.Add(k, v)
 		}

@@ -151,16 +151,31 @@ type HeaderSink struct {
 	Preset bool
 }
 
-// Add copies one header out of fasthttp's buffers.
+// Add copies one header out of fasthttp's buffers. Content-Length is left
+// out: the Engine never stores it, and fasthttp sets it from the body.
 func (s *HeaderSink) Add(k, v []byte) {
-	if s.Preset && string(k) == "Content-Type" {
+	if string(k) == "Content-Length" || s.Preset && string(k) == "Content-Type" {
 		return
 	}
 	if s.Header == nil {
 		s.Header = make(http.Header)
 	}
-	key := http.CanonicalHeaderKey(string(k))
+	key, ok := commonNames[string(k)] // no copy of the name for these
+	if !ok {
+		key = http.CanonicalHeaderKey(string(k))
+	}
 	s.Header[key] = append(s.Header[key], string(v))
+}
+
+// commonNames are the canonical names of the response headers that most
+// responses carry.
+var commonNames = map[string]string{}
+
+func init() {
+	for _, name := range []string{"Cache-Control", "Content-Encoding", "Content-Language", "Content-Location", "Content-Type",
+		"Etag", "Expires", "Last-Modified", "Link", "Location", "Retry-After", "Server", "Vary"} {
+		commonNames[name] = name
+	}
 }
 
 // WriteResponse writes an Engine response (a replay or a problem). SetBody
