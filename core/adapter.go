@@ -253,7 +253,8 @@ func (e *Engine) replay(r *Response, rec *Record) {
 	values := make([]string, 0, 4) // the values below: one allocation
 	add := func(name, value string) {
 		values = append(values, value)
-		h[name] = values[len(values)-1:]
+		n := len(values)
+		h[name] = values[n-1 : n : n] // an Add to one header cannot overwrite the next
 	}
 	add(e.cfg.ReplayHeader, "true")
 	if bodyAllowed(rec.Code) {

@@ -13,3 +13,8 @@ func MemoryLen(s *MemoryStore) int {
 	s.sweep(s.now())
 	return len(s.entries)
 }
+
+// ShareRefresher has e's refresher schedule the leases of the synctest
+// bubble e is used in, which otherwise keep a timer each, so that a test
+// can drive it on fake time.
+func ShareRefresher(e *Engine) { e.refresher.bubbled = true }

@@ -99,3 +99,24 @@ func TestMiddlewareBodySmuggling(t *testing.T) {
 		return srv.URL
 	})
 }
+
+// The headers a replay adds (the replay mark, Content-Length, the original
+// timestamp) share one allocation, but each is a slice of its own: a
+// middleware that adds a value to one leaves the others as they are.
+func TestReplayHeadersDoNotAlias(t *testing.T) {
+	eng, _ := core.New(core.Config{ReplayTimestamp: true})
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte("hello")) //nolint:errcheck
+	}))
+	post(t, h, "alias", "{}")
+	hdr := post(t, h, "alias", "{}").Header() // the map the replay was written to
+	hdr.Add("X-Idempotency-Replay", "again")
+	hdr.Add("Content-Length", "7")
+	if got := hdr.Values("Content-Length"); !slices.Equal(got, []string{"5", "7"}) {
+		t.Errorf("Content-Length = %q after the Adds, want [5 7]", got)
+	}
+	if got := hdr.Values(core.HeaderOriginalTimestamp); len(got) != 1 || got[0] == "7" {
+		t.Errorf("original timestamp = %q after the Adds", got)
+	}
+}

@@ -281,8 +281,9 @@ type Lease struct {
 	lease   time.Duration // how long the lock lasts from held: the initial lease, then LockTTL
 	expired bool          // a refresh found the lock gone
 
-	due   time.Time // the next refresh, while the Engine's refresher holds the lease
-	index int       // in the refresher's heap; -1 if not in it
+	due   time.Time   // the next refresh, while the Engine's refresher holds the lease
+	index int         // in the refresher's heap; -1 if not in it
+	timer *time.Timer // the lease's own refresh timer, under testing/synctest (scheduleRefresh)
 }
 
 // NewContext returns a copy of ctx that carries the lease, for the work's
@@ -525,7 +526,10 @@ func (l *Lease) finish() bool {
 		return false
 	}
 	l.done = true
-	if l.token != "" {
+	switch {
+	case l.timer != nil:
+		l.timer.Stop()
+	case l.token != "":
 		l.e.refresher.cancel(l)
 	}
 	return true
@@ -537,7 +541,7 @@ func (l *Lease) finish() bool {
 func (l *Lease) startRefresh(taken time.Time) {
 	l.mu.Lock()
 	l.held, l.lease = taken, l.e.initialLease
-	l.e.refresher.schedule(l, taken.Add(l.lease/3))
+	l.scheduleRefresh(taken.Add(l.lease / 3))
 	l.mu.Unlock()
 }
 
@@ -595,7 +599,23 @@ func (l *Lease) refresh() {
 			next = min(next, max(left/2, minRefreshRetry))
 		}
 	}
-	l.e.refresher.schedule(l, time.Now().Add(next))
+	l.scheduleRefresh(time.Now().Add(next))
+}
+
+// scheduleRefresh arranges for l.refresh to run at due, with l.mu held:
+// through the Engine's refresher, or, in a testing/synctest bubble, whose
+// fake clock the refresher's one timer cannot share with real time or with
+// another bubble, on a timer of the lease's own. A bubble's times carry no
+// monotonic clock reading: that tells them apart.
+func (l *Lease) scheduleRefresh(due time.Time) {
+	switch {
+	case l.timer != nil:
+		l.timer.Reset(time.Until(due))
+	case due != due.Round(0) || l.e.refresher.bubbled: // real time
+		l.e.refresher.schedule(l, due)
+	default:
+		l.timer = time.AfterFunc(time.Until(due), l.refresh)
+	}
 }
 
 // minRefreshRetry is the shortest wait before a failed refresh is retried.

@@ -11,12 +11,15 @@ import (
 // one per lease (a timer costs two allocations and the runtime's timer
 // heap, on every request, for a refresh that most requests end before).
 // Each refresh runs in a goroutine of its own, so that a slow store call
-// delays no other lease's.
+// delays no other lease's. Leases in a testing/synctest bubble keep a timer
+// each (Lease.scheduleRefresh).
 type refresher struct {
 	mu    sync.Mutex
 	due   timeHeap[*Lease] // by Lease.due
-	timer *time.Timer      // made by the first schedule, in the caller's synctest bubble if any
+	timer *time.Timer      // made by the first schedule
 	at    time.Time        // when timer fires; zero if it is stopped
+
+	bubbled bool // the leases of a synctest bubble too: for tests (export_test.go)
 }
 
 func (l *Lease) at() time.Time  { return l.due }

@@ -50,6 +50,7 @@ func testRefresherKeepsManyLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	core.ShareRefresher(eng)
 	ids := make([]string, leases)
 	running := make([]*core.Lease, leases)
 	for i := range leases {
@@ -95,4 +96,45 @@ func testRefresherKeepsManyLeases(t *testing.T) {
 	if n := ev.count(core.OutcomeLockLost); n != 0 {
 		t.Errorf("%d locks lost", n)
 	}
+}
+
+// One Engine used outside testing/synctest bubbles and in two of them, as
+// a package-level Engine is by tests that each start a bubble: the leases
+// of each bubble keep their locks on its fake clock, and none of them
+// touches the refresher's timer, which runs on real time.
+func TestRefresherAcrossBubbles(t *testing.T) {
+	const ttl = 150 * time.Millisecond
+	eng, err := core.New(core.Config{LockTTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := func(key string) { // a lease on real time, armed and ended at once
+		l, _, err := eng.Acquire(&core.Call{Key: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(0, nil)
+	}
+	outside("real-1")
+	for _, bubble := range []string{"a", "b"} {
+		synctest.Test(t, func(t *testing.T) {
+			key := "slow-" + bubble
+			l, _, err := eng.Acquire(&core.Call{Key: key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bubble == "a" { // a lease that ends before its first refresh
+				short, _, _ := eng.Acquire(&core.Call{Key: "short-a"})
+				short.Release(0, nil)
+			}
+			advance(10 * ttl) // the work runs ten lock TTLs
+			if _, _, err := eng.Acquire(&core.Call{Key: key}); !errors.Is(err, core.ErrInFlight) {
+				t.Errorf("bubble %s: a duplicate after 10 lock TTLs got %v, want ErrInFlight", bubble, err)
+			}
+			if err := l.Complete(&core.Record{Code: 201}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	outside("real-2")
 }
