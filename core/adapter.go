@@ -416,13 +416,18 @@ func (f *Flight) Write(p []byte) (int, error) {
 // left as Request.ResponseHeader had them and the storage policy's, and the
 // lock released; if Config.Storable refuses the status, the lock is
 // released without storing. If the store fails to take the response, the
-// lock is left to expire (see Lease.Complete). Complete keeps header and
-// deletes from it: pass a copy of a map that the framework still uses.
+// lock is left to expire (see Lease.Complete). header is not changed.
 //
 // Complete returns nil, or, when a Buffered flight failed to commit, the
 // response to send instead of the handler's (503): nothing of the handler's
 // was kept.
 func (f *Flight) Complete(status int, header http.Header) *Response {
+	return f.complete(status, header, false)
+}
+
+// complete is Complete; with owned, header is the Flight's own (a copy
+// taken at WriteHeader), kept as the record's headers rather than copied.
+func (f *Flight) complete(status int, header http.Header, owned bool) *Response {
 	// Storable runs first: if it panics, the flight is not over yet and the
 	// adapter's deferred Abort releases the lock.
 	e := f.lease.e
@@ -430,13 +435,20 @@ func (f *Flight) Complete(status int, header http.Header) *Response {
 		f.lease.Release(status, nil)
 		return nil
 	}
+	kept := header
+	if !owned {
+		kept = make(http.Header, len(header))
+	}
 	for k, v := range header {
-		if slices.Equal(v, f.base[k]) {
-			delete(header, k)
+		switch base := slices.Equal(v, f.base[k]); {
+		case base && owned:
+			delete(kept, k)
+		case !base && !owned:
+			kept[k] = v
 		}
 	}
 	rec := &f.lease.rec // unused: a Flight's lease replays nothing
-	*rec = Record{Code: status, Header: header, Body: f.resp}
+	*rec = Record{Code: status, Header: kept, Body: f.resp}
 	if f.hasher != nil {
 		rec.BodyOmitted, rec.BodySize = true, f.size
 		f.hasher.Sum(rec.BodySHA256[:0])
@@ -605,14 +617,13 @@ func (w *captureWriter) finish() {
 		w.flight.Abort()
 		return
 	}
-	status, header := w.status, w.header
-	switch {
-	case status == 0:
-		status, header = http.StatusOK, w.ResponseWriter.Header().Clone()
-	case w.flight.Buffered():
-		header = header.Clone() // w.header is sent after Complete
+	// w.header is the writer's own copy, kept by the record, unless a
+	// Buffered flight's send still needs it.
+	status, header, owned := w.status, w.header, !w.flight.Buffered()
+	if status == 0 {
+		status, header, owned = http.StatusOK, w.ResponseWriter.Header(), false
 	}
-	resp := w.flight.Complete(status, header) // if Storable panics, a deferred Abort still counts
+	resp := w.flight.complete(status, header, owned) // if Storable panics, a deferred Abort still counts
 	w.ended = true
 	if w.flight.Buffered() {
 		w.send(resp)

@@ -82,8 +82,9 @@ type Config struct {
 	ValidateKey func(key string) error
 
 	// Scope returns the scope of a request, such as the tenant or the
-	// authenticated user. Keys of different scopes never meet. Default: none,
-	// one scope for all requests.
+	// authenticated user. Keys of different scopes never meet. It gets a
+	// copy of the Request (so does TTL). Default: none, one scope for all
+	// requests.
 	Scope func(*Request) string
 	// ScopeRoute makes the route template part of the scope, so one key may
 	// be used once per endpoint; the path, for a request whose route

@@ -20,9 +20,11 @@ type Engine struct {
 	kept   map[string]bool // canonical names of Config.KeepHeaders; nil keeps all
 	tx     TxStore         // Config.Store if it is one
 	brk    *breaker
-	// refresher extends the locks of the leases whose work runs
-	refresher refresher
-	cache     *replayCache // nil without Config.ReplayCache
+	// refreshers extend the locks of the leases whose work runs, by the
+	// first digit of the lease's store key: 16 locks rather than one for
+	// an Engine that serves many cores
+	refreshers [16]refresher
+	cache      *replayCache // nil without Config.ReplayCache
 	// initialLease is the TTL of a new lock, extended to LockTTL by the
 	// first refresh: a lock that a stalled store takes after the request
 	// gave up on it refuses retries for this long, not LockTTL.

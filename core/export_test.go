@@ -14,7 +14,8 @@ func MemoryLen(s *MemoryStore) int {
 	return len(s.entries)
 }
 
-// ShareRefresher has e's refresher schedule the leases of the synctest
+// ShareRefresher has e's refreshers schedule the leases of the synctest
 // bubble e is used in, which otherwise keep a timer each, so that a test
-// can drive it on fake time.
-func ShareRefresher(e *Engine) { e.refresher.bubbled = true }
+// can drive them on fake time. e must be made and used in that one bubble
+// only: the refreshers' timers cannot serve two clocks.
+func ShareRefresher(e *Engine) { e.refreshers[0].bubbled = true }

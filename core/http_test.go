@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -118,5 +119,32 @@ func TestReplayHeadersDoNotAlias(t *testing.T) {
 	}
 	if got := hdr.Values(core.HeaderOriginalTimestamp); len(got) != 1 || got[0] == "7" {
 		t.Errorf("original timestamp = %q after the Adds", got)
+	}
+}
+
+// Flight.Complete leaves the header map it is given as it is: an adapter
+// may pass the framework's live headers, which the client still gets, and
+// the record leaves out the denied ones and those set before the handler.
+func TestFlightCompleteLeavesHeaderAlone(t *testing.T) {
+	eng, _ := core.New(core.Config{})
+	preset := http.Header{"Access-Control-Allow-Origin": {"*"}}
+	f, resp := eng.Begin(&core.Request{Method: http.MethodPost, Path: "/orders",
+		Header: http.Header{"Idempotency-Key": {"complete-1"}}, ResponseHeader: preset})
+	if f == nil {
+		t.Fatalf("Begin: %+v", resp)
+	}
+	live := http.Header{"Access-Control-Allow-Origin": {"*"}, "Set-Cookie": {"s=1"}, "Location": {"/orders/1"}}
+	want := live.Clone()
+	if failed := f.Complete(http.StatusCreated, live); failed != nil {
+		t.Fatalf("Complete: %+v", failed)
+	}
+	if !maps.EqualFunc(live, want, slices.Equal) {
+		t.Errorf("Complete changed the headers it was given: %v, want %v", live, want)
+	}
+	_, replay := eng.Begin(&core.Request{Method: http.MethodPost, Path: "/orders",
+		Header: http.Header{"Idempotency-Key": {"complete-1"}}})
+	if replay == nil || replay.Header.Get("Location") != "/orders/1" ||
+		replay.Header.Get("Set-Cookie") != "" || replay.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("replay headers %v: want Location only of the handler's", replay)
 	}
 }

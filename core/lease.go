@@ -530,12 +530,12 @@ func (l *Lease) finish() bool {
 	case l.timer != nil:
 		l.timer.Stop()
 	case l.token != "":
-		l.e.refresher.cancel(l)
+		l.refresher().cancel(l)
 	}
 	return true
 }
 
-// startRefresh has the Engine's refresher extend the lock while the work
+// startRefresh has an Engine's refresher extend the lock while the work
 // runs, so that slow work keeps its lock and is never run twice: a third
 // into the initial lease, then every LockTTL/3.
 func (l *Lease) startRefresh(taken time.Time) {
@@ -602,6 +602,16 @@ func (l *Lease) refresh() {
 	l.scheduleRefresh(time.Now().Add(next))
 }
 
+// refresher returns the Engine's refresher of l: by the first digit of its
+// store key, a hex SHA-256 (ID).
+func (l *Lease) refresher() *refresher {
+	c := l.id[0]
+	if c >= 'a' {
+		c -= 'a' - 10 - '0'
+	}
+	return &l.e.refreshers[(c-'0')%16]
+}
+
 // scheduleRefresh arranges for l.refresh to run at due, with l.mu held:
 // through the Engine's refresher, or, in a testing/synctest bubble, whose
 // fake clock the refresher's one timer cannot share with real time or with
@@ -611,8 +621,8 @@ func (l *Lease) scheduleRefresh(due time.Time) {
 	switch {
 	case l.timer != nil:
 		l.timer.Reset(time.Until(due))
-	case due != due.Round(0) || l.e.refresher.bubbled: // real time
-		l.e.refresher.schedule(l, due)
+	case due != due.Round(0) || l.e.refreshers[0].bubbled: // real time
+		l.refresher().schedule(l, due)
 	default:
 		l.timer = time.AfterFunc(time.Until(due), l.refresh)
 	}

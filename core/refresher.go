@@ -19,7 +19,7 @@ type refresher struct {
 	timer *time.Timer      // made by the first schedule
 	at    time.Time        // when timer fires; zero if it is stopped
 
-	bubbled bool // the leases of a synctest bubble too: for tests (export_test.go)
+	bubbled bool // the leases of a synctest bubble too: for tests (export_test.go); read from refreshers[0]
 }
 
 func (l *Lease) at() time.Time  { return l.due }

@@ -121,11 +121,8 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			return
 		}
 		header := st.w.sent
-		switch {
-		case header == nil: // nothing written yet: Gin sends the headers as they are now
-			header = st.w.Header().Clone()
-		case st.w.buffered:
-			header = header.Clone() // sent after Complete
+		if header == nil { // nothing written yet: Gin sends the headers as they are now
+			header = st.w.Header()
 		}
 		resp = f.Complete(st.w.Status(), header)
 		if st.w.buffered {
