@@ -6,10 +6,11 @@ import (
 	"time"
 )
 
-// refresher extends the locks of an Engine's leases while their work runs:
-// one timer for all of them, set for the soonest refresh due, rather than
-// one per lease (a timer costs two allocations and the runtime's timer
-// heap, on every request, for a refresh that most requests end before).
+// refresher extends the locks of leases while their work runs: one timer
+// for all of them, set for the soonest refresh due, rather than one per
+// lease (a timer costs two allocations and the runtime's timer heap, on
+// every request, for a refresh that most requests end before). An Engine
+// has 16, by the first digit of a lease's store key (Lease.refresher).
 // Each refresh runs in a goroutine of its own, so that a slow store call
 // delays no other lease's. Leases in a testing/synctest bubble keep a timer
 // each (Lease.scheduleRefresh).
