@@ -24,7 +24,10 @@ type Engine struct {
 	// first digit of the lease's store key: 16 locks rather than one for
 	// an Engine that serves many cores
 	refreshers [16]refresher
-	cache      *replayCache // nil without Config.ReplayCache
+	// sharedInBubble has the refreshers take the leases of a synctest
+	// bubble too: for tests (export_test.go)
+	sharedInBubble bool
+	cache          *replayCache // nil without Config.ReplayCache
 	// initialLease is the TTL of a new lock, extended to LockTTL by the
 	// first refresh: a lock that a stalled store takes after the request
 	// gave up on it refuses retries for this long, not LockTTL.

@@ -18,4 +18,4 @@ func MemoryLen(s *MemoryStore) int {
 // bubble e is used in, which otherwise keep a timer each, so that a test
 // can drive them on fake time. e must be made and used in that one bubble
 // only: the refreshers' timers cannot serve two clocks.
-func ShareRefresher(e *Engine) { e.refreshers[0].bubbled = true }
+func ShareRefresher(e *Engine) { e.sharedInBubble = true }

@@ -621,7 +621,7 @@ func (l *Lease) scheduleRefresh(due time.Time) {
 	switch {
 	case l.timer != nil:
 		l.timer.Reset(time.Until(due))
-	case due != due.Round(0) || l.e.refreshers[0].bubbled: // real time
+	case due != due.Round(0) || l.e.sharedInBubble: // real time
 		l.refresher().schedule(l, due)
 	default:
 		l.timer = time.AfterFunc(time.Until(due), l.refresh)

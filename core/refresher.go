@@ -19,8 +19,6 @@ type refresher struct {
 	due   timeHeap[*Lease] // by Lease.due
 	timer *time.Timer      // made by the first schedule
 	at    time.Time        // when timer fires; zero if it is stopped
-
-	bubbled bool // the leases of a synctest bubble too: for tests (export_test.go); read from refreshers[0]
 }
 
 func (l *Lease) at() time.Time  { return l.due }
