@@ -51,6 +51,9 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	cfg.cloneSlices() // the Engine's own: a caller's later change cannot race a request
+	for i, h := range cfg.CriticalHeaders {
+		cfg.CriticalHeaders[i] = http.CanonicalHeaderKey(h) // read with headerValues
+	}
 	e := &Engine{
 		cfg:    cfg,
 		denied: make(map[string]bool, len(baseDeniedHeaders)+len(cfg.DeniedHeaders)),
@@ -124,10 +127,10 @@ func (e *Engine) observe(ev Event, start time.Time) {
 // lower-case by its adapter), unquoted and validated. present is false when
 // neither header was sent; err wraps ErrInvalidKey.
 func (e *Engine) Key(h HeaderGetter) (key string, present bool, err error) {
-	name, values := e.cfg.KeyHeader, h.Values(e.cfg.KeyHeader)
+	name, values := e.cfg.KeyHeader, headerValues(h, e.cfg.KeyHeader)
 	var legacy []string
 	if e.cfg.LegacyKeyHeader != "" {
-		legacy = h.Values(e.cfg.LegacyKeyHeader)
+		legacy = headerValues(h, e.cfg.LegacyKeyHeader)
 	}
 	if values == nil {
 		name, values, legacy = e.cfg.LegacyKeyHeader, legacy, nil

@@ -148,3 +148,28 @@ func TestFlightCompleteLeavesHeaderAlone(t *testing.T) {
 		t.Errorf("replay headers %v: want Location only of the handler's", replay)
 	}
 }
+
+// Config.CriticalHeaders and KeyHeader may be given in any case: the
+// Engine reads them in canonical form, as http.Header stores them.
+func TestHeaderNamesAnyCase(t *testing.T) {
+	eng, err := core.New(core.Config{KeyHeader: "x-request-key", CriticalHeaders: []string{"x-account"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		w.WriteHeader(http.StatusCreated)
+	}))
+	send := func(account string) int {
+		r := httptest.NewRequest(http.MethodPost, "/orders", nil)
+		r.Header.Set("X-Request-Key", "any-case")
+		r.Header.Set("X-Account", account)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	if got := []int{send("a"), send("a"), send("b")}; !slices.Equal(got, []int{201, 201, 422}) || runs != 1 {
+		t.Errorf("codes %v with %d runs, want [201 201 422] with 1 run (the second a replay, the third another account)", got, runs)
+	}
+}
