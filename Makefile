@@ -66,7 +66,8 @@ bench:
 ## fiberidem and Fiber's own idempotency middleware on their memory stores:
 ## first requests (fresh key), replays (fixed key) and requests without a
 ## key, each as a ratio to the same handler without the middleware on the
-## same server, run just before and after it (median of the rounds).
+## same server sent the same requests, run just before and after it (median
+## of the rounds).
 REDIS_URL            ?= redis://$(IDEM_REDIS_ADDR)/0
 LOADTEST_POSTGRES    ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 LOADTEST_DURATION    ?= 2s

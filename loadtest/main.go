@@ -26,14 +26,16 @@
 // no key, then first requests (a fresh key per request: lock, handler,
 // store) and replays (one fixed key) on each. A round runs each phase once,
 // in alternating order from round to round, each between two runs of its
-// server's bare handler; its throughput is divided by the mean of those
-// two, and the median of those ratios over the rounds is reported, so that
-// a slow stretch of a shared machine moves a phase and its baseline
-// together.
+// baseline: its server's bare handler sent the same requests (bare,
+// bare-fresh, bare-fixed, and fiber-bare... likewise), or for the -tx-
+// phases the insert without idem. Its throughput is divided by the mean of
+// those two, and the median of those ratios over the rounds is reported,
+// so that a slow stretch of a shared machine moves a phase and its
+// baseline together.
 //
 //	go run . -redis redis://127.0.0.1:6379/0 -duration 2s -rounds 5
-//	go run . -phases fiber-bare,fiber-first,fiber-replay,fiber-builtin-first,fiber-builtin-replay
-//	go run . -postgres postgres://postgres@127.0.0.1:5432/test -phases bare,first-postgres,replay-postgres
+//	go run . -phases fiber-bare-fresh,fiber-bare-fixed,fiber-first,fiber-replay,fiber-builtin-first,fiber-builtin-replay
+//	go run . -postgres postgres://postgres@127.0.0.1:5432/test -phases bare-fresh,bare-fixed,first-postgres,replay-postgres
 //	go run . -postgres postgres://postgres@127.0.0.1:5432/test \
 //	  -phases bare-tx-postgres,first-tx-postgres,replay-tx-postgres,first-lease-tx-postgres,replay-lease-tx-postgres
 //
@@ -108,22 +110,31 @@ type phase struct {
 	baseline                      string // the phase it is compared with, if not its server's bare handler
 }
 
-// base returns the name of p's baseline: the bare handler of its server,
-// or p.baseline.
+// base returns the name of p's baseline, p.baseline if set, else the bare
+// handler of its server sent the same requests (wrk's same mode: no key, a
+// fresh key per request, one fixed key), so that a ratio measures the
+// middleware rather than the key header's bytes or wrk's time building
+// fresh keys, which shares the server's cores.
 func (p phase) base() string {
 	if p.baseline != "" {
 		return p.baseline
 	}
+	name := "bare"
 	if p.fiber {
-		return "fiber-bare"
+		name = "fiber-bare"
 	}
-	return "bare"
+	if p.mode != "none" {
+		name += "-" + p.mode
+	}
+	return name
 }
 
 func (p phase) isBase() bool { return p.name == p.base() }
 
 var allPhases = []phase{
 	{"bare", "none", "/bare", "bare handler (no middleware)", 0, false, ""},
+	{"bare-fresh", "fresh", "/bare", "bare handler, fresh keys", 0, false, ""},
+	{"bare-fixed", "fixed", "/bare", "bare handler, one fixed key", 0, false, ""},
 	{"no-key", "none", "/orders", "no key", 0.95, false, ""},
 	{"first", "fresh", "/orders", "first requests", 0.50, false, ""},
 	{"replay", "fixed", "/orders", "replays", 0.45, false, ""},
@@ -135,6 +146,8 @@ var allPhases = []phase{
 	{"first-memory", "fresh", "/orders-memory", "first requests, memory store", 0.80, false, ""},
 	{"replay-memory", "fixed", "/orders-memory", "replays, memory store", 0.95, false, ""},
 	{"fiber-bare", "none", "/bare", "Fiber v2: bare handler", 0, true, ""},
+	{"fiber-bare-fresh", "fresh", "/bare", "Fiber v2: bare, fresh keys", 0, true, ""},
+	{"fiber-bare-fixed", "fixed", "/bare", "Fiber v2: bare, one fixed key", 0, true, ""},
 	{"fiber-first", "fresh", "/orders", "Fiber v2: fiberidem, first requests", 0.85, true, ""},
 	{"fiber-replay", "fixed", "/orders", "Fiber v2: fiberidem, replays", 0.97, true, ""},
 	{"fiber-builtin-first", "fresh", "/orders-builtin", "Fiber v2: built-in, first requests", 0, true, ""},
@@ -170,7 +183,7 @@ func main() {
 	rounds := flag.Int("rounds", 5, "rounds of the phases")
 	flushDelay := flag.Duration("flush-delay", 0, "MaxFlushDelay of the AutoPipeliner (go-redis default: 0)")
 	pgURL := flag.String("postgres", "", "PostgreSQL URL: adds the pgstore phases")
-	only := flag.String("phases", "", "the phases to run, comma-separated (ratios need bare; default: all, the pgstore ones with -postgres)")
+	only := flag.String("phases", "", "the phases to run, comma-separated (ratios need their baselines; default: all, the pgstore ones with -postgres)")
 	cpuprofile := flag.String("cpuprofile", "", "write the server's CPU profile over the whole run to this file")
 	memprofile := flag.String("memprofile", "", "write the server's allocation profile (every allocation of the run) to this file")
 	flag.Parse()
