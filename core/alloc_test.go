@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -35,7 +36,8 @@ func (w *discardWriter) WriteHeader(code int)        { w.status = code }
 var orderBody = []byte(`{"item":"book","qty":2}`)
 
 func orderHandler() http.Handler {
-	resp := []byte(`{"id":"ord_1","item":"book","qty":2}`)
+	// As the examples answer: about 100 bytes.
+	resp := []byte(`{"id":"ord_2J8Hq3kVx9","item":"book","qty":2,"amount":4200,"currency":"EUR","status":"created"}` + "\n")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
@@ -81,11 +83,12 @@ func (q *reusableRequest) serve(h http.Handler) {
 	h.ServeHTTP(q.w, q.r)
 }
 
-// keys returns n distinct keys, made before the measurement.
+// keys returns n distinct keys of a UUID's length, made before the
+// measurement.
 func keys(n int) func(i int) string {
 	ks := make([]string, n)
 	for i := range ks {
-		ks[i] = "key-" + strconv.Itoa(i)
+		ks[i] = fmt.Sprintf("0f8fad5b-d9cb-469f-a165-%012d", i)
 	}
 	return func(i int) string { return ks[i] }
 }

@@ -377,8 +377,9 @@ func (l *Lease) Complete(rec *Record) error {
 	l.e.applyPolicy(rec)
 	rec.Key, rec.Scope, rec.Fingerprint = l.ev.Key, l.ev.Scope, l.fingerprint
 	rec.RequestedAt, rec.CompletedAt, rec.ExpiresAt = l.start, now, now.Add(l.ttl)
-	data := rec.appendBinary(make([]byte, 0, 128+len(rec.Body)))
-	if rec.decodeCost() > decodeBudget(len(data)) {
+	size, cost := rec.sizes()
+	data := rec.appendBinary(make([]byte, 0, size))
+	if cost > decodeBudget(len(data)) {
 		// DecodeRecord would refuse it. A transaction is rolled back: its
 		// result must not be delivered.
 		l.release(rec.Code, errHeadersTooMany)

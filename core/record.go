@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -235,17 +236,31 @@ const (
 // Lease.Complete stores no record over it (errHeadersTooMany).
 func decodeBudget(n int) int { return 4*n + 64<<10 }
 
-// decodeCost is what decoding r allocates, as the decoder counts it.
-func (r *Record) decodeCost() int {
-	n := len(r.Key) + len(r.Scope)
+// sizes returns at least the length of r's encoding (appendBinary: exact
+// but for its numbers), and what decoding r allocates, as the decoder
+// counts it.
+func (r *Record) sizes() (encoded, decodeCost int) {
+	str := func(s string) int { return uvarintLen(len(s)) + len(s) }
+	encoded = 2 + 32 + 4*binary.MaxVarintLen64 + str(r.Key) + str(r.Scope) + uvarintLen(len(r.Header))
+	if r.BodyOmitted {
+		encoded += binary.MaxVarintLen64 + 32
+	} else {
+		encoded += uvarintLen(len(r.Body)) + len(r.Body)
+	}
+	decodeCost = len(r.Key) + len(r.Scope)
 	for name, values := range r.Header {
-		n += headerCost + len(name) + valueCost*len(values)
+		encoded += str(name) + uvarintLen(len(values))
+		decodeCost += headerCost + len(name) + valueCost*len(values)
 		for _, v := range values {
-			n += len(v)
+			encoded += str(v)
+			decodeCost += len(v)
 		}
 	}
-	return n
+	return encoded, decodeCost
 }
+
+// uvarintLen is the length of n as a uvarint.
+func uvarintLen(n int) int { return (bits.Len64(uint64(n)|1) + 6) / 7 }
 
 // errHeadersTooMany is why a result whose record would cost more than its
 // decodeBudget is not stored: thousands of headers.

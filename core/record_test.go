@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -94,11 +95,16 @@ func FuzzRecordDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if cost := r.decodeCost(); cost > decodeBudget(len(data)) {
+		if _, cost := r.sizes(); cost > decodeBudget(len(data)) {
 			t.Fatalf("decoded a record costing %d bytes from %d bytes", cost, len(data))
 		}
-		// Whatever decodes encodes back to a record that decodes the same.
-		r2, err := DecodeRecord(r.appendBinary(nil))
+		// Whatever decodes encodes back, within the size sizes promises,
+		// to a record that decodes the same.
+		again := r.appendBinary(nil)
+		if size, _ := r.sizes(); len(again) > size || len(again) < size-4*binary.MaxVarintLen64 {
+			t.Fatalf("record encoded in %d bytes, sizes said %d (exact but for four numbers)", len(again), size)
+		}
+		r2, err := DecodeRecord(again)
 		if err != nil {
 			t.Fatalf("re-encoded record does not decode: %v", err)
 		}
