@@ -165,10 +165,17 @@ type Config struct {
 	// not enforce it (docs/design.md, "Quotas"). Default: none.
 	Quota Quota
 
-	// Sealer encrypts the records and Step checkpoints stored from now on;
-	// records in clear still replay, one that does not open is a store error
-	// (docs/design.md, "Encryption at rest"). Default: none.
+	// Sealer encrypts the records and Step checkpoints stored from now on
+	// and authenticates those it reads: one that does not open, or one
+	// stored in clear, is a store error, never replayed (docs/design.md,
+	// "Encryption at rest"). Default: none.
 	Sealer Sealer
+	// ClearRecordsUntil, with a Sealer, lets records and checkpoints stored
+	// in clear replay until then, by this process's clock: set it to
+	// ResponseTTL past the time sealing is turned on, so that the keys
+	// stored before are not refused. After it, anyone who can write to the
+	// store still cannot plant a record in clear. Default: zero, none.
+	ClearRecordsUntil time.Time
 
 	// FailClosed answers 503 when the store fails. Default: false, the
 	// request runs unprotected and an OutcomeStoreError is reported

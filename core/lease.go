@@ -306,7 +306,10 @@ func (l *Lease) Buffered() bool { return l.tx != nil }
 
 func (l *Lease) replay(raw []byte) (*Lease, *Record, error) {
 	rec := &l.rec
-	err := rec.open(l.ctx, l.e.cfg.Sealer, l.id, raw)
+	err := l.e.refuseClear(raw)
+	if err == nil {
+		err = rec.open(l.ctx, l.e.cfg.Sealer, l.id, raw)
+	}
 	if err == nil && l.answers.valid != nil && !l.answers.valid(rec.Code) {
 		err = fmt.Errorf("%w: code %d", ErrCorruptRecord, rec.Code)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sealer encrypts the records the Engine stores (Config.Sealer), so that a
@@ -138,6 +139,20 @@ func (rec *Record) open(ctx context.Context, s Sealer, id string, data []byte) e
 	}
 	rec.SealedBy = keyID
 	return nil
+}
+
+// errStoredInClear is the error of a record or checkpoint stored in clear
+// that a Sealer refuses (Config.ClearRecordsUntil).
+var errStoredInClear = fmt.Errorf("%w: stored in clear while records are sealed (Config.ClearRecordsUntil)", ErrCorruptRecord)
+
+// refuseClear returns errStoredInClear if data, a record or a checkpoint,
+// is stored in clear while the Engine seals and no longer accepts clear
+// ones; nil otherwise.
+func (e *Engine) refuseClear(data []byte) error {
+	if e.cfg.Sealer == nil || len(data) > 0 && data[0] == recordSealed || time.Now().Before(e.cfg.ClearRecordsUntil) {
+		return nil
+	}
+	return errStoredInClear
 }
 
 // unsealable ends a lease whose record could not be sealed (its keys out of

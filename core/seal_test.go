@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -164,16 +165,37 @@ func TestSealedRecordMovedOrTamperedIsRefused(t *testing.T) {
 	}
 }
 
-// Records stored in clear before the Sealer was set still replay; a
-// sealed record met without a Sealer is a store error.
+// Records stored in clear before the Sealer was set replay until
+// Config.ClearRecordsUntil, and are refused after it or without it (someone
+// who can write to the store could plant one); a sealed record met without
+// a Sealer is a store error.
 func TestSealerAddedOrRemoved(t *testing.T) {
 	store := core.NewMemoryStore(0)
 	plain, _ := sealedApp(t, core.Config{Store: store, Scope: byUser})
 	postAs(plain, "u", "clear")
-	sealed, runs := sealedApp(t, core.Config{Store: store, Scope: byUser, Sealer: sealer(t, "a")})
-	if w := postAs(sealed, "u", "clear"); w.Header().Get(core.HeaderReplay) != "true" || runs.Load() != 0 {
-		t.Fatalf("record in clear under a Sealer: %d %v, runs %d", w.Code, w.Header(), runs.Load())
+	for _, tc := range []struct {
+		name   string
+		until  time.Time
+		replay bool
+	}{
+		{"no window", time.Time{}, false},
+		{"window passed", time.Now().Add(-time.Second), false},
+		{"window open", time.Now().Add(time.Hour), true},
+	} {
+		var ev events
+		sealed, runs := sealedApp(t, core.Config{Store: store, Scope: byUser, Sealer: sealer(t, "a"), ClearRecordsUntil: tc.until,
+			Observer: ev.observe})
+		w := postAs(sealed, "u", "clear")
+		switch {
+		case runs.Load() != 0:
+			t.Errorf("%s: the handler ran for a stored key", tc.name)
+		case tc.replay && w.Header().Get(core.HeaderReplay) != "true":
+			t.Errorf("%s: record in clear: %d %v, want a replay", tc.name, w.Code, w.Header())
+		case !tc.replay && (w.Code != http.StatusServiceUnavailable || len(ev.all) != 1 || !errors.Is(ev.all[0].Err, core.ErrCorruptRecord)):
+			t.Errorf("%s: record in clear: %d, events %+v; want 503 and a corrupt record", tc.name, w.Code, ev.all)
+		}
 	}
+	sealed, _ := sealedApp(t, core.Config{Store: store, Scope: byUser, Sealer: sealer(t, "a")})
 	postAs(sealed, "u", "sealed")
 	var ev events
 	keyless, runs := sealedApp(t, core.Config{Store: store, Scope: byUser, FailClosed: true, Observer: ev.observe})
@@ -284,5 +306,25 @@ func TestSealedCheckpoints(t *testing.T) {
 	w := post(t, h, "k1", "{}")
 	if w.Code != http.StatusCreated || !strings.Contains(w.Body.String(), `"id":"ch_1"`) || p.charges != 1 {
 		t.Fatalf("retry: %d %s, charges %d", w.Code, w.Body, p.charges)
+	}
+
+	// A checkpoint planted in clear is refused as a moved one is, unless
+	// within Config.ClearRecordsUntil.
+	for _, until := range []time.Time{{}, time.Now().Add(time.Hour)} {
+		key := "k3-" + strconv.FormatBool(until.IsZero())
+		_, token, err = store.Acquire(ctx, core.ID("", key, ""), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.SaveStep(ctx, core.ID("", key, ""), token, "charge", []byte(`{"id":"ch_planted"}`), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		store.Release(ctx, core.ID("", key, ""), token) //nolint:errcheck
+		h := newDoEngine(t, core.Config{Store: store, Sealer: sealer(t, "a"), ClearRecordsUntil: until}).Middleware(p)
+		w := post(t, h, key, "{}")
+		planted := strings.Contains(w.Body.String(), "ch_planted")
+		if until.IsZero() && (w.Code != http.StatusInternalServerError || planted) || !until.IsZero() && (w.Code != http.StatusCreated || !planted) {
+			t.Errorf("checkpoint in clear, ClearRecordsUntil %v: %d %s", until, w.Code, w.Body)
+		}
 	}
 }

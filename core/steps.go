@@ -55,7 +55,10 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 	}
 	if found {
 		var v T
-		if data, err = openStep(l.ctx, l.e.cfg.Sealer, l.id, name, data); err != nil {
+		if err = l.e.refuseClear(data); err == nil {
+			data, err = openStep(l.ctx, l.e.cfg.Sealer, l.id, name, data)
+		}
+		if err != nil {
 			return zero, fmt.Errorf("idem: checkpoint of step %q: %w", name, err)
 		}
 		if err := json.Unmarshal(data, &v); err != nil {
