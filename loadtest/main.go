@@ -164,6 +164,16 @@ var allPhases = []phase{
 	{"replay-lease-tx-postgres", "fixed", "/insert-lease", "PostgreSQL IDEM_TX=0: replays", 0, false, "bare-tx-postgres"},
 }
 
+// versus are the phases compared with another phase rather than with a
+// bare handler: fiberidem with Fiber's own middleware.
+var versus = []struct {
+	phase, other, description string
+	target                    float64
+}{
+	{"fiber-first", "fiber-builtin-first", "fiberidem / built-in, first", 0.95},
+	{"fiber-replay", "fiber-builtin-replay", "fiberidem / built-in, replays", 0},
+}
+
 func main() {
 	defURL := os.Getenv("REDIS_URL")
 	if defURL == "" {
@@ -566,6 +576,18 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 
 	fmt.Printf("\n%-32s %10s  %-8s  %s\n", "ratio to its bare on either side", "median", "target", "per round")
 	var below bool
+	row := func(description string, ratios []float64, want float64) {
+		m := median(ratios)
+		target, verdict := "", ""
+		if want > 0 {
+			target = fmt.Sprintf(">= %.2fx", want)
+			if math.Round(m*100)/100 < want { // as printed
+				verdict, below = "  BELOW TARGET", true
+			}
+		}
+		fmt.Printf("%-32s %9.2fx  %-8s  %s%s\n", description, m, target, join(ratios, 'f', 2), verdict)
+	}
+	ratio := func(round map[string]result, name string) float64 { return round[name].rps / round[name].bare }
 	for _, p := range others {
 		var ratios []float64
 		if _, ok := baseOf[p.base()]; !ok {
@@ -573,17 +595,24 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 			continue
 		}
 		for _, round := range perRound {
-			ratios = append(ratios, round[p.name].rps/round[p.name].bare)
+			ratios = append(ratios, ratio(round, p.name))
 		}
-		m := median(ratios)
-		target, verdict := "", ""
-		if p.target > 0 {
-			target = fmt.Sprintf(">= %.2fx", p.target)
-			if math.Round(m*100)/100 < p.target { // as printed
-				verdict, below = "  BELOW TARGET", true
-			}
+		row(p.description, ratios, p.target)
+	}
+	// fiberidem against Fiber's own middleware: in each round, the ratio
+	// of their two ratios to their bare runs.
+	for _, v := range versus {
+		if _, ok := perRound[0][v.phase]; !ok {
+			continue
 		}
-		fmt.Printf("%-32s %9.2fx  %-8s  %s%s\n", p.description, m, target, join(ratios, 'f', 2), verdict)
+		if _, ok := perRound[0][v.other]; !ok {
+			continue
+		}
+		var ratios []float64
+		for _, round := range perRound {
+			ratios = append(ratios, ratio(round, v.phase)/ratio(round, v.other))
+		}
+		row(v.description, ratios, v.target)
 	}
 	if len(commits) > 0 {
 		fmt.Printf("\n%-32s %10s  %s\n", "commits per request", "median", "per run (pg_stat_database.xact_commit, read-only ones too)")
