@@ -27,7 +27,8 @@ import (
 // key runs; the 101st new key of a user within a minute gets 429 while its
 // completed keys still replay; the test's own idem keys in Redis hold no
 // order item or Location in clear; restarted with a new primary key in
-// front, the old keys still replay and new ones are sealed by the new key.
+// front, the old keys still replay and new ones are sealed by the new key;
+// a record stored in clear replays only within IDEM_SEAL_CLEAR_UNTIL.
 func TestExamplesQuotaAndSealing(t *testing.T) {
 	addr := os.Getenv("IDEM_REDIS_ADDR")
 	if addr == "" {
@@ -141,6 +142,23 @@ func TestExamplesQuotaAndSealing(t *testing.T) {
 	if rec, derr := core.DecodeRecord(raw); err != nil || derr != nil || rec.SealedBy != "k2" {
 		t.Fatalf("new record after rotation: %v %v; want sealed by k2", err, derr)
 	}
+
+	// A record stored in clear (by a server without keys) is refused by a
+	// sealing one, since anyone who can write to Redis could have planted
+	// it, and replays within IDEM_SEAL_CLEAR_UNTIL.
+	dave, clearKey := "dave-"+run, "clear-"+run
+	t.Cleanup(func() {
+		if resp, lock, err := mustStore(t, rdb).Keys(core.ID(dave, clearKey, "")); err == nil {
+			rdb.Del(ctx, resp, lock)
+		}
+	})
+	first := start(t, bin, env...).post(dave, clearKey, `{"item": "book", "qty": 1}`)
+	wantStatus(t, "a key stored in clear", first, http.StatusCreated)
+	wantProblem(t, "a record in clear to a sealing server", s2.post(dave, clearKey, `{"item": "book", "qty": 1}`),
+		http.StatusServiceUnavailable, "store-unavailable")
+	until := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	s3 := start(t, bin, append(env, "IDEM_SEAL_KEYS=k2:"+newKey+",k1:"+oldKey, "IDEM_SEAL_CLEAR_UNTIL="+until)...)
+	wantReplay(t, "a record in clear within IDEM_SEAL_CLEAR_UNTIL", s3.post(dave, clearKey, `{"item": "book", "qty": 1}`), first)
 }
 
 // sealKey returns a fresh base64 AES-256 key.

@@ -14,7 +14,9 @@ import (
 
 // limits sets cfg's per-user quota from IDEM_QUOTA_INFLIGHT (keys in flight
 // at once) and IDEM_QUOTA_PER_MINUTE (new keys per minute), and its Sealer
-// from IDEM_SEAL_KEYS ("<id>:<base64 key>[,...]", the first primary), as
+// from IDEM_SEAL_KEYS ("<id>:<base64 key>[,...]", the first primary), with
+// the records stored in clear before replaying until IDEM_SEAL_CLEAR_UNTIL
+// (RFC 3339), as
 // the HTTP examples do.
 func limits(cfg *core.Config, logger *slog.Logger) error {
 	for _, v := range []struct {
@@ -43,6 +45,12 @@ func limits(cfg *core.Config, logger *slog.Logger) error {
 		cfg.Sealer = seal.New(keys)
 		primary, _, _ := keys.Primary(context.Background())
 		logger.Info("stored records sealed", "primary_key", primary)
+		if until := os.Getenv("IDEM_SEAL_CLEAR_UNTIL"); until != "" {
+			if cfg.ClearRecordsUntil, err = time.Parse(time.RFC3339, until); err != nil {
+				return fmt.Errorf("IDEM_SEAL_CLEAR_UNTIL=%q: want an RFC 3339 time: %w", until, err)
+			}
+			logger.Info("records stored in clear replay until", "until", cfg.ClearRecordsUntil)
+		}
 	}
 	return nil
 }
