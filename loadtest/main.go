@@ -629,7 +629,7 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 		}
 	}
 	if below {
-		fmt.Println("\n(some ratios below target: see the README's Performance section for the figures of a 2-core machine)")
+		fmt.Println("\n(some ratios below target: docs/performance.md has the figures of a 2-core machine and where the time goes)")
 	}
 	return nil
 }
