@@ -121,10 +121,13 @@ func headerValues(h HeaderGetter, name string) []string {
 
 // headerGet is h.Get(name) for a canonical name (see headerValues).
 func headerGet(h HeaderGetter, name string) string {
-	if v := headerValues(h, name); len(v) > 0 {
-		return v[0]
+	if std, ok := h.(http.Header); ok {
+		if v := std[name]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
 	}
-	return ""
+	return h.Get(name)
 }
 
 // Begin decides what to do with req. It returns:

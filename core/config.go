@@ -171,10 +171,12 @@ type Config struct {
 	// "Encryption at rest"). Default: none.
 	Sealer Sealer
 	// ClearRecordsUntil, with a Sealer, lets records and checkpoints stored
-	// in clear replay until then, by this process's clock: set it to
-	// ResponseTTL past the time sealing is turned on, so that the keys
-	// stored before are not refused. After it, anyone who can write to the
-	// store still cannot plant a record in clear. Default: zero, none.
+	// in clear replay until then, by this process's clock, so that turning
+	// sealing on does not refuse the keys stored before: set it to the
+	// longest TTL in use (ResponseTTL, Config.TTL's, a call's) past the
+	// last record stored in clear (the last instance without a Sealer
+	// gone). After it, a record in clear is refused: anyone who can write
+	// to the store could have planted it. Default: zero, none.
 	ClearRecordsUntil time.Time
 
 	// FailClosed answers 503 when the store fails. Default: false, the

@@ -51,9 +51,6 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	cfg.cloneSlices() // the Engine's own: a caller's later change cannot race a request
-	for i, h := range cfg.CriticalHeaders {
-		cfg.CriticalHeaders[i] = http.CanonicalHeaderKey(h) // read with headerValues
-	}
 	e := &Engine{
 		cfg:    cfg,
 		denied: make(map[string]bool, len(baseDeniedHeaders)+len(cfg.DeniedHeaders)),

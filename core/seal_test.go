@@ -328,3 +328,25 @@ func TestSealedCheckpoints(t *testing.T) {
 		}
 	}
 }
+
+// A second Step of one name returns the first's checkpoint, sealed or not.
+func TestStepTwiceSealed(t *testing.T) {
+	for _, s := range []core.Sealer{nil, sealer(t, "a")} {
+		eng := newDoEngine(t, core.Config{Sealer: s})
+		runs := 0
+		got, _, err := core.Do(context.Background(), eng, "", "twice", func(ctx context.Context) ([]int, error) {
+			var out []int
+			for range 2 {
+				v, err := core.Step(ctx, "count", func(context.Context) (int, error) { runs++; return runs, nil })
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, v)
+			}
+			return out, nil
+		})
+		if err != nil || len(got) != 2 || got[0] != 1 || got[1] != 1 || runs != 1 {
+			t.Errorf("sealed %v: %v, %v, %d runs; want [1 1] and one run", s != nil, got, err, runs)
+		}
+	}
+}

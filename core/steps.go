@@ -67,8 +67,9 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 		return v, nil
 	}
 	var (
-		v     T
-		fnErr error
+		v      T
+		fnErr  error
+		stored []byte // the checkpoint as stored: sealed with a Sealer
 	)
 	run := func(ctx context.Context) ([]byte, error) {
 		if v, fnErr = fn(ctx); fnErr != nil {
@@ -77,13 +78,12 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 		if data, err = json.Marshal(v); err != nil {
 			return nil, fmt.Errorf("idem: step %q: encoding its result: %w", name, err)
 		}
-		return sealStep(ctx, l.e.cfg.Sealer, l.id, name, data)
+		stored, err = sealStep(ctx, l.e.cfg.Sealer, l.id, name, data)
+		return stored, err
 	}
 	if st != nil {
 		_, err = st.RunStep(ctx, name, l.ttl, run)
-	} else if stored, rerr := run(ctx); rerr != nil {
-		err = rerr
-	} else {
+	} else if _, err = run(ctx); err == nil {
 		sc, cancel := l.storeContext()
 		err = cp.SaveStep(sc, l.id, l.token, name, stored, l.ttl)
 		cancel()
@@ -95,7 +95,7 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 		return zero, fmt.Errorf("idem: step %q ran, its checkpoint was not saved: %w", name, err)
 	}
 	l.steps.mu.Lock()
-	l.steps.done[name] = data
+	l.steps.done[name] = stored // read again as the store's would be
 	l.steps.mu.Unlock()
 	return v, nil
 }

@@ -318,8 +318,8 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 	mux := http.NewServeMux()
 	mux.Handle("POST /bare", handler)
 	// The run's length: a warm-up second per phase, and in each round every
-	// phase and a run of bare after each.
-	length := time.Duration(len(phases))*time.Second + time.Duration(rounds*2*len(phases))*duration
+	// phase and up to two runs of its baseline.
+	length := time.Duration(len(phases))*time.Second + time.Duration(rounds*3*len(phases))*duration
 	for _, store := range []struct {
 		path  string
 		c     redis.Scripter
@@ -601,11 +601,16 @@ func run(redisURL, pgURL string, phases []phase, duration time.Duration, connect
 	}
 	// fiberidem against Fiber's own middleware: in each round, the ratio
 	// of their two ratios to their bare runs.
-	for _, v := range versus {
-		if _, ok := perRound[0][v.phase]; !ok {
-			continue
+	ran := func(name string) bool {
+		i := slices.IndexFunc(others, func(p phase) bool { return p.name == name })
+		if i < 0 {
+			return false
 		}
-		if _, ok := perRound[0][v.other]; !ok {
+		_, ok := baseOf[others[i].base()]
+		return ok
+	}
+	for _, v := range versus {
+		if !ran(v.phase) || !ran(v.other) {
 			continue
 		}
 		var ratios []float64

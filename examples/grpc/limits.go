@@ -37,6 +37,9 @@ func limits(cfg *core.Config, logger *slog.Logger) error {
 		cfg.Quota.Window = time.Minute
 		logger.Info("quota per user", "in_flight", q.InFlight, "per_minute", q.PerWindow)
 	}
+	if os.Getenv("IDEM_SEAL_CLEAR_UNTIL") != "" && os.Getenv("IDEM_SEAL_KEYS") == "" {
+		return fmt.Errorf("IDEM_SEAL_CLEAR_UNTIL needs IDEM_SEAL_KEYS: without keys every record is stored in clear")
+	}
 	if spec := os.Getenv("IDEM_SEAL_KEYS"); spec != "" {
 		keys, err := seal.ParseKeys(spec)
 		if err != nil {

@@ -35,6 +35,9 @@ func (a *App) limits(cfg *core.Config) error {
 		cfg.Quota.Window = time.Minute
 		a.Logger.Info("quota per user", "in_flight", q.InFlight, "per_minute", q.PerWindow)
 	}
+	if os.Getenv("IDEM_SEAL_CLEAR_UNTIL") != "" && os.Getenv("IDEM_SEAL_KEYS") == "" {
+		return fmt.Errorf("IDEM_SEAL_CLEAR_UNTIL needs IDEM_SEAL_KEYS: without keys every record is stored in clear")
+	}
 	if spec := os.Getenv("IDEM_SEAL_KEYS"); spec != "" {
 		keys, err := seal.ParseKeys(spec)
 		if err != nil {
