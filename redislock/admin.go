@@ -118,19 +118,23 @@ func (s *Store) Purge(ctx context.Context, key string) error {
 	return nil
 }
 
-// Unlock implements core.Admin in one script.
+// Unlock implements core.Admin in one script, then, under
+// core.Config.Quota, a second that ends the lock's count in its scope (in
+// another slot): if that one fails, the count ends when the lock would have
+// expired.
 func (s *Store) Unlock(ctx context.Context, key string) error {
 	_, lock, err := s.Keys(key)
 	if err != nil {
 		return err
 	}
-	n, err := unlockScript.Run(ctx, s.client, []string{lock}).Int64()
+	token, err := unlockScript.Run(ctx, s.client, []string{lock}).Text()
 	switch {
+	case errors.Is(err, redis.Nil):
+		return core.ErrNotFound
 	case err != nil:
 		return fmt.Errorf("redislock: unlock: %w", err)
-	case n == 0:
-		return core.ErrNotFound
 	}
+	s.quotaLeave(ctx, token)
 	return nil
 }
 

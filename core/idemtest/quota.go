@@ -27,6 +27,7 @@ func TestQuota(t *testing.T, newStore func(t *testing.T) core.Store, opts ...Opt
 		{"PerWindowBoundExact", testQuotaPerWindow},
 		{"ReplaysNeverRefused", testQuotaReplays},
 		{"CrashedLockFreesItsSlot", testQuotaCrashedLock},
+		{"AdminUnlockFreesItsSlot", testQuotaAdminUnlock},
 		{"WindowSlides", testQuotaWindowSlides},
 	}
 	for _, tt := range tests {
@@ -228,6 +229,30 @@ func testQuotaCrashedLock(t *testing.T, s core.Store, o *options) {
 	o.pass(t, lockTTL+10*time.Millisecond)
 	wantAdmitted(t, live, scope).Release(0, nil)
 	crashed.Release(0, nil)
+}
+
+// An operator's Unlock (core.Admin) frees the lock's slot at once, not
+// when the lock would have expired.
+func testQuotaAdminUnlock(t *testing.T, s core.Store, _ *options) {
+	admin, ok := s.(core.Admin)
+	if !ok {
+		t.Skip("the store is not a core.Admin")
+	}
+	if _, ok := s.(core.TxStore); ok {
+		t.Skip("a TxStore's key is held by a transaction, which Unlock does not end")
+	}
+	e, _ := quotaEngine(t, s, core.Quota{InFlight: 1}, core.Config{})
+	scope, key := "quota-"+Key(t), Key(t)
+	held, _, err := e.Acquire(quotaCall(scope, key))
+	if err != nil || held == nil || !held.Protected() {
+		t.Fatalf("Acquire: lease %v, err %v; want a protected lease", held, err)
+	}
+	defer held.Release(0, nil)
+	wantRefused(t, e, scope)
+	if err := admin.Unlock(context.Background(), core.ID(scope, key, "")); err != nil {
+		t.Fatalf("Unlock of the held key: %v", err)
+	}
+	wantAdmitted(t, e, scope).Release(0, nil)
 }
 
 // An admission leaves the window Window after it was made.
