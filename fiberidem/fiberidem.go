@@ -29,11 +29,11 @@ func New(config ...Config) fiber.Handler {
 		}
 		route := routeTemplate(c)
 		res := c.Response()
-		preset := httpadapt.HeaderSink{Preset: true}
-		for k, v := range res.Header.All() {
-			preset.Add(k, v)
-		}
 		st := &httpadapt.FastState{Ctx: httpadapt.LocalsContext{Context: c.UserContext(), Locals: c}}
+		st.Preset.Preset = true
+		for k, v := range res.Header.All() {
+			st.Preset.Add(k, v)
+		}
 		st.Req = core.Request{
 			Context:        &st.Ctx,
 			Method:         httpadapt.StableMethod(method),
@@ -43,7 +43,7 @@ func New(config ...Config) fiber.Handler {
 			Header:         header,
 			Body:           st.Body(req),
 			ContentLength:  httpadapt.ContentLength(req.Header.ContentLength()),
-			ResponseHeader: preset.Header,
+			ResponseHeader: st.Preset.Header,
 		}
 		f, resp := eng.Begin(&st.Req)
 		if resp != nil && st.DrainBody() {
@@ -63,7 +63,7 @@ func New(config ...Config) fiber.Handler {
 		defer func() {
 			if !returned && f.Buffered() {
 				// A panic: none of the handler's response is sent, nor its headers.
-				httpadapt.ResetHeader(&res.Header, preset.Header)
+				httpadapt.ResetHeader(&res.Header, st.Preset.Header)
 			}
 			f.Abort() // a panic: the lock is released, nothing stored
 		}()
@@ -97,17 +97,16 @@ func New(config ...Config) fiber.Handler {
 			}
 		}
 		f.Write(res.Body()) //nolint:errcheck // never fails; Write copies
-		var sent httpadapt.HeaderSink
 		for k, v := range res.Header.All() {
-			sent.Add(k, v)
+			st.Sent.Add(k, v)
 		}
 		if !httpadapt.SentContentType(&res.Header, res.StatusCode(), len(res.Body())) {
-			delete(sent.Header, "Content-Type") // fasthttp's default, not sent
+			delete(st.Sent.Header, "Content-Type") // fasthttp's default, not sent
 		}
-		if failed := f.Complete(res.StatusCode(), sent.Header); failed != nil {
+		if failed := f.Complete(res.StatusCode(), st.Sent.Header); failed != nil {
 			// A Buffered flight that failed to commit: nothing of the
 			// handler's was kept, nor is any of it sent.
-			httpadapt.ResetHeader(&res.Header, preset.Header)
+			httpadapt.ResetHeader(&res.Header, st.Preset.Header)
 			httpadapt.WriteResponse(res, &res.Header, failed)
 		}
 		return nil

@@ -149,6 +149,11 @@ type HeaderSink struct {
 	// headers that middleware before the adapter set (CORS, request ids),
 	// nil if there are none but fasthttp's default Content-Type.
 	Preset bool
+
+	// the first value of the first headers: Header's slices point here,
+	// one allocation less per header
+	values [4]string
+	used   int
 }
 
 // Add copies one header out of fasthttp's buffers. Content-Length is left
@@ -164,17 +169,32 @@ func (s *HeaderSink) Add(k, v []byte) {
 	if !ok {
 		key = http.CanonicalHeaderKey(string(k))
 	}
-	s.Header[key] = append(s.Header[key], string(v))
+	value, ok := commonValues[string(v)]
+	if !ok {
+		value = string(v)
+	}
+	if vs, ok := s.Header[key]; ok || s.used == len(s.values) {
+		s.Header[key] = append(vs, value) // vs is capped: a copy
+		return
+	}
+	s.values[s.used] = value
+	s.Header[key] = s.values[s.used : s.used+1 : s.used+1]
+	s.used++
 }
 
 // commonNames are the canonical names of the response headers that most
+// responses carry, and commonValues the values of Content-Type that most
 // responses carry.
-var commonNames = map[string]string{}
+var commonNames, commonValues = map[string]string{}, map[string]string{}
 
 func init() {
 	for _, name := range []string{"Cache-Control", "Content-Encoding", "Content-Language", "Content-Location", "Content-Type",
 		"Etag", "Expires", "Last-Modified", "Link", "Location", "Retry-After", "Server", "Vary"} {
 		commonNames[name] = name
+	}
+	for _, value := range []string{"application/json", "application/json; charset=utf-8", "application/problem+json",
+		"text/plain; charset=utf-8", "text/html; charset=utf-8"} {
+		commonValues[value] = value
 	}
 }
 
@@ -313,6 +333,10 @@ type FastState struct {
 	Ctx    LocalsContext
 	body   bytes.Reader
 	stream bodyStream
+
+	// Preset collects the headers set before the handler ran, for
+	// Req.ResponseHeader, and Sent those sent, for Flight.Complete.
+	Preset, Sent HeaderSink
 }
 
 // Body returns the request body for core.Request.Body: the stream of

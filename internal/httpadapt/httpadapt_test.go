@@ -2,6 +2,7 @@ package httpadapt
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -126,6 +127,34 @@ func TestResponseHeaders(t *testing.T) {
 	want["Content-Type"] = []string{"text/plain"}
 	if !equalHeader(all.Header, want) {
 		t.Fatalf("all headers = %v, want %v", all.Header, want)
+	}
+}
+
+// More headers than the sink holds values for inline, one repeated, and
+// common values: each header's values are its own, copied out of
+// fasthttp's buffers, and an append to one leaves the next alone.
+func TestHeaderSinkValues(t *testing.T) {
+	t.Parallel()
+	rh := &fakeHeader{}
+	want := http.Header{}
+	for i := range 6 {
+		name, value := fmt.Sprintf("X-H%d", i), fmt.Sprintf("v%d", i)
+		rh.add(name, value)
+		want[name] = []string{value}
+	}
+	rh.add("X-H1", "again")
+	want["X-H1"] = append(want["X-H1"], "again")
+	rh.add("Content-Type", "application/json")
+	want["Content-Type"] = []string{"application/json"}
+	var s HeaderSink
+	rh.VisitAll(s.Add)
+	rh.scribble()
+	if !equalHeader(s.Header, want) {
+		t.Fatalf("headers = %v, want %v", s.Header, want)
+	}
+	s.Header["X-H0"] = append(s.Header["X-H0"], "added")
+	if got := s.Header["X-H2"]; !slices.Equal(got, []string{"v2"}) {
+		t.Fatalf("X-H2 = %q after an append to X-H0", got)
 	}
 }
 
