@@ -134,7 +134,7 @@ func (s *Store) Unlock(ctx context.Context, key string) error {
 	case err != nil:
 		return fmt.Errorf("redislock: unlock: %w", err)
 	}
-	s.quotaLeave(ctx, token)
+	s.quotaLeave(context.WithoutCancel(ctx), token) // the lock is gone: its count goes too
 	return nil
 }
 
