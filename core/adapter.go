@@ -109,9 +109,8 @@ func (e *Engine) Keyed(method string, h HeaderGetter) bool {
 		e.cfg.LegacyKeyHeader != "" && headerValues(h, e.cfg.LegacyKeyHeader) != nil)
 }
 
-// headerValues returns h.Values(name) for a canonical name. An http.Header
-// is read by index: its Values would check and canonicalise the name again
-// on every call, a tenth of a replay's time.
+// headerValues returns h.Values(name) for a canonical name, reading an
+// http.Header by index rather than canonicalising the name again.
 func headerValues(h HeaderGetter, name string) []string {
 	if std, ok := h.(http.Header); ok {
 		return std[name]
