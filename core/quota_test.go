@@ -153,3 +153,45 @@ func testTieredQuota(t *testing.T) {
 		t.Fatalf("replay of a key the fast tier lost, its window full: %v, %v, %v", l, rec, err)
 	}
 }
+
+// Plans with different bounds are Engines on one store (docs/design.md,
+// "Quotas"): each scope gets its Engine's bound, and a key its tenant
+// retries through another plan's Engine is still the one key.
+func TestQuotaPerPlan(t *testing.T) {
+	store := core.NewMemoryStore(0)
+	plan := func(inFlight int) *core.Engine {
+		eng, err := core.New(core.Config{Store: store, Quota: core.Quota{InFlight: inFlight}, Observer: func(core.Event) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eng
+	}
+	free, pro := plan(1), plan(2)
+	admitted := func(eng *core.Engine, scope string, keys ...string) (n int) {
+		t.Helper()
+		for _, k := range keys {
+			l, _, err := eng.Acquire(quotaCall(scope, k))
+			switch {
+			case err == nil && l.Protected():
+				n++
+			case !errors.Is(err, core.ErrQuotaExceeded):
+				t.Fatalf("%s's key %s: %v, %v", scope, k, l, err)
+			}
+		}
+		return n
+	}
+	if n := admitted(free, "alice", "a1", "a2", "a3"); n != 1 {
+		t.Fatalf("free plan: %d keys of alice in flight, want 1", n)
+	}
+	if n := admitted(pro, "bob", "b1", "b2", "b3"); n != 2 {
+		t.Fatalf("pro plan: %d keys of bob in flight, want 2", n)
+	}
+	// alice moves to pro while a1 runs: a1 is still in flight, a new key
+	// has pro's second slot.
+	if _, _, err := pro.Acquire(quotaCall("alice", "a1")); !errors.Is(err, core.ErrInFlight) {
+		t.Fatalf("a1 through the pro Engine while it runs: %v, want ErrInFlight", err)
+	}
+	if n := admitted(pro, "alice", "a4", "a5"); n != 1 {
+		t.Fatalf("alice on pro beside a1: %d keys admitted, want 1", n)
+	}
+}
