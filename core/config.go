@@ -59,7 +59,10 @@ func DefaultStorable(status int) bool {
 // takes the default named in its comment.
 type Config struct {
 	// Store keeps records and locks. Default: a MemoryStore with its default
-	// size, which protects a single instance only.
+	// size, which protects a single instance only. New finds the optional
+	// capabilities (Waiter, Checkpointer, Invalidator, quotas) through
+	// stores that wrap another and say so with an Unwrap() Store method; a
+	// store that wraps a TxStore must be one itself.
 	Store Store
 
 	// Methods the Engine covers; other requests pass untouched.
@@ -254,11 +257,22 @@ func (c *Config) setDefaults() error {
 		return errors.New("idem: LockTTL must be at least 3ms")
 	case c.Quota.set() && !enforcesQuota(c.Store):
 		return errors.New("idem: Config.Quota: the store does not enforce quotas (core.QuotaFromContext)")
+	case wrapsTx(c.Store):
+		return errors.New("idem: Config.Store wraps a TxStore but is not one: the work would not write in the key's transaction (implement Begin, as instrument.Store does)")
 	}
 	if err := c.Quota.setDefaults(); err != nil {
 		return err
 	}
 	return nil
+}
+
+// wrapsTx reports whether s is not a TxStore but wraps one (Unwrap).
+func wrapsTx(s Store) bool {
+	if _, ok := s.(TxStore); ok {
+		return false
+	}
+	_, ok := find[TxStore](s)
+	return ok
 }
 
 // cloneSlices gives c slices of its own, so that neither the caller of New

@@ -19,6 +19,7 @@ type Engine struct {
 	denied map[string]bool // canonical names never stored: the base list and Config.DeniedHeaders
 	kept   map[string]bool // canonical names of Config.KeepHeaders; nil keeps all
 	tx     TxStore         // Config.Store if it is one
+	waiter Waiter          // Config.Store or a store it wraps, if one is
 	brk    *breaker
 	// refreshers extend the locks of the leases whose work runs, by the
 	// first digit of the lease's store key: 16 locks rather than one for
@@ -60,6 +61,7 @@ func New(cfg Config) (*Engine, error) {
 	e.brk = &breaker{failures: cfg.BreakerFailures, cooldown: cfg.BreakerCooldown, probeFor: cfg.BreakerCooldown + cfg.StoreTimeout, now: time.Now,
 		changed: func(s breakerState) { e.observe(Event{Outcome: OutcomeBreaker, Breaker: s.String()}, time.Now()) }}
 	e.tx, _ = cfg.Store.(TxStore)
+	e.waiter, _ = find[Waiter](cfg.Store)
 	if cfg.ReplayCache > 0 {
 		e.cache = newReplayCache(cfg.ReplayCache)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
 )
 
 // events collects observed outcomes.
@@ -863,5 +864,60 @@ func TestKeyed(t *testing.T) {
 		if got := tc.eng.Keyed(tc.method, tc.header); got != tc.want {
 			t.Errorf("%s: Keyed = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// unwrapStore counts the Acquire calls to the store it wraps and says what
+// it wraps, as a user's metrics wrapper would.
+type unwrapStore struct {
+	core.Store
+	acquires atomic.Int32
+}
+
+func (s *unwrapStore) Acquire(ctx context.Context, key string, ttl time.Duration) ([]byte, string, error) {
+	s.acquires.Add(1)
+	return s.Store.Acquire(ctx, key, ttl)
+}
+
+func (s *unwrapStore) Unwrap() core.Store { return s.Store }
+
+// The Engine finds a Waiter through a store that wraps one: a duplicate
+// waits for the lock to go, then acquires once more, instead of polling.
+func TestWaitModeFindsWrappedWaiter(t *testing.T) { synctest.Test(t, testWaitModeFindsWrappedWaiter) }
+
+func testWaitModeFindsWrappedWaiter(t *testing.T) {
+	store := &unwrapStore{Store: core.NewMemoryStore(0)}
+	eng, _ := core.New(core.Config{Wait: 5 * time.Second, Store: store})
+	var runs atomic.Int32
+	started := make(chan struct{})
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			close(started)
+		}
+		advance(time.Second)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		post(t, h, "wrapped", "{}")
+	}()
+	<-started
+	w := post(t, h, "wrapped", "{}")
+	<-done
+	if w.Code != http.StatusCreated || w.Header().Get(core.HeaderReplay) != "true" || runs.Load() != 1 {
+		t.Fatalf("duplicate: %d replay %q, runs %d", w.Code, w.Header().Get(core.HeaderReplay), runs.Load())
+	}
+	if n := store.acquires.Load(); n != 3 {
+		t.Fatalf("%d Acquire calls, want 3: the first, the duplicate's, and one once the lock went", n)
+	}
+}
+
+// A store that wraps a TxStore without being one would lose the key's
+// transaction: New refuses it.
+func TestNewRefusesWrappedTxStore(t *testing.T) {
+	_, err := core.New(core.Config{Store: &unwrapStore{Store: idemtest.NewTxStore(t)}})
+	if err == nil || !strings.Contains(err.Error(), "TxStore") {
+		t.Fatalf("New = %v, want an error naming TxStore", err)
 	}
 }

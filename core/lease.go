@@ -239,8 +239,8 @@ func (e *Engine) storeAcquire(sc *storeCtx, id string) (raw []byte, token string
 func (e *Engine) wait(ctx context.Context, id string, deadline time.Time, step time.Duration) error {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	if w, ok := e.cfg.Store.(Waiter); ok {
-		return w.Wait(ctx, id)
+	if e.waiter != nil {
+		return e.waiter.Wait(ctx, id)
 	}
 	t := time.NewTimer(step)
 	defer t.Stop()

@@ -97,17 +97,8 @@ func (q *Quota) setDefaults() error {
 // enforcesQuota reports whether s, or a store it wraps (Unwrap), enforces
 // Config.Quota.
 func enforcesQuota(s Store) bool {
-	for s != nil {
-		if q, ok := s.(interface{ EnforcesQuota() bool }); ok {
-			return q.EnforcesQuota()
-		}
-		u, ok := s.(interface{ Unwrap() Store })
-		if !ok {
-			return false
-		}
-		s = u.Unwrap()
-	}
-	return false
+	q, ok := find[interface{ EnforcesQuota() bool }](s)
+	return ok && q.EnforcesQuota()
 }
 
 // overQuota reports a call refused under Config.Quota.

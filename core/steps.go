@@ -141,15 +141,6 @@ func stepTx(tx Tx) StepTx {
 // checkpointer returns the Engine's store as a Checkpointer, looking
 // through stores that wrap another (Unwrap), or nil.
 func (e *Engine) checkpointer() Checkpointer {
-	for s := e.cfg.Store; s != nil; {
-		if cp, ok := s.(Checkpointer); ok {
-			return cp
-		}
-		u, ok := s.(interface{ Unwrap() Store })
-		if !ok {
-			return nil
-		}
-		s = u.Unwrap()
-	}
-	return nil
+	cp, _ := find[Checkpointer](e.cfg.Store)
+	return cp
 }

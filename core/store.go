@@ -59,11 +59,28 @@ type Waiter interface {
 	Wait(ctx context.Context, key string) error
 }
 
+// find returns s, or the first store s wraps, that is a T. A store that
+// wraps another says so with an Unwrap() Store method (metrics wrappers
+// do).
+func find[T any](s Store) (T, bool) {
+	for s != nil {
+		if t, ok := s.(T); ok {
+			return t, true
+		}
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			break
+		}
+		s = u.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
 // notifier is implemented by stores that report events of their own, such
-// as a Tiered store's fallbacks: New hands them the Engine's Observer. New
-// finds it through stores that wrap another and say so with an
-// Unwrap() Store method (metrics wrappers do). The last Engine made with a
-// store gets its events.
+// as a Tiered store's fallbacks: New hands them the Engine's Observer, also
+// through stores that wrap another. The last Engine made with a store gets
+// its events.
 type notifier interface {
 	SetObserver(func(Event))
 }
