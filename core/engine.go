@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -108,6 +109,9 @@ const minInitialLease = 10 * time.Second
 
 func (e *Engine) observe(ev Event, start time.Time) {
 	ev.Duration = time.Since(start)
+	if ev.Context == nil {
+		ev.Context = context.Background()
+	}
 	if e.cfg.Observer != nil {
 		e.cfg.Observer(ev)
 		return

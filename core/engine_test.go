@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -919,5 +920,28 @@ func TestNewRefusesWrappedTxStore(t *testing.T) {
 	_, err := core.New(core.Config{Store: &unwrapStore{Store: idemtest.NewTxStore(t)}})
 	if err == nil || !strings.Contains(err.Error(), "TxStore") {
 		t.Fatalf("New = %v, want an error naming TxStore", err)
+	}
+}
+
+// Every event has a Context: a breaker's change, which is no request's,
+// gets context.Background().
+func TestEventsHaveContext(t *testing.T) {
+	var mu sync.Mutex
+	var missing, seen []core.Outcome
+	eng, _ := core.New(core.Config{Store: failingStore{}, BreakerFailures: 1, Observer: func(ev core.Event) {
+		mu.Lock()
+		seen = append(seen, ev.Outcome)
+		mu.Unlock()
+		if ev.Context == nil {
+			mu.Lock()
+			missing = append(missing, ev.Outcome)
+			mu.Unlock()
+		}
+	}})
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	post(t, h, "a", "{}")
+	post(t, h, "b", "{}")
+	if len(missing) > 0 || !slices.Contains(seen, core.OutcomeBreaker) {
+		t.Fatalf("events %v, without a Context: %v", seen, missing)
 	}
 }

@@ -50,12 +50,15 @@ func (o Outcome) String() string {
 	return "unknown"
 }
 
-// Event describes one outcome. Observers receive it synchronously, on the
-// request's goroutine, one event per request: they must be quick and safe
-// for concurrent use.
+// Event describes one outcome. Observers receive it synchronously, mostly
+// on the request's goroutine (a tiered store's fallback may come from a
+// lock's refresh): they must be quick and safe for concurrent use. A
+// request ends with one event of its outcome, after any fallback or
+// breaker events it caused.
 type Event struct {
-	// Context is the request's context, for tracing (never cancelled
-	// before the Observer returns, but do not keep it).
+	// Context is the request's context, for tracing, or
+	// context.Background() for an event of no request (a breaker's change).
+	// It may be done already (a client that went away); do not keep it.
 	Context context.Context
 	Outcome Outcome
 	Key     string // the client's key, unquoted; mask it before logging (MaskKey)
@@ -119,7 +122,10 @@ func SlogObserver(l *slog.Logger) func(Event) {
 				level = slog.LevelWarn
 			}
 		}
-		ctx := context.Background()
+		ctx := e.Context
+		if ctx == nil {
+			ctx = context.Background()
+		}
 		if !l.Enabled(ctx, level) {
 			return
 		}
