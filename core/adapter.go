@@ -535,14 +535,19 @@ func (f *Flight) ResponseWriter(w http.ResponseWriter) http.ResponseWriter {
 // reach the client), or, if the handler wrote nothing, 200 and the headers
 // as they are now, as net/http then sends them. A Buffered flight's
 // response is sent then, or, if its commit failed, the 503 that Complete
-// returns, with the headers set before the handler.
+// returns, with the headers set before the handler. Once f has ended
+// (Finish, Abandon, Abort), Finish does nothing.
 func (f *Flight) Finish() { f.writer.finish() }
 
 // Abandon ends f without storing, as Abort, once the handler, given
 // ResponseWriter, has returned a response that is not its to keep (a
-// router's 404): a Buffered flight sends it then.
+// router's 404): a Buffered flight sends it then. Once f has ended,
+// Abandon does nothing.
 func (f *Flight) Abandon() {
 	w := &f.writer
+	if w.ended {
+		return
+	}
 	w.ended = true
 	f.lease.Release(0, errAborted)
 	if f.Buffered() && !w.hijacked {
@@ -632,6 +637,9 @@ func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // finish is Flight.Finish.
 func (w *captureWriter) finish() {
+	if w.ended {
+		return
+	}
 	if w.hijacked {
 		w.ended = true
 		w.flight.Abort()

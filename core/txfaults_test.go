@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -184,6 +185,35 @@ func TestTieredTxSteps(t *testing.T) {
 		t.Logf("%s: %v", name, err)
 		if err != nil {
 			t.Errorf("%s: Step failed: %v", name, err)
+		}
+	}
+}
+
+// A Buffered flight's response goes out once, whatever an adapter calls
+// after the flight has ended.
+func TestFlightEndsOnce(t *testing.T) {
+	e, _ := core.New(core.Config{Store: idemtest.NewTxStore(t)})
+	for _, end := range []string{"Finish", "Abandon"} {
+		req := httptest.NewRequest("POST", "/orders", nil)
+		req.Header.Set("Idempotency-Key", "ends-once-"+end)
+		rec := httptest.NewRecorder()
+		f, resp := e.Begin(&core.Request{Context: req.Context(), Method: "POST", Path: "/orders", Header: req.Header, ContentLength: -1})
+		if resp != nil || !f.Buffered() {
+			t.Fatalf("%s: not a Buffered flight: %+v", end, resp)
+		}
+		w := f.ResponseWriter(rec)
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "once")
+		if end == "Finish" {
+			f.Finish()
+		} else {
+			f.Abandon()
+		}
+		f.Finish()
+		f.Abandon()
+		f.Abort()
+		if rec.Code != http.StatusCreated || rec.Body.String() != "once" {
+			t.Fatalf("%s, then every other end: %d %q, want 201 \"once\"", end, rec.Code, rec.Body.String())
 		}
 	}
 }
