@@ -63,7 +63,7 @@ func Do[T any](ctx context.Context, e *Engine, scope, key string, fn func(contex
 	if key == "" {
 		return result, false, fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
-	c := &Call{Context: ctx, Key: key, Scope: scope, Method: "do", Route: scope, TTL: o.TTL}
+	c := &Call{Context: ctx, Key: key, Scope: scope, Method: "do", TTL: o.TTL}
 	if o.Args != nil {
 		b, err := json.Marshal(o.Args)
 		if err != nil {
@@ -71,7 +71,7 @@ func Do[T any](ctx context.Context, e *Engine, scope, key string, fn func(contex
 		}
 		c.Fingerprint = sha256.Sum256(b)
 	}
-	l, rec, err := e.acquire(c, c.Route, time.Now(), &doAnswers, &Lease{})
+	l, rec, err := e.acquire(c, scope, time.Now(), &doAnswers, &Lease{}) // ScopeRoute joins the scope again, as it always has
 	switch {
 	case err != nil:
 		return result, false, err

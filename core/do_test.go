@@ -149,3 +149,29 @@ func TestUnopenableRecordNotRunAgain(t *testing.T) {
 		t.Fatalf("over a corrupt record: %v, runs %d; want ErrStoreUnavailable, no run", err, runs)
 	}
 }
+
+// Once and Do label their events with no route (a scope per tenant would
+// make metric labels without bound), while Config.ScopeRoute still joins
+// their scope to the store key, as it did when the scope was their route.
+func TestOnceAndDoRoute(t *testing.T) {
+	store := core.NewMemoryStore(0)
+	var routes []string
+	eng := newDoEngine(t, core.Config{Store: store, ScopeRoute: true, Observer: func(ev core.Event) { routes = append(routes, ev.Route) }})
+	ctx := context.Background()
+	if ran, err := eng.Once(ctx, "tenant-7", "event-1", func(context.Context) error { return nil }); !ran || err != nil {
+		t.Fatalf("Once = %v, %v", ran, err)
+	}
+	if _, _, err := core.Do(ctx, eng, "tenant-7", "call-1", func(context.Context) (int, error) { return 1, nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"event-1", "call-1"} {
+		if _, err := store.Inspect(ctx, core.ID("tenant-7", key, "tenant-7")); err != nil {
+			t.Errorf("%s under ID(scope, key, scope): %v", key, err)
+		}
+	}
+	for _, r := range routes {
+		if r != "" {
+			t.Fatalf("event routes %q, want none", routes)
+		}
+	}
+}

@@ -647,7 +647,8 @@ const minRefreshRetry = 10 * time.Millisecond
 // the completion runs fn again on redelivery, once the lock expires: an
 // effect in the same database as its mark (pgstore's inbox) is exactly once.
 func (e *Engine) Once(ctx context.Context, scope, key string, fn func(context.Context) error) (ran bool, err error) {
-	l, rec, err := e.Acquire(&Call{Context: ctx, Key: key, Scope: scope, Method: "once", Route: scope})
+	c := &Call{Context: ctx, Key: key, Scope: scope, Method: "once"}
+	l, rec, err := e.acquire(c, scope, time.Now(), &noAnswers, &Lease{}) // ScopeRoute joins the scope again, as it always has
 	if err != nil || rec != nil {
 		return false, err
 	}

@@ -63,8 +63,11 @@ type Event struct {
 	Outcome Outcome
 	Key     string // the client's key, unquoted; mask it before logging (MaskKey)
 	Scope   string
-	Method  string
-	Route   string
+	Method  string // the HTTP method, a gRPC call's full method, "once" or "do"
+	// Route is the route template of an HTTP request ("unmatched" if it
+	// has none), a gRPC call's full method, or Call.Route; empty for
+	// Engine.Once and Do, whose scopes would make unbounded metric labels.
+	Route string
 	// Transport names the transport of the call: "http" (Engine.Begin and
 	// the adapters), "grpc" (grpcidem), or Call.Transport; empty for
 	// Engine.Once and Do, and for events not about a call.
