@@ -61,7 +61,7 @@ type Request struct {
 	// declared larger than Config.MaxBodyBytes is refused without reading;
 	// one that reads nothing while ContentLength promises bytes (and no
 	// Content-Encoding is sent) is refused as read before the middleware
-	// (problemBodyConsumed).
+	// (500, problem body-consumed).
 	ContentLength int64
 	// ResponseHeader holds the response headers already set when the
 	// middleware runs, by middleware before it (CORS, request ids, tracing).
@@ -683,7 +683,7 @@ func (w *captureWriter) send(resp *Response) {
 type Response struct {
 	StatusCode int
 	Header     http.Header
-	Body       []byte
+	Body       []byte // a replay's may share memory with the store: never modify it
 	// Problem is set when the response is an error; Body is then its JSON.
 	Problem *Problem
 }

@@ -151,7 +151,7 @@ type Config struct {
 	// call fails and FailClosed decides. Default: 1 second.
 	StoreTimeout time.Duration
 	// BreakerFailures failed Store.Acquire calls in a row open the circuit
-	// breaker: requests skip the store (errCircuitOpen) for BreakerCooldown,
+	// breaker: requests skip the store (a store error) for BreakerCooldown,
 	// then one probes it. Default: 5; negative disables it.
 	BreakerFailures int
 	// BreakerCooldown is how long the breaker stays open before a probe.
@@ -258,7 +258,7 @@ func (c *Config) setDefaults() error {
 	case c.Quota.set() && !enforcesQuota(c.Store):
 		return errors.New("idem: Config.Quota: the store does not enforce quotas (core.QuotaFromContext)")
 	case wrapsTx(c.Store):
-		return errors.New("idem: Config.Store wraps a TxStore but is not one: the work would not write in the key's transaction (implement Begin, as instrument.Store does)")
+		return errors.New("idem: Config.Store wraps a TxStore but is not one, so the work would not write in its transaction")
 	}
 	if err := c.Quota.setDefaults(); err != nil {
 		return err

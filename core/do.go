@@ -18,7 +18,8 @@ type DoOptions struct {
 	// TTL is how long the result is kept. Default: Config.ResponseTTL.
 	TTL time.Duration
 	// Marshal and Unmarshal encode the result in the store. Default:
-	// encoding/json.
+	// encoding/json. Unmarshal must not keep its bytes, which may be the
+	// store's (encoding/json copies them).
 	Marshal   func(any) ([]byte, error)
 	Unmarshal func([]byte, any) error
 }

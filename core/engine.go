@@ -13,8 +13,8 @@ import (
 
 // Engine decides, for each request, whether to run the handler, replay a
 // stored response or refuse. It is safe for concurrent use; build one with
-// New and share it between all the routes that need it. The zero Engine
-// covers no method: it protects nothing.
+// New and share it between all the routes that need it; the zero Engine is
+// not usable.
 type Engine struct {
 	cfg    Config
 	denied map[string]bool // canonical names never stored: the base list and Config.DeniedHeaders

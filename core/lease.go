@@ -635,9 +635,10 @@ func (l *Lease) scheduleRefresh(due time.Time) {
 // minRefreshRetry is the shortest wait before a failed refresh is retried.
 const minRefreshRetry = 10 * time.Millisecond
 
-// Once runs fn at most once per (scope, key) and never again once it
-// succeeded: the consumer side of idempotency, for events identified by
-// key. It reports whether fn ran now; fn's context carries the key (Step,
+// Once runs fn at most once per (scope, key) and not again once it
+// succeeded, for as long as its record lasts (Config.ResponseTTL): the
+// consumer side of idempotency, for events identified by key; keep records
+// longer than the broker may redeliver. It reports whether fn ran now; fn's context carries the key (Step,
 // DerivedKey). A duplicate of a completed event returns false, nil; one in
 // flight elsewhere returns ErrInFlight, one over Config.Quota a *QuotaError
 // (redeliver them later); an error of fn

@@ -94,7 +94,9 @@ type TxStore interface {
 	// Begin returns the completed record of key if there is one. Otherwise
 	// it opens a transaction that holds key until it ends, idle for at most
 	// idle between two statements, and returns it; ErrInFlight if another
-	// transaction holds key.
+	// transaction holds key. ctx bounds Begin only: it is cancelled when
+	// Begin returns, so the transaction must not end with it
+	// (context.WithoutCancel for a driver such as database/sql's BeginTx).
 	Begin(ctx context.Context, key string, idle time.Duration) (record []byte, tx Tx, err error)
 }
 
