@@ -159,4 +159,13 @@ type detachedCtx struct{ parent context.Context }
 func (*detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
 func (*detachedCtx) Done() <-chan struct{}       { return nil }
 func (*detachedCtx) Err() error                  { return nil }
-func (c *detachedCtx) Value(key any) any         { return c.parent.Value(key) }
+
+// Value returns parent's value of key. context.Cause looks up the nearest
+// cancellation under an unexported *int key, which a detached context must
+// hide, as context.WithoutCancel does: keys of that type go through it.
+func (c *detachedCtx) Value(key any) any {
+	if _, ok := key.(*int); ok {
+		return context.WithoutCancel(c.parent).Value(key)
+	}
+	return c.parent.Value(key)
+}

@@ -153,3 +153,25 @@ func TestStoreCtxAllocs(t *testing.T) {
 		t.Errorf("%v allocations, want 1", n)
 	}
 }
+
+// context.Cause of a store call's context is that context's own end, never
+// the cause the request was (or was not) cancelled with.
+func TestStoreCtxCause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		req, cancel := context.WithCancelCause(context.WithValue(context.Background(), ctxKey{}, "v"))
+		d := &detachedCtx{parent: req}
+		c := newStoreCtx(d, time.Second)
+		defer c.cancel()
+		<-c.Done() // the store call's deadline passes; the request lives
+		if cause := context.Cause(c); !errors.Is(cause, context.DeadlineExceeded) {
+			t.Fatalf("Cause of a store call past its deadline = %v", cause)
+		}
+		cancel(errors.New("client went away"))
+		if cause := context.Cause(c); !errors.Is(cause, context.DeadlineExceeded) {
+			t.Fatalf("Cause once the request is cancelled = %v", cause)
+		}
+		if context.Cause(d) != nil || d.Value(ctxKey{}) != "v" {
+			t.Fatalf("detached: Cause %v, value %v", context.Cause(d), d.Value(ctxKey{}))
+		}
+	})
+}
