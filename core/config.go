@@ -260,6 +260,11 @@ func (c *Config) setDefaults() error {
 	case wrapsTx(c.Store):
 		return errors.New("idem: Config.Store wraps a TxStore but is not one, so the work would not write in its transaction")
 	}
+	if t, ok := find[interface{ valid() error }](c.Store); ok {
+		if err := t.valid(); err != nil {
+			return err
+		}
+	}
 	if err := c.Quota.setDefaults(); err != nil {
 		return err
 	}

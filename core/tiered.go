@@ -33,8 +33,9 @@ type tiered struct {
 // The store implements Admin, Checkpointer, notifier and Invalidator, and
 // TxStore if durable does (pgstore.NewTx): the durable tier's transaction
 // then holds the key and commits the record, and the fast tier serves
-// replays and gets the record after the commit. See docs/design.md,
-// "Tiered store".
+// replays and gets the record after the commit. The fast tier has a
+// circuit breaker of its own, with Config's default bounds. New refuses a
+// nil tier. See docs/design.md, "Tiered store".
 func NewTiered(fast, durable Store) Store {
 	t := &tiered{fast: fast, durable: durable,
 		brk: &breaker{failures: defaultBreakerFailures, cooldown: defaultBreakerCooldown,
@@ -43,6 +44,14 @@ func NewTiered(fast, durable Store) Store {
 		return &tieredTx{tiered: t, tx: tx}
 	}
 	return t
+}
+
+// valid is New's check of the tiers.
+func (t *tiered) valid() error {
+	if t.fast == nil || t.durable == nil {
+		return errors.New("idem: NewTiered: a tier is nil")
+	}
+	return nil
 }
 
 // minFastBudget is the least time a call to the fast tier is given.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -570,5 +571,13 @@ func TestTieredTxDurableDown(t *testing.T) {
 	}
 	if ev.count(core.OutcomeFallback) == 0 {
 		t.Error("no fallback reported")
+	}
+}
+
+func TestNewRefusesNilTier(t *testing.T) {
+	for _, s := range []core.Store{core.NewTiered(nil, core.NewMemoryStore(0)), core.NewTiered(core.NewMemoryStore(0), nil)} {
+		if _, err := core.New(core.Config{Store: s}); err == nil || !strings.Contains(err.Error(), "nil") {
+			t.Errorf("New = %v, want an error for the nil tier", err)
+		}
 	}
 }
