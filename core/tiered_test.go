@@ -3,9 +3,9 @@ package core_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
