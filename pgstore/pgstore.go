@@ -183,14 +183,17 @@ func buildStatements(o *Options) statements {
 		// read); otherwise takes the lock: no row, an expired lock or
 		// record, or a lock of this very token (a run again after a lost
 		// reply). A row committed after the statement's snapshot is seen by
-		// neither part: no row at all, in flight.
+		// neither part: no row at all, in flight. A key that the
+		// transactional mode holds (its advisory lock, $4 || $1, and no row
+		// yet) is not taken either: in flight, so both modes share a table.
 		acquire: `WITH cur AS (
 	SELECT record, status = 'completed' AND expires_at > now()
 		OR status = 'processing' AND locked_until > now() AND lock_token <> $2 AS live
 	FROM ` + t + ` WHERE key = $1
 ), taken AS (
 	INSERT INTO ` + t + ` AS k (key, status, lock_token, locked_until, created_at)
-	SELECT $1, 'processing', $2, now() + $3::interval, now() WHERE NOT EXISTS (SELECT FROM cur WHERE live)
+	SELECT $1, 'processing', $2, now() + $3::interval, now()
+	WHERE NOT EXISTS (SELECT FROM cur WHERE live) AND pg_try_advisory_xact_lock(hashtextextended($4 || $1, 0))
 	ON CONFLICT (key) DO UPDATE SET status = 'processing', lock_token = EXCLUDED.lock_token,
 		locked_until = EXCLUDED.locked_until, record = NULL, status_code = NULL,
 		created_at = EXCLUDED.created_at, completed_at = NULL, expires_at = NULL
@@ -280,7 +283,7 @@ func (s *Store) Acquire(ctx context.Context, key string, lockTTL time.Duration) 
 		record []byte
 	)
 	_, err := s.run(ctx, "acquire", func(ctx context.Context, c *pgxpool.Conn, _ bool) error {
-		return c.QueryRow(ctx, s.sql.acquire, key, token, lockTTL).Scan(&taken, &record)
+		return c.QueryRow(ctx, s.sql.acquire, key, token, lockTTL, s.sql.keyLock).Scan(&taken, &record)
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

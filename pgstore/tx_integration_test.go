@@ -506,3 +506,78 @@ func TestIntegrationTxOr(t *testing.T) {
 		}
 	}
 }
+
+// The two modes share a table: a key that one holds is in flight for the
+// other, under many concurrent duplicates, and its record replays in both.
+func TestIntegrationTxAndLeaseShareTable(t *testing.T) {
+	ctx := context.Background()
+	pool, schema := pgtest.Pool(t)
+	o := pgstore.Options{Schema: schema}
+	if err := pgstore.Migrate(ctx, pool, &o); err != nil {
+		t.Fatal(err)
+	}
+	txs, err := pgstore.NewTx(pool, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(txs.Close)
+	lease, err := pgstore.New(pool, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lease.Close)
+
+	// duplicates sends n Acquires and n Begins of key at once and returns
+	// how many took it.
+	duplicates := func(key string, n int) (taken int) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				_, token, err := lease.Acquire(ctx, key, time.Minute)
+				if err == nil && token != "" {
+					mu.Lock()
+					taken++
+					mu.Unlock()
+				} else if !errors.Is(err, core.ErrInFlight) {
+					t.Errorf("lease Acquire: %q, %v", token, err)
+				}
+			})
+			wg.Go(func() {
+				_, tx, err := txs.Begin(ctx, key, time.Minute)
+				if err == nil && tx != nil {
+					mu.Lock()
+					taken++
+					mu.Unlock()
+					tx.Rollback(ctx) //nolint:errcheck // only counting
+				} else if !errors.Is(err, core.ErrInFlight) {
+					t.Errorf("tx Begin: %v, %v", tx, err)
+				}
+			})
+		}
+		wg.Wait()
+		return taken
+	}
+
+	_, tx, err := txs.Begin(ctx, "held-by-tx", time.Minute)
+	if err != nil || tx == nil {
+		t.Fatalf("Begin: %v, %v", tx, err)
+	}
+	t.Cleanup(func() { tx.Rollback(ctx) }) //nolint:errcheck // after a failure: the pool closes only once it ends
+	if n := duplicates("held-by-tx", 20); n != 0 {
+		t.Fatalf("%d duplicates took a key the transactional mode holds", n)
+	}
+	if err := tx.Commit(ctx, []byte("record"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if rec, token, err := lease.Acquire(ctx, "held-by-tx", time.Minute); string(rec) != "record" || token != "" || err != nil {
+		t.Fatalf("lease Acquire after the commit: %q, %q, %v", rec, token, err)
+	}
+
+	if _, token, err := lease.Acquire(ctx, "held-by-lease", time.Minute); token == "" || err != nil {
+		t.Fatalf("lease Acquire: %q, %v", token, err)
+	}
+	if n := duplicates("held-by-lease", 20); n != 0 {
+		t.Fatalf("%d duplicates took a key the lease mode holds", n)
+	}
+}
