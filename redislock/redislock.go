@@ -441,7 +441,10 @@ const defaultDialTimeout = 5 * time.Second
 // context_timeout_enabled); a refused dial is tried again every 10 ms until
 // the command's deadline, go-redis's own dial retries off (dialer_retries=1
 // unless the URL sets it); and a sentinel URL without dial_timeout gives
-// the master's connections go-redis's default of 5 s too.
+// the master's connections go-redis's default of 5 s too. Give your own
+// commands a deadline: against a Redis that is down, one without waits
+// dial_timeout (5 s) per attempt, max_retries+1 attempts (the Store's have
+// core.Config.StoreTimeout).
 func NewClient(redisURL string) (redis.UniversalClient, error) {
 	scheme, rest, ok := strings.Cut(redisURL, "://")
 	if !ok {

@@ -92,6 +92,9 @@ func NewPostgresService(ctx context.Context, pool *pgxpool.Pool) (*Service, erro
 const (
 	redisList = "idem-example:orders"
 	redisSeq  = "idem-example:order-seq"
+	// redisTimeout bounds each call to Redis: without a deadline, a call
+	// to a Redis that is down waits for it to come back (redislock.NewClient).
+	redisTimeout = time.Second
 )
 
 // Decode parses a POST /orders body; broken JSON or qty <= 0 is ErrInvalid.
@@ -146,6 +149,8 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Order, error) 
 		s.mem = append(s.mem, o)
 		return o, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
 	n, err := s.rdb.Incr(ctx, redisSeq).Result()
 	if err != nil {
 		return Order{}, err
@@ -179,6 +184,8 @@ func (s *Service) List(ctx context.Context) (List, error) {
 		defer s.mu.Unlock()
 		return List{Count: len(s.mem), Orders: append([]Order{}, s.mem...)}, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
 	raw, err := s.rdb.LRange(ctx, redisList, 0, -1).Result()
 	if err != nil {
 		return List{}, err
