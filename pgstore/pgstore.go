@@ -45,8 +45,9 @@ type Options struct {
 	Schema string
 	// Table is the table's name. Optional. Default: DefaultTable.
 	Table string
-	// Timeout bounds each statement whose context has no earlier deadline
-	// (the Engine's Acquire has none). Optional. Default: DefaultTimeout.
+	// Timeout bounds each statement whose context has no deadline (the
+	// Engine's calls have Config.StoreTimeout's). Optional. Default:
+	// DefaultTimeout.
 	Timeout time.Duration
 	// JanitorInterval is the time between two sweeps of expired rows; a
 	// negative value starts no janitor. Optional. Default: DefaultJanitorInterval.
@@ -273,6 +274,13 @@ ON CONFLICT (key) DO UPDATE SET status = 'completed', lock_token = NULL, locked_
 ON CONFLICT (key, step) DO UPDATE SET result = EXCLUDED.result, expires_at = GREATEST(s.expires_at, EXCLUDED.expires_at)`,
 	}
 }
+
+// readCommitted begins the transaction of a batch that reads after taking
+// an advisory lock: at READ COMMITTED each statement's snapshot is taken
+// when it starts, so after the lock; a server whose
+// default_transaction_isolation is REPEATABLE READ would take one snapshot
+// before it.
+const readCommitted = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
 // Acquire implements core.Store in one statement; under core.Config.Quota,
 // a second round trip admits a new key's lock (quota.go).

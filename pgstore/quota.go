@@ -80,15 +80,19 @@ func (s *Store) admit(ctx context.Context, key, token, scope string, q core.Quot
 	)
 	_, err := s.run(ctx, "quota", func(ctx context.Context, c *pgxpool.Conn, _ bool) error {
 		b := &pgx.Batch{}
+		b.Queue(readCommitted) // the admission's snapshot is taken after the lock
 		b.Queue(s.qsql.lock, s.qsql.lockID+scope)
 		b.Queue(s.qsql.admit, scope, key, token, q.InFlight, q.PerWindow, q.Window).QueryRow(func(r pgx.Row) error {
 			return r.Scan(&ok, &room, &retry)
 		})
+		b.Queue("COMMIT")
 		return c.SendBatch(ctx, b).Close()
 	})
 	switch {
 	case err != nil:
-		s.Release(ctx, key, token) //nolint:errcheck // else it expires
+		// Released even if the admission took ctx's time (Options.Timeout
+		// bounds it): else the lock holds the key for its initial lease.
+		s.Release(context.WithoutCancel(ctx), key, token) //nolint:errcheck // else it expires
 		return err
 	case !room:
 		return &core.QuotaError{}

@@ -271,15 +271,18 @@ type txn struct {
 // transaction's idle time, then reads the key's row in a snapshot taken
 // after the lock (a record committed by the transaction that held it), and
 // sets the savepoint that Commit rolls back to if a statement of the
-// handler fails: one round trip (pgx's Batch.BeginTx).
+// handler fails: one round trip (pgx's Batch.BeginTx). READ COMMITTED,
+// whatever default_transaction_isolation says: a REPEATABLE READ snapshot
+// would be taken before the lock, and miss a record committed meanwhile.
 func (t *txn) take(ctx context.Context, idle time.Duration) ([]byte, error) {
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{})
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	var (
 		locked  bool
 		idleSet string
 	)
-	b.Queue(t.s.sql.lock, strconv.FormatInt(idle.Milliseconds(), 10), t.s.sql.keyLock+t.key).
+	idleMs := max(1, (idle+time.Millisecond-1)/time.Millisecond) // 0 would mean no bound
+	b.Queue(t.s.sql.lock, strconv.FormatInt(int64(idleMs), 10), t.s.sql.keyLock+t.key).
 		QueryRow(func(r pgx.Row) error { return r.Scan(&idleSet, &locked) })
 	var (
 		record []byte
@@ -446,6 +449,7 @@ func (s *TxStore) LoadSteps(ctx context.Context, key string) (map[string][]byte,
 	_, err := s.run(ctx, "load steps", func(ctx context.Context, c *pgxpool.Conn, _ bool) error {
 		clear(steps)
 		b := &pgx.Batch{}
+		b.Queue(readCommitted) // the read's snapshot is taken after the lock
 		b.Queue(s.sql.waitSteps, s.sql.stepsLock+key)
 		b.Queue(s.sql.loadSteps, key).Query(func(rows pgx.Rows) error {
 			var (
@@ -458,6 +462,7 @@ func (s *TxStore) LoadSteps(ctx context.Context, key string) (map[string][]byte,
 			})
 			return err
 		})
+		b.Queue("COMMIT")
 		return c.SendBatch(ctx, b).Close()
 	})
 	if err != nil {

@@ -581,3 +581,69 @@ func TestIntegrationTxAndLeaseShareTable(t *testing.T) {
 		t.Fatalf("%d duplicates took a key the lease mode holds", n)
 	}
 }
+
+// With default_transaction_isolation at REPEATABLE READ, reads that follow
+// an advisory lock still see what was committed before the lock was
+// granted: LoadSteps, waiting for a running step, gets its checkpoint.
+func TestIntegrationTxReadCommitted(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL()
+	if strings.Contains(url, "?") {
+		url += "&"
+	} else {
+		url += "?"
+	}
+	pool, schema := pgtest.PoolURL(t, url+"default_transaction_isolation=repeatable%20read")
+	o := pgstore.Options{Schema: schema}
+	if err := pgstore.Migrate(ctx, pool, &o); err != nil {
+		t.Fatal(err)
+	}
+	var iso string
+	if err := pool.QueryRow(ctx, "SHOW default_transaction_isolation").Scan(&iso); err != nil || iso != "repeatable read" {
+		t.Fatalf("default_transaction_isolation %q, %v", iso, err)
+	}
+	txs, err := pgstore.NewTx(pool, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(txs.Close)
+
+	_, tx, err := txs.Begin(ctx, "rr-key", time.Minute)
+	if err != nil || tx == nil {
+		t.Fatalf("Begin: %v, %v", tx, err)
+	}
+	t.Cleanup(func() { tx.Rollback(ctx) }) //nolint:errcheck // the pool closes only once it ends
+	release, running := make(chan struct{}), make(chan struct{})
+	stepDone := make(chan error, 1)
+	go func() {
+		_, err := tx.(core.StepTx).RunStep(ctx, "charge", time.Hour, func(context.Context) ([]byte, error) {
+			close(running)
+			<-release
+			return []byte(`"ch_1"`), nil
+		})
+		stepDone <- err
+	}()
+	<-running
+	loaded := make(chan map[string][]byte, 1)
+	go func() {
+		steps, err := txs.LoadSteps(ctx, "rr-key")
+		if err != nil {
+			t.Error(err)
+		}
+		loaded <- steps
+	}()
+	// LoadSteps waits for the step's lock; then the step commits.
+	for waiting := false; !waiting; {
+		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		runtime.Gosched()
+	}
+	close(release)
+	if err := <-stepDone; err != nil {
+		t.Fatal(err)
+	}
+	if steps := <-loaded; string(steps["charge"]) != `"ch_1"` {
+		t.Fatalf("LoadSteps after the step committed: %q, want its checkpoint", steps)
+	}
+}

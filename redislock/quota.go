@@ -64,7 +64,9 @@ func (s *Store) admit(ctx context.Context, lock, scope, token string, q core.Quo
 	default:
 		err = fmt.Errorf("%w to quota: %v", ErrUnexpectedReply, res)
 	}
-	s.run(ctx, releaseScript, []string{lock}, token) //nolint:errcheck // else it expires
+	// Released even if the admission took ctx's time: else the lock holds
+	// the key for its initial lease.
+	s.run(context.WithoutCancel(ctx), releaseScript, []string{lock}, token) //nolint:errcheck // else it expires
 	return err
 }
 
