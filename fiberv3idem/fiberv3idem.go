@@ -119,13 +119,22 @@ func foldsHeaders(app *fiber.App) bool { return app.Config().DisableHeaderNormal
 // middleware: Fiber runs those before it has picked the handler's route
 // (c.Matched() is false), or, after a route's handler called c.Next(),
 // c.Route() is the Use route, whose Path is a prefix that does not match
-// the whole path.
+// the whole path. The path is matched as the router matched it: a trailing
+// slash and the case ignored unless the app's StrictRouting and
+// CaseSensitive say otherwise.
 func routeTemplate(c fiber.Ctx) string {
 	if !c.Matched() {
 		return ""
 	}
-	r := c.Route()
-	if path := c.Path(); r.Path != path && !fiber.RoutePatternMatch(path, r.Path) {
+	r, path := c.Route(), c.Path()
+	if r.Path == path {
+		return r.Path
+	}
+	cfg := c.App().Config()
+	if !cfg.StrictRouting && len(path) > 1 {
+		path = strings.TrimRight(path, "/")
+	}
+	if !fiber.RoutePatternMatch(path, r.Path, cfg) {
 		return ""
 	}
 	return r.Path // registered at start-up: not a request buffer

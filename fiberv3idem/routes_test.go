@@ -31,6 +31,12 @@ func TestRouteTemplate(t *testing.T) {
 			app.Use(func(c fiber.Ctx) error { return c.Next() }) // a Use middleware before it
 			app.Post("/orders/:id", idem, h)
 		}, "/orders/7", "/orders/:id"},
+		{"on the route, with a trailing slash and another case", func(app *fiber.App, idem fiber.Handler) {
+			app.Post("/orders/:id", idem, h)
+		}, "/Orders/7/", "/orders/:id"},
+		{"on a route without parameters, with a trailing slash", func(app *fiber.App, idem fiber.Handler) {
+			app.Post("/orders", idem, h)
+		}, "/orders/", "/orders"},
 		{"on a group's route", func(app *fiber.App, idem fiber.Handler) {
 			app.Group("/api").Post("/orders/:id", idem, h)
 		}, "/api/orders/7", "/api/orders/:id"},
