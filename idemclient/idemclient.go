@@ -11,7 +11,8 @@
 // key-in-flight of docs/problems.md, under any Config.ProblemDocsURL, or a Retry-After),
 // a 429 or a 5xx but 501: up to MaxAttempts in all, waiting 100 ms, 200 ms,
 // 400 ms (±25 %) or the response's Retry-After, whichever is longer, and
-// never past the request context's deadline. Any other status, such as an
+// never past the request context's deadline; a Retry-After over MaxDelay
+// returns the response at once. Any other status, such as an
 // application's own 409, is returned as it is. Replayed and Attempts tell
 // how the final response came.
 //
@@ -29,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"mime"
 	"net/http"
@@ -86,7 +88,9 @@ type Transport struct {
 	// BaseDelay is the wait before the first retry, doubled for each next
 	// one. Optional. Default: DefaultBaseDelay.
 	BaseDelay time.Duration
-	// MaxDelay caps any one wait, Retry-After included. Optional. Default: DefaultMaxDelay.
+	// MaxDelay caps any one wait. A response whose Retry-After asks for
+	// longer is not retried: it is returned as is, for the caller to wait
+	// as the server asks. Optional. Default: DefaultMaxDelay.
 	MaxDelay time.Duration
 	// MaxBufferBytes bounds the body kept for a request without GetBody; a
 	// longer one is sent once, never retried. Optional. Default: DefaultMaxBufferBytes.
@@ -295,7 +299,8 @@ func replayBody(r *http.Request, limit int64) (func() (io.ReadCloser, error), er
 }
 
 // retry tells whether an attempt's result is worth another attempt, and the
-// server's Retry-After if it sent one.
+// server's Retry-After if it sent one; not if that is over MaxDelay, since a
+// retry sooner would be refused again.
 func (t *Transport) retry(resp *http.Response, err error, s settings) (time.Duration, bool) {
 	if err != nil {
 		var cert *tls.CertificateVerificationError
@@ -304,7 +309,8 @@ func (t *Transport) retry(resp *http.Response, err error, s settings) (time.Dura
 	switch code := resp.StatusCode; {
 	case code == http.StatusConflict && inFlight(resp), code == http.StatusTooManyRequests,
 		code >= 500 && code != http.StatusNotImplemented:
-		return retryAfter(resp.Header.Get("Retry-After"), t.clock(), s.maxDelay), true
+		wait := retryAfter(resp.Header.Get("Retry-After"), t.clock())
+		return wait, wait <= s.maxDelay
 	}
 	return 0, false
 }
@@ -334,20 +340,17 @@ func inFlight(resp *http.Response) bool {
 	return json.Unmarshal(head, &p) == nil && strings.HasSuffix(p.Type, keyInFlight)
 }
 
-// retryAfter parses a Retry-After value, seconds or an HTTP date, capped at
-// limit; 0 if there is none.
-func retryAfter(v string, now time.Time, limit time.Duration) time.Duration {
+// retryAfter parses a Retry-After value, seconds or an HTTP date; 0 if
+// there is none or it does not parse.
+func retryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
 	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs >= int64(limit/time.Second) {
-			return limit
-		}
-		return time.Duration(max(secs, 0)) * time.Second
+		return time.Duration(min(max(secs, 0), math.MaxInt64/int64(time.Second))) * time.Second
 	}
 	if at, err := http.ParseTime(v); err == nil {
-		return min(max(at.Sub(now), 0), limit)
+		return max(at.Sub(now), 0)
 	}
 	return 0
 }

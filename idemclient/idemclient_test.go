@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -172,7 +173,6 @@ func TestRetriesWithOneKey(t *testing.T) {
 		// The date is 3 s after the first attempt: the second attempt comes
 		// at that date, so its wait is the backoff's.
 		{"409 Retry-After date", status(409, "Retry-After", start.Add(3*time.Second).Format(http.TimeFormat)), []time.Duration{3 * time.Second, 200 * ms}},
-		{"409 Retry-After over MaxDelay", status(409, "Retry-After", "3600"), []time.Duration{5 * time.Second, 5 * time.Second}},
 		{"409 Retry-After shorter than the backoff", status(409, "Retry-After", "0"), []time.Duration{100 * ms, 200 * ms}},
 		{"409 bad Retry-After", status(409, "Retry-After", "soon"), []time.Duration{100 * ms, 200 * ms}},
 		{"409 key in flight", problem(409, "application/problem+json", keyInFlightType), []time.Duration{100 * ms, 200 * ms}},
@@ -838,16 +838,17 @@ func TestRetryAfter(t *testing.T) {
 		{"-5", 0},
 		{"3", 3 * time.Second},
 		{"60", time.Minute},
-		{"61", time.Minute},
+		{"3600", time.Hour},
+		{"99999999999", time.Duration(math.MaxInt64/int64(time.Second)) * time.Second}, // no overflow
 		{"99999999999999999999", 0}, // out of int64: not a number of seconds
 		{start.Add(30 * time.Second).Format(http.TimeFormat), 30 * time.Second},
 		{start.Add(-time.Hour).Format(http.TimeFormat), 0},
-		{start.Add(time.Hour).Format(http.TimeFormat), time.Minute},
+		{start.Add(time.Hour).Format(http.TimeFormat), time.Hour},
 		{"Monday, 02-Jan-30 03:04:15 GMT", 10 * time.Second}, // RFC 850
 		{"soon", 0},
 	}
 	for _, tt := range tests {
-		if got := retryAfter(tt.value, start, time.Minute); got != tt.want {
+		if got := retryAfter(tt.value, start); got != tt.want {
 			t.Errorf("retryAfter(%q) = %v, want %v", tt.value, got, tt.want)
 		}
 	}
@@ -856,3 +857,36 @@ func TestRetryAfter(t *testing.T) {
 // keyInFlightType is the type of idem's key-in-flight problem, as
 // docs/problems.md documents it.
 const keyInFlightType = "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-in-flight"
+
+// A Retry-After over MaxDelay is the server's to set: the response goes
+// back at once, not retried sooner than the server asked.
+func TestRetryAfterOverMaxDelayNotRetried(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		fail func(http.ResponseWriter, *http.Request)
+		code int
+	}{
+		{"429", status(429, "Retry-After", "60"), 429},
+		{"503", status(503, "Retry-After", "3600"), 503},
+		{"409 key in flight", status(409, "Retry-After", "3600"), 409},
+		{"429 date", status(429, "Retry-After", start.Add(time.Hour).Format(http.TimeFormat)), 429},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := &flaky{fails: 5, fail: tt.fail}
+			url, base := serve(t, srv)
+			tr := &Transport{Base: base}
+			ft := useFakeTime(tr)
+			resp, err := tr.RoundTrip(post(t, url, `{"item":"book"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			readBody(t, resp)
+			if resp.StatusCode != tt.code || resp.Header.Get("Retry-After") == "" || len(srv.Seen()) != 1 || len(ft.Waits()) != 0 {
+				t.Fatalf("%d Retry-After %q after %d requests and waits %v; want %d at once",
+					resp.StatusCode, resp.Header.Get("Retry-After"), len(srv.Seen()), ft.Waits(), tt.code)
+			}
+		})
+	}
+}
