@@ -267,7 +267,8 @@ func globEscape(s string) string {
 // over Redis Pub/Sub, as long as the client can subscribe (a Client,
 // ClusterClient or UniversalClient; not a bare Scripter). A purge published
 // while the subscription reconnects is missed: that copy replays until it
-// expires. The subscription ends when the client is closed.
+// expires. The Store subscribes once, at the first call, for all of them;
+// the subscription ends when the client is closed.
 func (s *Store) SetInvalidate(invalidate func(key string)) {
 	sub, ok := s.client.(interface {
 		Subscribe(ctx context.Context, channels ...string) *redis.PubSub
@@ -275,10 +276,22 @@ func (s *Store) SetInvalidate(invalidate func(key string)) {
 	if !ok {
 		return
 	}
+	s.invalidateMu.Lock()
+	s.invalidate = append(s.invalidate, invalidate)
+	first := len(s.invalidate) == 1
+	s.invalidateMu.Unlock()
+	if !first {
+		return
+	}
 	ps := sub.Subscribe(context.Background(), s.purged)
 	go func() {
 		for msg := range ps.Channel() {
-			invalidate(msg.Payload)
+			s.invalidateMu.Lock()
+			fns := s.invalidate // appended to, never changed
+			s.invalidateMu.Unlock()
+			for _, f := range fns {
+				f(msg.Payload)
+			}
 		}
 	}()
 }

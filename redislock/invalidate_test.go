@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -77,4 +78,31 @@ func testPurgeInvalidatesCaches(t *testing.T, c redis.UniversalClient, prefix st
 func TestPurgeInvalidatesCachesMiniredis(t *testing.T) {
 	_, c := newMiniredis(t)
 	testPurgeInvalidatesCaches(t, c, "cache")
+}
+
+// Every Engine on one Store gets the purges of one subscription: more
+// Engines add no connection.
+func TestInvalidateSubscribesOnce(t *testing.T) {
+	_, c := newMiniredis(t)
+	s := mustNew(t, c, &redislock.Options{Prefix: "once"})
+	var got [3]atomic.Int32
+	for i := range got {
+		s.SetInvalidate(func(key string) {
+			if key == "k" {
+				got[i].Add(1)
+			}
+		})
+	}
+	ctx := context.Background()
+	// Publish until every Engine got a purge: its subscription is live.
+	for got[0].Load() == 0 || got[1].Load() == 0 || got[2].Load() == 0 {
+		if err := c.Publish(ctx, "once:purged", "k").Err(); err != nil {
+			t.Fatal(err)
+		}
+		runtime.Gosched()
+	}
+	n, err := c.PubSubNumSub(ctx, "once:purged").Result()
+	if err != nil || n["once:purged"] != 1 {
+		t.Fatalf("%v subscriptions for 3 Engines (%v), want 1", n, err)
+	}
 }

@@ -96,6 +96,9 @@ type Store struct {
 	stepPrefix string               // "<prefix>-steps:{"
 	purged     string               // "<prefix>:purged", the Pub/Sub channel of purges
 
+	invalidateMu sync.Mutex
+	invalidate   []func(key string) // of SetInvalidate: fed by one subscription to purged
+
 	quotaPrefix, ratePrefix string // "<prefix>-quota:{", "<prefix>-rate:{" (quota.go)
 }
 
