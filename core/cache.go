@@ -10,8 +10,9 @@ import (
 // Invalidator is implemented by stores that tell every process when a
 // record goes before it expires (an admin purge), so that Config.ReplayCache
 // drops its copy. New calls SetInvalidate; the store calls invalidate with
-// the key of each purged record, from any process, this one included. A
-// store keeps the functions of every Engine made with it, for its life.
+// the key of each purged record, from any process, this one included. The
+// stores of this module keep the functions of every Engine made with them,
+// for their life.
 type Invalidator interface {
 	SetInvalidate(invalidate func(key string))
 }

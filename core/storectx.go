@@ -160,12 +160,34 @@ func (*detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
 func (*detachedCtx) Done() <-chan struct{}       { return nil }
 func (*detachedCtx) Err() error                  { return nil }
 
-// Value returns parent's value of key. context.Cause looks up the nearest
-// cancellation under an unexported *int key, which a detached context must
-// hide, as context.WithoutCancel does: keys of that type go through it.
+// Value returns parent's value of key, but none for cancelCtxKey: the
+// parent's cancellation is not this context's, as with WithoutCancel.
 func (c *detachedCtx) Value(key any) any {
-	if _, ok := key.(*int); ok {
-		return context.WithoutCancel(c.parent).Value(key)
+	if key == cancelCtxKey {
+		return nil
 	}
 	return c.parent.Value(key)
+}
+
+// cancelCtxKey is the unexported key under which the context package (and
+// context.Cause) looks up a context's nearest cancellation: the key that
+// context.Cause asks a probe for.
+var cancelCtxKey = func() any {
+	p := &keyProbe{Context: context.Background()}
+	context.Cause(p) //nolint:errcheck // only its question matters
+	return p.key
+}()
+
+type keyProbe struct {
+	context.Context
+	key any
+}
+
+func (*keyProbe) Err() error { return context.Canceled } // else Cause asks nothing
+
+func (p *keyProbe) Value(key any) any {
+	if p.key == nil {
+		p.key = key
+	}
+	return nil
 }

@@ -21,7 +21,7 @@ type tiered struct {
 
 	mu         sync.Mutex
 	observe    func(Event)  // the Engine's; nil until an Engine takes the store
-	invalidate func(string) // the Engine's replay cache's; nil without one
+	invalidate []func(string) // the Engines' replay caches'; none without one
 }
 
 // NewTiered returns the Store of fast (Redis) in front of durable
@@ -107,7 +107,7 @@ func (t *tiered) SetObserver(observe func(Event)) {
 // reach the Engine's replay cache, and so do this store's own purges.
 func (t *tiered) SetInvalidate(invalidate func(key string)) {
 	t.mu.Lock()
-	t.invalidate = invalidate
+	t.invalidate = append(t.invalidate, invalidate)
 	t.mu.Unlock()
 	for _, s := range []Store{t.fast, t.durable} {
 		if i, ok := s.(Invalidator); ok {
@@ -302,10 +302,10 @@ func (t *tiered) Purge(ctx context.Context, key string) error {
 		}
 		if err == nil {
 			t.mu.Lock()
-			invalidate := t.invalidate
+			invalidate := t.invalidate // appended to, never changed
 			t.mu.Unlock()
-			if invalidate != nil {
-				invalidate(key) // this process's copy; the fast tier told the others if it had one
+			for _, f := range invalidate {
+				f(key) // this process's copies; the fast tier told the others if it had one
 			}
 		}
 		return err
