@@ -70,9 +70,12 @@ SELECT ok, room, retry FROM verdict`,
 // begins.
 func (s *Store) EnforcesQuota() bool { return true }
 
+// quotaReleaseTimeout bounds the release of a lock whose admission failed.
+const quotaReleaseTimeout = time.Second
+
 // admit admits the lock of token, just taken for key, in the scope under q,
-// in one round trip (a batch: one implicit transaction, which holds the
-// scope's advisory lock). A refused lock is deleted.
+// in one round trip (a batch: one READ COMMITTED transaction, which holds
+// the scope's advisory lock). A refused lock is deleted.
 func (s *Store) admit(ctx context.Context, key, token, scope string, q core.Quota) error {
 	var (
 		ok, room bool
@@ -90,9 +93,12 @@ func (s *Store) admit(ctx context.Context, key, token, scope string, q core.Quot
 	})
 	switch {
 	case err != nil:
-		// Released even if the admission took ctx's time (Options.Timeout
-		// bounds it): else the lock holds the key for its initial lease.
-		s.Release(context.WithoutCancel(ctx), key, token) //nolint:errcheck // else it expires
+		// Released even if the admission took ctx's time, else the lock
+		// holds the key for its initial lease; bounded, as PostgreSQL may
+		// be failing.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), quotaReleaseTimeout)
+		defer cancel()
+		s.Release(rctx, key, token) //nolint:errcheck // else it expires
 		return err
 	case !room:
 		return &core.QuotaError{}

@@ -281,8 +281,8 @@ func (t *txn) take(ctx context.Context, idle time.Duration) ([]byte, error) {
 		locked  bool
 		idleSet string
 	)
-	idleMs := max(1, (idle+time.Millisecond-1)/time.Millisecond) // 0 would mean no bound
-	b.Queue(t.s.sql.lock, strconv.FormatInt(int64(idleMs), 10), t.s.sql.keyLock+t.key).
+	millis := max(1, int64((idle+time.Millisecond-1)/time.Millisecond)) // 0 would mean no bound
+	b.Queue(t.s.sql.lock, strconv.FormatInt(millis, 10), t.s.sql.keyLock+t.key).
 		QueryRow(func(r pgx.Row) error { return r.Scan(&idleSet, &locked) })
 	var (
 		record []byte

@@ -632,9 +632,16 @@ func TestIntegrationTxReadCommitted(t *testing.T) {
 		}
 		loaded <- steps
 	}()
-	// LoadSteps waits for the step's lock; then the step commits.
+	// LoadSteps waits for the step's lock (shared, where the step holds it
+	// exclusive); then the step commits.
 	for waiting := false; !waiting; {
-		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)").Scan(&waiting); err != nil {
+		select {
+		case steps := <-loaded:
+			t.Fatalf("LoadSteps returned %q while the step ran", steps)
+		default:
+		}
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+	AND mode = 'ShareLock' AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		runtime.Gosched()

@@ -46,6 +46,9 @@ func scopeOf(token string) string {
 	return scope
 }
 
+// quotaReleaseTimeout bounds the release of a lock whose admission failed.
+const quotaReleaseTimeout = time.Second
+
 // admit admits the lock of token, just taken for key, in its scope under
 // q; if the quota refuses it, or the admission fails, the lock is released.
 func (s *Store) admit(ctx context.Context, lock, scope, token string, q core.Quota, lockTTL time.Duration) error {
@@ -64,9 +67,11 @@ func (s *Store) admit(ctx context.Context, lock, scope, token string, q core.Quo
 	default:
 		err = fmt.Errorf("%w to quota: %v", ErrUnexpectedReply, res)
 	}
-	// Released even if the admission took ctx's time: else the lock holds
-	// the key for its initial lease.
-	s.run(context.WithoutCancel(ctx), releaseScript, []string{lock}, token) //nolint:errcheck // else it expires
+	// Released even if the admission took ctx's time, else the lock holds
+	// the key for its initial lease; bounded, as Redis may be failing.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), quotaReleaseTimeout)
+	defer cancel()
+	s.run(rctx, releaseScript, []string{lock}, token) //nolint:errcheck // else it expires
 	return err
 }
 
