@@ -95,7 +95,10 @@ func TestInvalidateSubscribesOnce(t *testing.T) {
 	}
 	ctx := context.Background()
 	// Publish until every Engine got a purge: its subscription is live.
-	for got[0].Load() == 0 || got[1].Load() == 0 || got[2].Load() == 0 {
+	for i := 0; got[0].Load() == 0 || got[1].Load() == 0 || got[2].Load() == 0; i++ {
+		if i == 100_000 {
+			t.Fatalf("purges received: %d, %d, %d", got[0].Load(), got[1].Load(), got[2].Load())
+		}
 		if err := c.Publish(ctx, "once:purged", "k").Err(); err != nil {
 			t.Fatal(err)
 		}
