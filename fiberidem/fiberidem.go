@@ -16,14 +16,14 @@ import (
 func New(config ...Config) fiber.Handler {
 	cfg := configDefault(config...)
 	eng := cfg.Engine
-	var apps httpadapt.FoldCache[*fiber.App]
+	var apps httpadapt.AppCache[*fiber.App, bool]
 	return func(c *fiber.Ctx) error {
 		if cfg.Next != nil && cfg.Next(c) {
 			return c.Next()
 		}
 		req := c.Request()
 		method := c.Method()
-		header, keyed := httpadapt.FastHeaders(&req.Header, apps.Folds(c.App(), foldsHeaders))
+		header, keyed := httpadapt.FastHeaders(&req.Header, apps.Get(c.App(), foldsHeaders))
 		if !eng.Keyed(method, keyed) {
 			return c.Next() // nothing to read or copy without a key
 		}

@@ -15,18 +15,19 @@ import (
 func New(config ...Config) fiber.Handler {
 	cfg := configDefault(config...)
 	eng := cfg.Engine
-	var apps httpadapt.FoldCache[*fiber.App]
+	var apps httpadapt.AppCache[*fiber.App, appConfig]
 	return func(c fiber.Ctx) error {
 		if cfg.Next != nil && cfg.Next(c) {
 			return c.Next()
 		}
 		req := c.Request()
 		method := c.Method()
-		header, keyed := httpadapt.FastHeaders(&req.Header, apps.Folds(c.App(), foldsHeaders))
+		app := apps.Get(c.App(), readConfig)
+		header, keyed := httpadapt.FastHeaders(&req.Header, app.foldsHeaders)
 		if !eng.Keyed(method, keyed) {
 			return c.Next() // nothing to read or copy without a key
 		}
-		route := routeTemplate(c)
+		route := routeTemplate(c, &app.routing)
 		res := c.Response()
 		st := &httpadapt.FastState{Ctx: httpadapt.LocalsContext{Context: c.Context(), Locals: c}}
 		st.Preset.Preset = true
@@ -112,7 +113,16 @@ func New(config ...Config) fiber.Handler {
 	}
 }
 
-func foldsHeaders(app *fiber.App) bool { return app.Config().DisableHeaderNormalizing }
+// appConfig is what the middleware reads of an app's Config.
+type appConfig struct {
+	foldsHeaders bool
+	routing      fiber.Config // StrictRouting and CaseSensitive only, for RoutePatternMatch
+}
+
+func readConfig(app *fiber.App) appConfig {
+	c := app.Config()
+	return appConfig{c.DisableHeaderNormalizing, fiber.Config{StrictRouting: c.StrictRouting, CaseSensitive: c.CaseSensitive}}
+}
 
 // routeTemplate returns the template of the route being served
 // ("/orders/:id"), or "" (unknown to the Engine) under app.Use or Group
@@ -122,7 +132,7 @@ func foldsHeaders(app *fiber.App) bool { return app.Config().DisableHeaderNormal
 // the whole path. The path is matched as the router matched it: a trailing
 // slash and the case ignored unless the app's StrictRouting and
 // CaseSensitive say otherwise.
-func routeTemplate(c fiber.Ctx) string {
+func routeTemplate(c fiber.Ctx, routing *fiber.Config) string {
 	if !c.Matched() {
 		return ""
 	}
@@ -130,11 +140,10 @@ func routeTemplate(c fiber.Ctx) string {
 	if r.Path == path {
 		return r.Path
 	}
-	cfg := c.App().Config()
-	if !cfg.StrictRouting && len(path) > 1 {
+	if !routing.StrictRouting && len(path) > 1 {
 		path = strings.TrimRight(path, "/")
 	}
-	if !fiber.RoutePatternMatch(path, r.Path, cfg) {
+	if !fiber.RoutePatternMatch(path, r.Path, *routing) {
 		return ""
 	}
 	return r.Path // registered at start-up: not a request buffer

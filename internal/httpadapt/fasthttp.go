@@ -298,25 +298,28 @@ func FastProblemHeaders[H FastResponseHeader](rh H, resp *core.Response) {
 	}
 }
 
-// FoldCache remembers whether the app that last served a request disables
-// header normalizing (see FastHeaders): Fiber's App.Config copies the whole
-// Config, too much to do per request.
-type FoldCache[A comparable] struct{ last atomic.Pointer[foldEntry[A]] }
-
-type foldEntry[A comparable] struct {
-	app  A
-	fold bool
+// AppCache remembers what an adapter read of the app that last served a
+// request (whether it disables header normalizing, see FastHeaders; how it
+// routes): Fiber's App.Config copies the whole Config, too much to do per
+// request.
+type AppCache[A comparable, V any] struct {
+	last atomic.Pointer[appEntry[A, V]]
 }
 
-// Folds reports read(app), asking read only when app is not the last app
+type appEntry[A comparable, V any] struct {
+	app A
+	v   V
+}
+
+// Get returns read(app), asking read only when app is not the last app
 // asked about.
-func (c *FoldCache[A]) Folds(app A, read func(A) bool) bool {
+func (c *AppCache[A, V]) Get(app A, read func(A) V) V {
 	if last := c.last.Load(); last != nil && last.app == app {
-		return last.fold
+		return last.v
 	}
-	last := &foldEntry[A]{app, read(app)}
+	last := &appEntry[A, V]{app, read(app)}
 	c.last.Store(last)
-	return last.fold
+	return last.v
 }
 
 // Localer is a Fiber context's store of per-request values (c.Locals), the

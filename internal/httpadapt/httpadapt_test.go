@@ -291,20 +291,20 @@ func TestDrainBody(t *testing.T) {
 	}
 }
 
-func TestFoldCache(t *testing.T) {
+func TestAppCache(t *testing.T) {
 	t.Parallel()
 	type app struct{ fold bool }
 	a, b := &app{true}, &app{false}
 	reads := 0
 	read := func(x *app) bool { reads++; return x.fold }
-	var c FoldCache[*app]
+	var c AppCache[*app, bool]
 	for _, tc := range []struct {
 		app   *app
 		want  bool
 		reads int
 	}{{a, true, 1}, {a, true, 1}, {b, false, 2}, {b, false, 2}, {a, true, 3}} {
-		if got := c.Folds(tc.app, read); got != tc.want || reads != tc.reads {
-			t.Fatalf("Folds = %v after %d reads, want %v after %d", got, reads, tc.want, tc.reads)
+		if got := c.Get(tc.app, read); got != tc.want || reads != tc.reads {
+			t.Fatalf("Get = %v after %d reads, want %v after %d", got, reads, tc.want, tc.reads)
 		}
 	}
 }
