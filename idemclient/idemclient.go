@@ -11,8 +11,8 @@
 // key-in-flight of docs/problems.md, under any Config.ProblemDocsURL, or a Retry-After),
 // a 429 or a 5xx but 501: up to MaxAttempts in all, waiting 100 ms, 200 ms,
 // 400 ms (±25 %) or the response's Retry-After, whichever is longer, and
-// never past the request context's deadline; a Retry-After over MaxDelay
-// returns the response at once. Any other status, such as an
+// never past the request context's deadline; a 429 or 503 whose
+// Retry-After is over MaxDelay is returned at once. Any other status, such as an
 // application's own 409, is returned as it is. Replayed and Attempts tell
 // how the final response came.
 //
@@ -88,9 +88,10 @@ type Transport struct {
 	// BaseDelay is the wait before the first retry, doubled for each next
 	// one. Optional. Default: DefaultBaseDelay.
 	BaseDelay time.Duration
-	// MaxDelay caps any one wait. A response whose Retry-After asks for
-	// longer is not retried: it is returned as is, for the caller to wait
-	// as the server asks. Optional. Default: DefaultMaxDelay.
+	// MaxDelay caps any one wait, Retry-After included; but a 429 or 503
+	// whose Retry-After asks for longer is not retried: it is returned as
+	// is, for the caller to wait as the server asks. Optional. Default:
+	// DefaultMaxDelay.
 	MaxDelay time.Duration
 	// MaxBufferBytes bounds the body kept for a request without GetBody; a
 	// longer one is sent once, never retried. Optional. Default: DefaultMaxBufferBytes.
@@ -299,8 +300,8 @@ func replayBody(r *http.Request, limit int64) (func() (io.ReadCloser, error), er
 }
 
 // retry tells whether an attempt's result is worth another attempt, and the
-// server's Retry-After if it sent one; not if that is over MaxDelay, since a
-// retry sooner would be refused again.
+// server's Retry-After if it sent one, at most MaxDelay; a 429 or 503 whose
+// Retry-After is over MaxDelay is not.
 func (t *Transport) retry(resp *http.Response, err error, s settings) (time.Duration, bool) {
 	if err != nil {
 		var cert *tls.CertificateVerificationError
@@ -310,7 +311,10 @@ func (t *Transport) retry(resp *http.Response, err error, s settings) (time.Dura
 	case code == http.StatusConflict && inFlight(resp), code == http.StatusTooManyRequests,
 		code >= 500 && code != http.StatusNotImplemented:
 		wait := retryAfter(resp.Header.Get("Retry-After"), t.clock())
-		return wait, wait <= s.maxDelay
+		if wait > s.maxDelay && (code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable) {
+			return 0, false // a quota or an outage that long: retrying sooner would be refused again
+		}
+		return min(wait, s.maxDelay), true
 	}
 	return 0, false
 }

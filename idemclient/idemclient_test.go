@@ -170,6 +170,8 @@ func TestRetriesWithOneKey(t *testing.T) {
 		{"connection closed", hangUp(false), []time.Duration{100 * ms, 200 * ms}},
 		{"connection reset", hangUp(true), []time.Duration{100 * ms, 200 * ms}},
 		{"409 Retry-After seconds", status(409, "Retry-After", "2"), []time.Duration{2 * time.Second, 2 * time.Second}},
+		{"409 Retry-After over MaxDelay", status(409, "Retry-After", "3600"), []time.Duration{5 * time.Second, 5 * time.Second}},
+		{"500 Retry-After over MaxDelay", status(500, "Retry-After", "3600"), []time.Duration{5 * time.Second, 5 * time.Second}},
 		// The date is 3 s after the first attempt: the second attempt comes
 		// at that date, so its wait is the backoff's.
 		{"409 Retry-After date", status(409, "Retry-After", start.Add(3*time.Second).Format(http.TimeFormat)), []time.Duration{3 * time.Second, 200 * ms}},
@@ -858,8 +860,9 @@ func TestRetryAfter(t *testing.T) {
 // docs/problems.md documents it.
 const keyInFlightType = "https://github.com/idem-go/idem/blob/main/docs/problems.md#key-in-flight"
 
-// A Retry-After over MaxDelay is the server's to set: the response goes
-// back at once, not retried sooner than the server asked.
+// A 429 or 503 whose Retry-After is over MaxDelay goes back at once, not
+// retried sooner than the server asked (a quota's window, an outage); a key
+// in flight or a 500 is retried at MaxDelay.
 func TestRetryAfterOverMaxDelayNotRetried(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -869,7 +872,6 @@ func TestRetryAfterOverMaxDelayNotRetried(t *testing.T) {
 	}{
 		{"429", status(429, "Retry-After", "60"), 429},
 		{"503", status(503, "Retry-After", "3600"), 503},
-		{"409 key in flight", status(409, "Retry-After", "3600"), 409},
 		{"429 date", status(429, "Retry-After", start.Add(time.Hour).Format(http.TimeFormat)), 429},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
