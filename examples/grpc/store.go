@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,6 +19,9 @@ import (
 const (
 	redisList = "idem-example:grpc-orders"
 	redisSeq  = "idem-example:grpc-order-seq"
+	// redisTimeout bounds each call to Redis: without a deadline, a call
+	// to a Redis that is down waits for it to come back (redislock.NewClient).
+	redisTimeout = time.Second
 )
 
 // ordersTable holds the orders in PostgreSQL, apart from the HTTP examples'.
@@ -53,6 +57,8 @@ func (s *store) create(ctx context.Context, item string, qty int32) (*ordersv1.O
 		s.mem = append(s.mem, o)
 		return o, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
 	n, err := s.rdb.Incr(ctx, redisSeq).Result()
 	if err != nil {
 		return nil, err
@@ -81,6 +87,8 @@ func (s *store) list(ctx context.Context) ([]*ordersv1.Order, error) {
 		defer s.mu.Unlock()
 		return append([]*ordersv1.Order(nil), s.mem...), nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
 	raw, err := s.rdb.LRange(ctx, redisList, 0, -1).Result()
 	if err != nil {
 		return nil, err
