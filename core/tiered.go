@@ -20,7 +20,7 @@ type tiered struct {
 	brk           *breaker // of the fast tier
 
 	mu         sync.Mutex
-	observe    func(Event)  // the Engine's; nil until an Engine takes the store
+	observe    func(Event)    // the Engine's; nil until an Engine takes the store
 	invalidate []func(string) // the Engines' replay caches'; none without one
 }
 
