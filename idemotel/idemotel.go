@@ -118,7 +118,7 @@ func New(mp metric.MeterProvider, opts *Options) (*Telemetry, error) {
 		metric.WithDescription("Duration of the idempotency store's calls, by operation (acquire, complete, release, refresh)."),
 		metric.WithExplicitBucketBoundaries(storeBuckets...))
 	t.storeErrs, errs[3] = m.Int64Counter("idempotency.store.errors", metric.WithUnit("{error}"),
-		metric.WithDescription("Idempotency store calls that failed, by operation; a key in flight or a lost lock is no failure."))
+		metric.WithDescription("Idempotency store calls that failed, by operation; a key in flight, a lost lock or a quota refusal is no failure."))
 	t.inflight, errs[4] = m.Int64UpDownCounter("idempotency.inflight_requests", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests of this process that hold their idempotency key's lock: their handler is running."))
 	t.fallbacks, errs[5] = m.Int64Counter("idempotency.store.fallbacks", metric.WithUnit("{request}"),

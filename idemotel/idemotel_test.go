@@ -432,15 +432,15 @@ func TestGRPCAttributes(t *testing.T) {
 }
 
 // TestStoreErrorTypes: a failed store call's duration carries error.type,
-// a timeout, a full store, a corrupt record, or _OTHER; a key in flight and
-// a lost lock are no failures.
+// a timeout, a full store, a corrupt record, or _OTHER; a key in flight, a
+// lost lock and a key over the quota are no failures.
 func TestStoreErrorTypes(t *testing.T) {
 	t.Parallel()
 	tel, reader := newTelemetry(t)
 	ctx := context.Background()
 	for _, err := range []error{
 		context.DeadlineExceeded, fmt.Errorf("redis: %w", context.DeadlineExceeded), core.ErrStoreFull,
-		core.ErrCorruptRecord, errDown, core.ErrInFlight, core.ErrLockLost, nil,
+		core.ErrCorruptRecord, errDown, core.ErrInFlight, core.ErrLockLost, &core.QuotaError{}, nil,
 	} {
 		s := tel.InstrumentStore(&scriptedStore{errs: map[string]error{"acquire": err}})
 		s.Acquire(ctx, "k", time.Minute)
@@ -450,7 +450,7 @@ func TestStoreErrorTypes(t *testing.T) {
 		"error.type=store_full,idempotency.store.operation=acquire":     1,
 		"error.type=corrupt_record,idempotency.store.operation=acquire": 1,
 		"error.type=_OTHER,idempotency.store.operation=acquire":         1,
-		"idempotency.store.operation=acquire":                           3,
+		"idempotency.store.operation=acquire":                           4,
 	})
 }
 

@@ -9,16 +9,17 @@ import (
 	"github.com/idem-go/idem/instrument"
 )
 
-// InstrumentStore returns s measured by t (core.InstrumentStore): the
-// duration and the failures of each call, and idempotency.inflight_requests,
-// the locks that s handed to this process and that were not completed or
-// released yet. The result implements core.Waiter and core.Admin if s does.
+// InstrumentStore returns s measured by t (instrument.Store): the duration
+// and the failures (instrument.Failed) of each call, and
+// idempotency.inflight_requests, the locks that s handed to this process
+// and that were not completed or released yet. The result implements
+// core.Waiter, core.Admin and core.TxStore if s does.
 func (t *Telemetry) InstrumentStore(s core.Store) core.Store {
 	return instrument.Store(s, t.observeStore)
 }
 
 func (t *Telemetry) observeStore(ctx context.Context, op instrument.Op, d time.Duration, err error, held int) {
-	if err != nil && !errors.Is(err, core.ErrInFlight) && !errors.Is(err, core.ErrLockLost) {
+	if instrument.Failed(err) {
 		t.storeDur.Record(ctx, d.Seconds(), t.failed[op][storeErrorType(err)].record...)
 		t.storeErrs.Add(ctx, 1, t.ops[op].add...)
 	} else {

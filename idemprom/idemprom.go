@@ -117,7 +117,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Collector, error) {
 		}, []string{"operation"}),
 		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idempotency_store_errors_total",
-			Help: "Idempotency store calls that failed, by operation; a key in flight or a lost lock is no failure.",
+			Help: "Idempotency store calls that failed, by operation; a key in flight, a lost lock or a quota refusal is no failure.",
 		}, []string{"operation"}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idempotency_inflight_requests",

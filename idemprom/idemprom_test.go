@@ -186,7 +186,7 @@ idempotency_requests_total{method="POST",outcome="not_stored",route="/orders"} 1
 idempotency_requests_total{method="POST",outcome="replay",route="/orders"} 2
 idempotency_requests_total{method="POST",outcome="stored",route="/orders"} 3
 idempotency_requests_total{method="PUT",outcome="store_error",route="/orders/{id}"} 1
-# HELP idempotency_store_errors_total Idempotency store calls that failed, by operation; a key in flight or a lost lock is no failure.
+# HELP idempotency_store_errors_total Idempotency store calls that failed, by operation; a key in flight, a lost lock or a quota refusal is no failure.
 # TYPE idempotency_store_errors_total counter
 idempotency_store_errors_total{operation="acquire"} 1
 idempotency_store_errors_total{operation="complete"} 0
@@ -527,7 +527,7 @@ func TestBreaker(t *testing.T) {
 # HELP idempotency_requests_total Requests with an idempotency key, by outcome (replay, stored, conflict, ...), method and route template.
 # TYPE idempotency_requests_total counter
 idempotency_requests_total{method="POST",outcome="store_error",route="unmatched"} 5
-# HELP idempotency_store_errors_total Idempotency store calls that failed, by operation; a key in flight or a lost lock is no failure.
+# HELP idempotency_store_errors_total Idempotency store calls that failed, by operation; a key in flight, a lost lock or a quota refusal is no failure.
 # TYPE idempotency_store_errors_total counter
 idempotency_store_errors_total{operation="acquire"} 2
 idempotency_store_errors_total{operation="complete"} 0

@@ -2,17 +2,17 @@ package idemprom
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/instrument"
 )
 
-// InstrumentStore returns s measured by c (core.InstrumentStore): the
-// duration and the failures of each call, and idempotency_inflight_requests,
-// the locks that s handed to this process and that were not completed or
-// released yet. The result implements core.Waiter and core.Admin if s does.
+// InstrumentStore returns s measured by c (instrument.Store): the duration
+// and the failures (instrument.Failed) of each call, and
+// idempotency_inflight_requests, the locks that s handed to this process
+// and that were not completed or released yet. The result implements
+// core.Waiter, core.Admin and core.TxStore if s does.
 func (c *Collector) InstrumentStore(s core.Store) core.Store {
 	return instrument.Store(s, c.observeStore)
 }
@@ -20,7 +20,7 @@ func (c *Collector) InstrumentStore(s core.Store) core.Store {
 func (c *Collector) observeStore(_ context.Context, op instrument.Op, d time.Duration, err error, held int) {
 	m := c.ops[op]
 	m.duration.Observe(d.Seconds())
-	if err != nil && !errors.Is(err, core.ErrInFlight) && !errors.Is(err, core.ErrLockLost) {
+	if instrument.Failed(err) {
 		m.errors.Inc()
 	}
 	if held != 0 {

@@ -124,8 +124,8 @@ func (s *scriptedStore) Refresh(context.Context, string, string, time.Duration) 
 
 // TestStoreWrapper checks the in-flight gauge and the error counts call by
 // call: a lock counts from the Acquire that took it to its Complete or
-// Release, whatever they return, once; a key in flight and a lost lock are
-// no store errors.
+// Release, whatever they return, once; a key in flight, a lost lock and a
+// key over the quota are no store errors.
 func TestStoreWrapper(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -164,6 +164,9 @@ func TestStoreWrapper(t *testing.T) {
 		}, 1, nil},
 		{"in flight", map[string]error{"acquire": fmt.Errorf("redis: %w", core.ErrInFlight)}, func(s core.Store) {
 			s.Acquire(ctx, "k", time.Minute)
+		}, 0, nil},
+		{"quota", map[string]error{"acquire": &core.QuotaError{RetryAfter: time.Second}}, func(s core.Store) {
+			s.Acquire(ctx, "k", time.Minute) // a 429: the store works
 		}, 0, nil},
 		{"lock lost", map[string]error{"complete": core.ErrLockLost, "refresh": core.ErrLockLost}, func(s core.Store) {
 			_, tok, _ := s.Acquire(ctx, "k", time.Minute)

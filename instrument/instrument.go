@@ -6,6 +6,7 @@ package instrument
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -35,8 +36,18 @@ func (o Op) String() string {
 // An Observer receives each call of a store wrapped by Store:
 // its operation, duration and error, and held, the change it made to the
 // locks this process holds: +1 for an Acquire that took one, -1 for the
-// Complete or Release that ended it, else 0.
+// Complete or Release that ended it, else 0. Failed says whether err is a
+// failure of the store.
 type Observer func(ctx context.Context, op Op, d time.Duration, err error, held int)
+
+// Failed reports whether err, the error of a store call, is a failure of
+// the store. A key in flight (core.ErrInFlight), a lost lock
+// (core.ErrLockLost) and a key refused under Config.Quota
+// (core.ErrQuotaExceeded) are answers of a store that works.
+func Failed(err error) bool {
+	return err != nil && !errors.Is(err, core.ErrInFlight) && !errors.Is(err, core.ErrLockLost) &&
+		!errors.Is(err, core.ErrQuotaExceeded)
+}
 
 // Store returns s reporting each call to observe. The result implements
 // core.Waiter and core.Admin if s does, passed through and not reported,

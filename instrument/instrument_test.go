@@ -2,6 +2,8 @@ package instrument_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -71,5 +73,28 @@ func TestInstrumentTxStoreCapabilities(t *testing.T) {
 	}
 	if _, ok := s.(core.Admin); !ok {
 		t.Fatal("the TxStore's Admin was not passed through")
+	}
+}
+
+// TestFailed: a key in flight, a lost lock and a key over the quota, even
+// wrapped, are answers of a store that works; anything else is a failure.
+func TestFailed(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{core.ErrInFlight, false},
+		{fmt.Errorf("redis: %w", core.ErrLockLost), false},
+		{&core.QuotaError{RetryAfter: time.Second}, false},
+		{fmt.Errorf("pgstore: %w", &core.QuotaError{}), false},
+		{core.ErrStoreFull, true},
+		{context.DeadlineExceeded, true},
+		{errors.New("connection refused"), true},
+	} {
+		if got := instrument.Failed(tt.err); got != tt.want {
+			t.Errorf("Failed(%v) = %v, want %v", tt.err, got, tt.want)
+		}
 	}
 }
