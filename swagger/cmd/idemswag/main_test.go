@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -63,6 +64,35 @@ func TestRunMaxBodyBytes(t *testing.T) {
 	got, _ := os.ReadFile(filepath.Join(dir, "swagger.json"))
 	if !bytes.Contains(got, []byte("a body over 4096 bytes")) || bytes.Contains(got, []byte("1048576")) {
 		t.Errorf("swagger.json does not document a 413 past 4096 bytes (and only that):\n%s", got)
+	}
+}
+
+// TestRunQuota checks that -quota documents the 429 of Config.Quota, with
+// Retry-After, as swagger.OptionsFor does at run time (the golden files
+// have none).
+func TestRunQuota(t *testing.T) {
+	t.Parallel()
+	dir := copyTestdata(t, "swagger.json")
+	if err := run([]string{"-dir", dir, "-quota", "-op", "POST /api/v1/orders"}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, "swagger.json"))
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Responses map[string]struct {
+				Headers map[string]any
+				Schema  struct {
+					Ref string `json:"$ref"`
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(got, &doc); err != nil {
+		t.Fatal(err)
+	}
+	r, ok := doc.Paths["/orders"]["post"].Responses["429"]
+	if !ok || r.Schema.Ref != "#/definitions/idem.Problem" || r.Headers["Retry-After"] == nil {
+		t.Errorf("POST /orders does not document the 429 problem with Retry-After:\n%s", got)
 	}
 }
 
