@@ -67,6 +67,9 @@ func NewStaticKeys(primary string, keys map[string][]byte) (*StaticKeys, error) 
 		k.keys[id] = append([]byte(nil), key...)
 	}
 	if _, ok := k.keys[primary]; !ok {
+		if err := checkID(primary); err != nil {
+			return nil, fmt.Errorf("%w: primary %v", ErrInvalidKey, err)
+		}
 		return nil, fmt.Errorf("%w: primary key %q not given", ErrInvalidKey, primary)
 	}
 	return k, nil
@@ -83,12 +86,20 @@ func ParseKeys(spec string) (*StaticKeys, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: key %d: want <id>:<base64 key>", ErrInvalidKey, i+1)
 		}
+		// Errors name a key by its position, not its id: a key written
+		// before its id ("<base64 key>:<id>") would be shown.
+		if err := checkID(id); err != nil {
+			return nil, fmt.Errorf("%w: key %d: want <id>:<base64 key>, %v", ErrInvalidKey, i+1, err)
+		}
 		key, err := decodeBase64(b64)
-		if err != nil {
-			return nil, fmt.Errorf("%w: key %q: %v", ErrInvalidKey, id, err)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("%w: key %d: %v", ErrInvalidKey, i+1, err)
+		case len(key) != KeySize:
+			return nil, fmt.Errorf("%w: key %d has %d bytes, want %d", ErrInvalidKey, i+1, len(key), KeySize)
 		}
 		if _, dup := keys[id]; dup {
-			return nil, fmt.Errorf("%w: key id %q given twice", ErrInvalidKey, id)
+			return nil, fmt.Errorf("%w: key %d: id given twice", ErrInvalidKey, i+1)
 		}
 		keys[id] = key
 		if i == 0 {
@@ -122,15 +133,24 @@ func (k *StaticKeys) Key(_ context.Context, id string) ([]byte, error) {
 }
 
 func checkKey(id string, key []byte) error {
+	if err := checkID(id); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidKey, err)
+	}
 	if len(key) != KeySize {
 		return fmt.Errorf("%w: key %q has %d bytes, want %d", ErrInvalidKey, id, len(key), KeySize)
 	}
+	return nil
+}
+
+// checkID reports an id that is not 1 to 64 characters of [A-Za-z0-9._-],
+// without quoting it: it may be key material given in the wrong place.
+func checkID(id string) error {
 	if id == "" || len(id) > 64 {
-		return fmt.Errorf("%w: key id %q: want 1 to 64 characters", ErrInvalidKey, id)
+		return fmt.Errorf("key id of %d characters: want 1 to 64 of [A-Za-z0-9._-]", len(id))
 	}
 	for _, c := range []byte(id) {
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: key id %q: want [A-Za-z0-9._-]", ErrInvalidKey, id)
+			return errors.New("key id not of [A-Za-z0-9._-]")
 		}
 	}
 	return nil

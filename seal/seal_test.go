@@ -118,6 +118,23 @@ func TestParseKeys(t *testing.T) {
 	}
 }
 
+// A key written where its id goes ("<base64 key>:<id>") is not shown in
+// the error, which the examples log and idemctl prints.
+func TestParseKeysErrorsHideKeys(t *testing.T) {
+	k := key(9)
+	for _, secret := range []string{b64(k), base64.RawStdEncoding.EncodeToString(k), base64.RawURLEncoding.EncodeToString(k)} {
+		for _, spec := range []string{secret + ":k1", "a:" + b64(key(1)) + "," + secret + ":k1"} {
+			_, err := seal.ParseKeys(spec)
+			if !errors.Is(err, seal.ErrInvalidKey) || strings.Contains(err.Error(), secret[:16]) {
+				t.Errorf("%q: err = %v, want ErrInvalidKey without the key", spec, err)
+			}
+		}
+	}
+	if _, err := seal.NewStaticKeys(b64(k), map[string][]byte{"a": k}); !errors.Is(err, seal.ErrInvalidKey) || strings.Contains(err.Error(), b64(k)[:16]) {
+		t.Errorf("NewStaticKeys with a key for the primary id: err = %v, want ErrInvalidKey without the key", err)
+	}
+}
+
 // A provider whose key of an id changed is not served the cached cipher.
 type changing struct {
 	seal.KeyProvider
