@@ -243,6 +243,19 @@ func TestWriteKeys(t *testing.T) {
 	}
 }
 
+// A lock key planted in the store with escape sequences in its name (Redis
+// InFlight lists any "<prefix>-lock:{…}") reaches the terminal escaped.
+func TestWriteKeysEscapes(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	if err := admin.WriteKeys(&b, []admin.Key{{ID: "\x1b]0;title\a\x1b[31mred", Status: "in_\u009bflight"}}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsAny(b.String(), "\x1b\a\u009b") || !strings.Contains(b.String(), `\x1b]0;title\a\x1b[31mred  in_\u009bflight`) {
+		t.Fatalf("WriteKeys:\n%q", b.String())
+	}
+}
+
 // A sealed record shows its times and key id without the keys, and all of
 // it with them; WriteKey says which.
 func TestInspectSealed(t *testing.T) {

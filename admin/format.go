@@ -111,7 +111,9 @@ func escape(s, keep string) string {
 	return b.String()
 }
 
-// WriteKeys writes keys as a table, one line each: the in-flight list.
+// WriteKeys writes keys as a table, one line each: the in-flight list. IDs
+// and statuses are escaped as in WriteKey: a store's key names are not
+// trusted to be printable.
 func WriteKeys(w io.Writer, keys []Key) error {
 	if len(keys) == 0 {
 		_, err := fmt.Fprintln(w, "no keys in flight")
@@ -126,7 +128,7 @@ func WriteKeys(w io.Writer, keys []Key) error {
 			locked = k.LockedAt.UTC().Format(time.RFC3339)
 			age = roundSeconds(time.Duration(k.AgeSeconds * float64(time.Second))).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Status, locked, age, when(k.Expires, now))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", escape(k.ID, ""), escape(k.Status, ""), locked, age, when(k.Expires, now))
 	}
 	return tw.Flush()
 }

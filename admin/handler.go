@@ -39,8 +39,8 @@ const (
 // can post) is 415, and a browser's cross-origin request (Sec-Fetch-Site,
 // Origin: http.CrossOriginProtection) 403, whatever credentials it carries.
 // Errors are problem details (application/problem+json): 400 bad
-// parameters, 404 not found, 405 wrong method, 409 in flight (purge), 503
-// store error.
+// parameters, 404 not found, 405 wrong method, 409 in flight (purge), 413
+// a body over 64 KiB, 503 store error.
 func Handler(store core.Admin, authorize func(*http.Request) bool, opts ...Option) http.Handler {
 	h := &handler{store: store, authorize: authorize, csrf: http.NewCrossOriginProtection()}
 	for _, o := range opts {
@@ -191,7 +191,9 @@ func targetOf(get func(name string) string) Target {
 // that is not one.
 func readTarget(w http.ResponseWriter, r *http.Request, t *Target) (int, error) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFormBytes))
-	if err != nil {
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+		return http.StatusRequestEntityTooLarge, fmt.Errorf("a body over %d bytes: send a few parameters", tooLarge.Limit)
+	} else if err != nil {
 		return http.StatusBadRequest, err
 	}
 	ct := r.Header.Get("Content-Type")

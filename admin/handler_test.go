@@ -364,6 +364,7 @@ func TestHandlerUnsafeRequests(t *testing.T) {
 		{"text/plain", "text/plain", `{"scope":"alice","key":"k"}`, nil, http.StatusUnsupportedMediaType},
 		{"cross-site fetch", "", "", http.Header{"Sec-Fetch-Site": {"cross-site"}}, http.StatusForbidden},
 		{"another origin", "application/json", `{"scope":"alice","key":"k"}`, http.Header{"Origin": {"https://evil.example"}}, http.StatusForbidden},
+		{"too large", "application/json", `{"scope":"alice","key":"k"}` + strings.Repeat(" ", 64<<10), nil, http.StatusRequestEntityTooLarge},
 	} {
 		for _, op := range []string{"purge", "unlock"} {
 			target := prefix + op

@@ -30,8 +30,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -152,7 +155,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	out := func(v any, text func(io.Writer) error) int {
 		var err error
 		if o.json {
-			err = json.NewEncoder(stdout).Encode(v)
+			var b []byte
+			if b, err = json.Marshal(v); err == nil {
+				_, err = stdout.Write(append(escapeJSON(b), '\n'))
+			}
 		} else {
 			err = text(stdout)
 		}
@@ -258,6 +264,36 @@ func open(ctx context.Context, o *options) (core.Admin, func(), error) {
 		return nil, nil, err
 	}
 	return store, func() { store.Close(); pool.Close() }, nil
+}
+
+// escapeJSON returns the JSON b with the runes that encoding/json leaves
+// raw but a terminal may act on (DEL, C1 controls such as U+009B, bidi
+// overrides) written as \u escapes: the same JSON, never raw on a terminal.
+func escapeJSON(b []byte) []byte {
+	var out []byte
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r < utf8.RuneSelf && r != 0x7f || strconv.IsPrint(r) || r == utf8.RuneError && size == 1 {
+			if out != nil {
+				out = append(out, b[i:i+size]...)
+			}
+			i += size
+			continue
+		}
+		if out == nil {
+			out = append(make([]byte, 0, len(b)+16), b[:i]...)
+		}
+		if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+		} else {
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+		i += size
+	}
+	if out == nil {
+		return b
+	}
+	return out
 }
 
 // quiet is a go-redis logger that logs nothing.

@@ -228,6 +228,19 @@ func TestInspectEscapes(t *testing.T) {
 			t.Errorf("output lacks %q: %q", want, stdout)
 		}
 	}
+
+	// -json too: encoding/json leaves DEL, C1 controls (U+009B is CSI) and
+	// bidi overrides raw; the exact bytes still decode from the escapes.
+	const c1 = "\x7f\u009b2J\u202e\U0001F600\U000E0041"
+	f.acquire(t, "c1", "k").Complete(&core.Record{Code: 200, Header: map[string][]string{"X-Evil": {c1}}, Body: []byte(c1)})
+	code, stdout, stderr = idemctl(t, "-redis", f.url, "-prefix", "shop", "inspect", "-scope", "c1", "-key", "k", "-body", "-json")
+	var k admin.Key
+	if err := json.Unmarshal([]byte(stdout), &k); code != exitOK || err != nil {
+		t.Fatalf("inspect -json: exit %d, %v, %s%s", code, err, stdout, stderr)
+	}
+	if strings.ContainsAny(stdout, "\x7f\u009b\u202e") || k.Body != c1 || k.Header["X-Evil"][0] != c1 || !strings.Contains(stdout, `\u009b2J`) {
+		t.Errorf("inspect -json printed raw control characters, or not the stored bytes: %q", stdout)
+	}
 }
 
 // A sealed record shows its times and key id; with IDEM_SEAL_KEYS, all of
