@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -188,10 +189,16 @@ func (a *App) Postgres() *pgxpool.Pool { return a.pool }
 
 // Document adds the Idempotency-Key header and idem's responses to the
 // operations ops of the swag-generated spec, once, before it is served.
+// Without a host it drops swag's "host" line, whose empty value Swagger
+// 2.0 does not allow: the API is then on the host serving the spec.
 func (a *App) Document(spec *swag.Spec, ops []swagger.Operation) error {
 	opts := swagger.OptionsFor(a.Engine.Config(), ops...)
 	opts.BasePath = spec.BasePath
-	tmpl, err := swagger.InjectTemplate(spec.SwaggerTemplate, opts)
+	tmpl := spec.SwaggerTemplate
+	if spec.Host == "" {
+		tmpl = strings.Replace(tmpl, "\n    \"host\": \"{{.Host}}\",", "", 1)
+	}
+	tmpl, err := swagger.InjectTemplate(tmpl, opts)
 	if err != nil {
 		return err
 	}
