@@ -17,7 +17,9 @@ type KeyState struct {
 	// while the key is locked.
 	Record []byte
 	// LockedAt is when the lock was taken (zero for a record, or when the
-	// store cannot tell), and Expires when the lock or the record expires.
+	// store cannot tell), and Expires when the lock or the record expires
+	// (zero for a lock that ends with its holder, as pgstore's
+	// transactional mode's).
 	LockedAt time.Time
 	Expires  time.Time
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -115,5 +116,60 @@ func TestAdminInFlightUsesIndex(t *testing.T) {
 	}
 	if p := strings.Join(plan, "\n"); !strings.Contains(p, pgstore.DefaultTable+"_processing_idx") {
 		t.Fatalf("InFlight's plan does not use the processing index:\n%s\n%s", query, p)
+	}
+}
+
+// TestAdminTxHeldKey: a key that the transactional mode holds has no row,
+// only an advisory lock; the admin methods of a Store on the same table
+// (idemctl's) see it in flight, refuse to purge it, and unlock it by ending
+// the session that holds it, which rolls its transaction back.
+func TestAdminTxHeldKey(t *testing.T) {
+	ctx := context.Background()
+	admin, pool, schema := newStore(t, nil)
+	txs, err := pgstore.NewTx(pool, &pgstore.Options{Schema: schema, JanitorInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(txs.Close)
+	key := idemtest.Key(t)
+	_, tx, err := txs.Begin(ctx, key, time.Minute)
+	if err != nil || tx == nil {
+		t.Fatalf("Begin: %v, %v", tx, err)
+	}
+	t.Cleanup(func() { tx.Rollback(ctx) }) //nolint:errcheck // after a failure: the pool closes only once it ends
+	if _, err := pgstore.Tx(tx.Context(ctx)).Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+
+	st, err := admin.Inspect(ctx, key)
+	if err != nil || st.Record != nil || st.LockedAt.IsZero() || time.Since(st.LockedAt) > time.Minute || !st.Expires.IsZero() {
+		t.Fatalf("Inspect = %+v, %v; want in flight since the transaction began, no expiry", st, err)
+	}
+	if err := admin.Purge(ctx, key); !errors.Is(err, core.ErrInFlight) {
+		t.Fatalf("Purge: %v, want ErrInFlight", err)
+	}
+	if err := admin.Unlock(ctx, key); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if err := tx.Commit(ctx, []byte("record"), time.Hour); err == nil {
+		t.Fatal("Commit after Unlock succeeded; want the ended session's error")
+	}
+	// The key is free once PostgreSQL has ended the session.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		_, tx2, err := txs.Begin(ctx, key, time.Minute)
+		if err == nil {
+			tx2.Rollback(ctx) //nolint:errcheck // only taking it
+			break
+		}
+		if !errors.Is(err, core.ErrInFlight) || time.Now().After(deadline) {
+			t.Fatalf("Begin after Unlock: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := admin.Inspect(ctx, key); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("Inspect after the rollback: %v, want ErrNotFound", err)
+	}
+	if err := admin.Unlock(ctx, key); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("Unlock of a free key: %v, want ErrNotFound", err)
 	}
 }
