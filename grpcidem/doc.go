@@ -16,8 +16,9 @@
 // commit failed is not sent: the call answers Unavailable.
 //
 // UnaryClientInterceptor adds a key to every covered call that has none and
-// retries Unavailable and Aborted with it; Replayed tells a replay from its
-// header metadata.
+// retries Unavailable, Aborted and a ResourceExhausted whose RetryInfo is
+// within its MaxDelay with it; Replayed tells a replay from its header
+// metadata.
 //
 // See Example; every case is in docs/contract.md, "gRPC", and the reasons
 // in docs/design.md, "grpcidem".

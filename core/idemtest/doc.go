@@ -8,6 +8,8 @@
 //     Engine.Once) on a store: many goroutines, one key, one run.
 //   - TestAdmin checks a core.Admin store: inspect, purge (refused in
 //     flight, safe among concurrent requests), unlock, InFlight.
+//   - TestQuota checks Config.Quota on a store: 200 concurrent new keys of
+//     one scope, exactly the bound admitted, replays never refused.
 //   - TestHTTP checks an HTTP integration, row by row of the HTTP contract,
 //     through a real loopback server. The net/http middleware runs it, and
 //     so does every framework adapter. On a core.TxStore it also checks
