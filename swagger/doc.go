@@ -10,8 +10,9 @@
 // OptionsFor derives the Options from an Engine's Config. An operation is
 // covered when its method is in Options.Methods and, if Options.Operations
 // is set, it is listed there (each adapter's Operations lists the routes
-// its middleware covers). What the document already says is kept, and a
-// second run changes nothing.
+// its middleware covers). What the document already says is kept (an
+// operation's own response of one of those codes also names idem's
+// problem), and a second run changes nothing.
 //
 // InjectTemplate rewrites a swag docs.go template once, before serving
 // (ExampleInjectTemplate); Inject rewrites a JSON or YAML document (Example);

@@ -282,12 +282,17 @@ func (in *injector) operation(item, op *yaml.Node) error {
 		codes = append(codes, "503")
 	}
 	for _, code := range codes {
-		if get(responses, code) == nil {
+		resp := get(responses, code)
+		if resp == nil {
 			k := insertSorted(responses, code, in.problemResponse(code))
 			if like != nil {
 				k.Tag, k.Style = like.Tag, like.Style
 			}
 			added = true
+			continue
+		}
+		if resp.Kind == yaml.MappingNode && resp.Anchor == "" && get(resp, "$ref") == nil && !in.isProblem(resp) {
+			added = in.alsoProblem(resp, code) || added
 		}
 	}
 	if added && !in.v3 {
@@ -408,7 +413,66 @@ func (in *injector) header(typ, desc string) *yaml.Node {
 	return mapping("type", str(typ), "description", str(desc))
 }
 
+// alsoProblem documents idem's problem beside an operation's own response
+// of the same code (a handler's 400 for its own validation): OpenAPI 3 gets
+// a second media type, application/problem+json; Swagger 2.0, whose
+// response has one schema, a sentence appended to the description. It
+// reports whether it added anything.
+func (in *injector) alsoProblem(resp *yaml.Node, code string) bool {
+	if in.v3 {
+		content := get(resp, "content")
+		if content == nil {
+			content = mapping()
+			set(resp, "content", content)
+		}
+		if content.Kind != yaml.MappingNode || content.Anchor != "" || get(content, problemJSON) != nil {
+			return false
+		}
+		set(content, problemJSON, mapping("schema", mapping("$ref", str("#/components/schemas/"+ProblemSchema))))
+		return true
+	}
+	note := "From idem, as " + problemJSON + " (" + ProblemSchema + "): " + in.problemDescription(code)
+	desc := get(resp, "description")
+	switch {
+	case desc == nil:
+		set(resp, "description", str(note))
+	case desc.Kind != yaml.ScalarNode || strings.Contains(desc.Value, note):
+		return false
+	case desc.Value == "":
+		desc.Value = note
+	default:
+		d := strings.TrimRight(desc.Value, " ")
+		if !strings.HasSuffix(d, ".") {
+			d += "."
+		}
+		desc.Value = d + " " + note
+	}
+	return true
+}
+
 func (in *injector) problemResponse(code string) *yaml.Node {
+	desc := in.problemDescription(code)
+	var headers *yaml.Node
+	if code == "409" || code == "429" || code == "503" {
+		headers = mapping("Retry-After", in.header("integer", "Seconds to wait before retrying."))
+	}
+	if in.v3 {
+		r := mapping("description", str(desc))
+		if headers != nil {
+			set(r, "headers", headers)
+		}
+		set(r, "content", mapping(problemJSON, mapping("schema", mapping("$ref", str("#/components/schemas/"+ProblemSchema)))))
+		return r
+	}
+	r := mapping("description", str(desc), "schema", mapping("$ref", str("#/definitions/"+ProblemSchema)))
+	if headers != nil {
+		set(r, "headers", headers)
+	}
+	return r
+}
+
+// problemDescription says when idem answers code.
+func (in *injector) problemDescription(code string) string {
 	var desc string
 	switch code {
 	case "400":
@@ -428,23 +492,7 @@ func (in *injector) problemResponse(code string) *yaml.Node {
 	case "503":
 		desc = "The idempotency store is unavailable: the request was not run; retry after Retry-After seconds."
 	}
-	var headers *yaml.Node
-	if code == "409" || code == "429" || code == "503" {
-		headers = mapping("Retry-After", in.header("integer", "Seconds to wait before retrying."))
-	}
-	if in.v3 {
-		r := mapping("description", str(desc))
-		if headers != nil {
-			set(r, "headers", headers)
-		}
-		set(r, "content", mapping(problemJSON, mapping("schema", mapping("$ref", str("#/components/schemas/"+ProblemSchema)))))
-		return r
-	}
-	r := mapping("description", str(desc), "schema", mapping("$ref", str("#/definitions/"+ProblemSchema)))
-	if headers != nil {
-		set(r, "headers", headers)
-	}
-	return r
+	return desc
 }
 
 // produceProblem adds application/problem+json to the media types a

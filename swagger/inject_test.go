@@ -292,27 +292,77 @@ func TestHandWritten(t *testing.T) {
 	}
 }
 
+// An operation's own response of a code idem answers too (a handler's 400)
+// is kept, and says that idem's problem comes with that code as well: a
+// second media type in OpenAPI 3, a sentence in Swagger 2.0's description.
+// A second run changes nothing.
 func TestHandWrittenResponsesKept(t *testing.T) {
 	t.Parallel()
-	doc := `{"swagger": "2.0", "paths": {"/o": {"post": {"responses": {
+	codes := []string{"400", "409", "413", "422"}
+	t.Run("swagger 2.0", func(t *testing.T) {
+		t.Parallel()
+		doc := `{"swagger": "2.0", "paths": {"/o": {"post": {"responses": {
 		"201": {"description": "Created", "headers": {"x-idempotency-replay": {"type": "string", "description": "mine"}}},
-		"400": {"description": "mine 400"}, "409": {"description": "mine 409"}, "413": {"description": "mine 413"}, "422": {"description": "mine 422"}}}}}}`
+		"400": {"description": "mine 400", "schema": {"$ref": "#/definitions/Mine"}}, "409": {"description": "mine 409"},
+		"413": {"description": "mine 413"}, "422": {"description": "mine 422"}}}}}}`
+		out := injectTwice(t, doc)
+		resp := operations(t, out)["/o"]["post"]["responses"].(map[string]any)
+		for _, code := range codes {
+			r := resp[code].(map[string]any)
+			d, _ := r["description"].(string)
+			if !strings.HasPrefix(d, "mine "+code+". ") || strings.Count(d, "From idem, as application/problem+json ("+ProblemSchema+")") != 1 {
+				t.Errorf("%s: description %q", code, d)
+			}
+			if code == "400" && r["schema"].(map[string]any)["$ref"] != "#/definitions/Mine" {
+				t.Errorf("400: schema %v", r["schema"])
+			}
+		}
+		if h := resp["201"].(map[string]any)["headers"].(map[string]any); len(h) != 1 {
+			t.Errorf("201 headers: %v", h)
+		}
+	})
+	t.Run("openapi 3", func(t *testing.T) {
+		t.Parallel()
+		doc := `{"openapi": "3.0.3", "paths": {"/o": {"post": {"responses": {
+		"201": {"description": "Created"},
+		"400": {"description": "mine 400", "content": {"application/json": {"schema": {"type": "object"}}}},
+		"409": {"description": "mine 409"}, "413": {"description": "mine 413"}, "422": {"description": "mine 422"}}}}}}`
+		out := injectTwice(t, doc)
+		resp := operations(t, out)["/o"]["post"]["responses"].(map[string]any)
+		for _, code := range codes {
+			r := resp[code].(map[string]any)
+			content, _ := r["content"].(map[string]any)
+			problem, _ := content["application/problem+json"].(map[string]any)
+			if r["description"] != "mine "+code || problem == nil ||
+				problem["schema"].(map[string]any)["$ref"] != "#/components/schemas/"+ProblemSchema {
+				t.Errorf("%s: %v", code, r)
+			}
+			if code == "400" && content["application/json"] == nil {
+				t.Errorf("400: its own media type is gone: %v", content)
+			}
+		}
+		if !strings.Contains(string(out), `"`+ProblemSchema+`"`) {
+			t.Errorf("no %s schema:\n%s", ProblemSchema, out)
+		}
+	})
+}
+
+// injectTwice injects doc, checks that a second run changes nothing, and
+// returns the result.
+func injectTwice(t *testing.T, doc string) []byte {
+	t.Helper()
 	out, err := Inject([]byte(doc), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp := operations(t, out)["/o"]["post"]["responses"].(map[string]any)
-	for _, code := range []string{"400", "409", "413", "422"} {
-		if d := resp[code].(map[string]any)["description"]; d != "mine "+code {
-			t.Errorf("%s: description %q", code, d)
-		}
+	again, err := Inject(out, Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if h := resp["201"].(map[string]any)["headers"].(map[string]any); len(h) != 1 {
-		t.Errorf("201 headers: %v", h)
+	if string(again) != string(out) {
+		t.Errorf("a second run changed the document:\n%s\n---\n%s", out, again)
 	}
-	if strings.Contains(string(out), ProblemSchema) {
-		t.Errorf("%s added though no response uses it:\n%s", ProblemSchema, out)
-	}
+	return out
 }
 
 func TestOptions(t *testing.T) {
