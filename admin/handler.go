@@ -219,6 +219,8 @@ func storeProblem(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, core.ErrNotFound):
 		problem(w, http.StatusNotFound, "key not found")
+	case errors.Is(err, core.ErrInFlight) && err != core.ErrInFlight:
+		problem(w, http.StatusConflict, err.Error()) // the store says more: who holds it
 	case errors.Is(err, core.ErrInFlight):
 		problem(w, http.StatusConflict, "key in flight: a request holds its lock")
 	default:

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -245,6 +246,23 @@ func TestHandlerStoreDown(t *testing.T) {
 	}
 	if _, err := admin.OldestInFlight(context.Background(), downStore{}); !errors.Is(err, errDown) {
 		t.Errorf("OldestInFlight: %v", err)
+	}
+}
+
+// txHeldStore refuses to unlock, as pgstore's transactional mode does for
+// a key that a transaction holds.
+type txHeldStore struct{ downStore }
+
+func (txHeldStore) Unlock(context.Context, string) error {
+	return fmt.Errorf("%w: held by PostgreSQL session 7", core.ErrInFlight)
+}
+
+// A store's refusal that says who holds the key reaches the operator.
+func TestHandlerUnlockRefused(t *testing.T) {
+	t.Parallel()
+	w := serve(admin.Handler(txHeldStore{}, admin.BearerToken("s3cret")), "POST", prefix+"unlock?scope=alice&key=k", bearer, nil)
+	if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "held by PostgreSQL session 7") {
+		t.Errorf("unlock of a key a transaction holds: %d %s", w.Code, w.Body)
 	}
 }
 

@@ -36,7 +36,9 @@ type Admin interface {
 	// Unlock drops the lock of key, whoever holds it; ErrNotFound if the
 	// key is not locked. The request that held it may still store its
 	// response (Store.Complete's late store) if no other request took the
-	// key meanwhile.
+	// key meanwhile. A lock that goes with a transaction (pgstore's
+	// transactional mode) is not dropped: an error wrapping ErrInFlight
+	// says which session holds it.
 	Unlock(ctx context.Context, key string) error
 	// InFlight lists up to limit locked keys, the oldest first; none if
 	// limit is 0 or less.

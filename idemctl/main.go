@@ -216,6 +216,9 @@ func storeExit(stderr io.Writer, id string, err error) int {
 	case errors.Is(err, core.ErrNotFound):
 		fmt.Fprintf(stderr, "idemctl: not found: %s\n", id)
 		return exitNotFound
+	case errors.Is(err, core.ErrInFlight) && err != core.ErrInFlight: // the store says more: who holds it
+		fmt.Fprintf(stderr, "idemctl: %s: %v\n", id, err)
+		return exitRefused
 	case errors.Is(err, core.ErrInFlight):
 		fmt.Fprintf(stderr, "idemctl: in flight: %s: a request holds its lock (retry when it is done; unlock -yes drops a stuck lock)\n", id)
 		return exitRefused

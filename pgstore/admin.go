@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,18 +19,28 @@ var _ core.Admin = (*Store)(nil)
 // answer core.ErrNotFound for it, and InFlight leaves it out.
 //
 // A key that the transactional mode holds has no row until its
-// transaction commits, only the key's advisory lock: Inspect, Purge and
-// Unlock find it through pg_locks (holder), InFlight cannot list it.
+// transaction commits, only the key's advisory lock: Inspect and Purge
+// find it by trying that lock (as the lease mode's acquire does: held for
+// the statement or Purge's transaction), Unlock names its session from
+// pg_locks, InFlight cannot list it.
 type adminStatements struct {
-	inspect, lockForPurge, purge, unlock, inflight, holder string
+	inspect, lockForPurge, heldByTx, purge, unlock, inflight, holder string
 }
 
 func (s *Store) adminSQL() adminStatements {
 	t := s.opts.ident(s.opts.Table)
 	return adminStatements{
-		inspect: `SELECT status, record, created_at, COALESCE(locked_until, expires_at) FROM ` + t + `
-WHERE key = $1 AND ((status = 'processing' AND locked_until > now()) OR (status = 'completed' AND expires_at > now()))`,
+		// The key's live row; without one, a row 'processing' with no
+		// times if the transactional mode holds the key ($2: keyLock and
+		// the key). CASE tries the lock only when there is no row.
+		inspect: `WITH r AS (SELECT status, record, created_at, COALESCE(locked_until, expires_at) AS until FROM ` + t + `
+	WHERE key = $1 AND ((status = 'processing' AND locked_until > now()) OR (status = 'completed' AND expires_at > now())))
+SELECT status, record, created_at, until FROM r
+UNION ALL
+SELECT 'processing', NULL, NULL, NULL
+WHERE CASE WHEN EXISTS (SELECT FROM r) THEN false ELSE NOT pg_try_advisory_xact_lock(hashtextextended($2, 0)) END`,
 		lockForPurge: `SELECT status, COALESCE(locked_until, expires_at) > now() FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
+		heldByTx:     `SELECT NOT pg_try_advisory_xact_lock(hashtextextended($1, 0))`,
 		purge:        `DELETE FROM ` + t + ` WHERE key = $1`,
 		unlock:       `DELETE FROM ` + t + ` WHERE key = $1 AND status = 'processing' AND locked_until > now()`,
 		// Through the partial index on locked_until of the 'processing' rows.
@@ -37,8 +48,10 @@ WHERE key = $1 AND ((status = 'processing' AND locked_until > now()) OR (status 
 WHERE status = 'processing' AND locked_until > now() ORDER BY created_at, key LIMIT $1`,
 		// The session holding the key's advisory lock ($1: keyLock and the
 		// key), and since when its transaction runs (NULL when this role
-		// may not see it). A bigint advisory lock shows in pg_locks as its
-		// high half in classid, its low half in objid, and objsubid 1.
+		// may not see it): pg_locks is a snapshot of the whole lock table,
+		// read only for Unlock's answer. A bigint advisory lock shows in
+		// pg_locks as its high half in classid, its low half in objid, and
+		// objsubid 1.
 		holder: `SELECT l.pid, a.xact_start FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -46,54 +59,43 @@ AND (l.classid::bigint << 32 | l.objid::bigint) = hashtextextended($1, 0) LIMIT 
 	}
 }
 
-// holder returns the backend whose transaction holds key's advisory lock
-// (the transactional mode's request of key), and since when, or
-// pgx.ErrNoRows.
-func (s *Store) holder(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, key string) (pid int32, since time.Time, err error) {
-	var start *time.Time
-	err = q.QueryRow(ctx, s.adminSQL().holder, s.sql.keyLock+key).Scan(&pid, &start)
-	if start != nil {
-		since = *start
-	}
-	return pid, since, err
-}
-
-// Inspect implements core.Admin in one statement, two for a key without a
-// row. LockedAt is the row's created_at: when the request took the lock, by
-// PostgreSQL's clock. A key the transactional mode holds is in flight with
-// LockedAt its transaction's start and no Expires: it ends with the
-// transaction.
+// Inspect implements core.Admin in one statement. LockedAt is the row's
+// created_at: when the request took the lock, by PostgreSQL's clock. A key
+// the transactional mode holds is in flight with neither LockedAt nor
+// Expires: it ends with its transaction.
 func (s *Store) Inspect(ctx context.Context, key string) (core.KeyState, error) {
 	var (
 		status   string
 		record   []byte
-		created  time.Time
-		expires  time.Time
+		created  *time.Time
+		expires  *time.Time
 		sqlQuery = s.adminSQL().inspect
 	)
 	_, err := s.run(ctx, "inspect", func(ctx context.Context, c *pgxpool.Conn, _ bool) error {
-		err := c.QueryRow(ctx, sqlQuery, key).Scan(&status, &record, &created, &expires)
-		if errors.Is(err, pgx.ErrNoRows) {
-			if _, created, err = s.holder(ctx, c, key); err == nil {
-				status, expires = "processing", time.Time{}
-			}
-		}
-		return err
+		return c.QueryRow(ctx, sqlQuery, key, s.sql.keyLock+key).Scan(&status, &record, &created, &expires)
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return core.KeyState{}, core.ErrNotFound
 	case err != nil:
 		return core.KeyState{}, err
-	case status == "processing":
-		return core.KeyState{Key: key, LockedAt: created, Expires: expires}, nil
 	}
-	if record == nil {
-		record = []byte{}
+	var st core.KeyState
+	st.Key = key
+	if expires != nil {
+		st.Expires = *expires
 	}
-	return core.KeyState{Key: key, Record: record, Expires: expires}, nil
+	if status == "processing" {
+		if created != nil {
+			st.LockedAt = *created
+		}
+		return st, nil
+	}
+	st.Record = record
+	if st.Record == nil {
+		st.Record = []byte{}
+	}
+	return st, nil
 }
 
 // Purge implements core.Admin in one transaction: it locks the key's row
@@ -115,11 +117,13 @@ func (s *Store) Purge(ctx context.Context, key string) error {
 				result = nil // deleted by the run whose reply was lost
 				return nil
 			case errors.Is(err, pgx.ErrNoRows), err == nil && !live:
-				result = core.ErrNotFound
-				if _, _, err := s.holder(ctx, tx, key); err == nil {
-					result = core.ErrInFlight
-				} else if !errors.Is(err, pgx.ErrNoRows) {
+				var held bool // by the transactional mode
+				if err := tx.QueryRow(ctx, sql.heldByTx, s.sql.keyLock+key).Scan(&held); err != nil {
 					return err
+				}
+				result = core.ErrNotFound
+				if held {
+					result = core.ErrInFlight
 				}
 				return nil
 			case err != nil:
@@ -143,39 +147,36 @@ func (s *Store) Purge(ctx context.Context, key string) error {
 }
 
 // Unlock implements core.Admin in one statement: it deletes the lease
-// mode's lock. A key that the transactional mode holds is unlocked by
-// ending the session that holds it (pg_terminate_backend, which this role
-// needs the right to do): its transaction rolls back, so nothing of the
-// request's writes stays and its client gets 503, and the key is free once
-// PostgreSQL has ended the session.
+// mode's lock. It does not end a key that the transactional mode holds:
+// the key goes with its transaction, whose writes would roll back. For
+// such a key it returns an error wrapping core.ErrInFlight that names the
+// session holding it, which `SELECT pg_terminate_backend(pid)` ends.
 func (s *Store) Unlock(ctx context.Context, key string) error {
-	sqlQuery := s.adminSQL().unlock
-	var deleted int64
-	_, err := s.run(ctx, "unlock", func(ctx context.Context, c *pgxpool.Conn, again bool) error {
-		tag, err := c.Exec(ctx, sqlQuery, key)
+	sql := s.adminSQL()
+	var (
+		deleted int64
+		pid     int32
+		since   *time.Time
+	)
+	_, err := s.run(ctx, "unlock", func(ctx context.Context, c *pgxpool.Conn, _ bool) error {
+		tag, err := c.Exec(ctx, sql.unlock, key)
 		if deleted = tag.RowsAffected(); err != nil || deleted > 0 {
 			return err
 		}
-		pid, _, err := s.holder(ctx, c, key)
-		if errors.Is(err, pgx.ErrNoRows) {
-			if again {
-				deleted = 1 // unlocked by the run whose reply was lost
-			}
-			return nil
-		}
-		var ended bool
-		if err == nil {
-			err = c.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&ended)
-		}
-		if ended {
-			deleted = 1
-		}
-		return err
+		return c.QueryRow(ctx, sql.holder, s.sql.keyLock+key).Scan(&pid, &since)
 	})
-	if err == nil && deleted == 0 {
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return core.ErrNotFound
+	case err != nil || deleted > 0:
+		return err
 	}
-	return err
+	at := ""
+	if since != nil {
+		at = ", in a transaction begun " + since.UTC().Format(time.RFC3339)
+	}
+	return fmt.Errorf("%w: held by the transactional mode in PostgreSQL session %d%s, until that transaction ends "+
+		"(SELECT pg_terminate_backend(%d) ends it now, rolling back the request's writes)", core.ErrInFlight, pid, at, pid)
 }
 
 // InFlight implements core.Admin in one statement, through the index of the
