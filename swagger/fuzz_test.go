@@ -28,6 +28,7 @@ func FuzzInject(f *testing.F) {
 	f.Add([]byte(`{"swagger":"2.0","paths":{"/a/{b}":{"post":{"responses":{"200":{"$ref":"#/responses/x"}}}}}}`), true)
 	f.Add([]byte("openapi: 3.0.0\npaths:\n  /a:\n    post:\n      responses:\n        200: {description: ok}\n"), false)
 	f.Add([]byte(`{"schemes": {{ marshal .Schemes }}, "swagger": "2.0", "paths": {"/o": {"put": {}}}}`), true)
+	f.Add([]byte(`{"swagger":"2.0","paths":{"/o":{"post":{"responses":{"400":{"description":null},"409":{"description":true}}}}}}`), false)
 
 	f.Fuzz(func(t *testing.T, doc []byte, asTemplate bool) {
 		opts := Options{Required: asTemplate}

@@ -432,22 +432,50 @@ func (in *injector) alsoProblem(resp *yaml.Node, code string) bool {
 		return true
 	}
 	note := "From idem, as " + problemJSON + " (" + ProblemSchema + "): " + in.problemDescription(code)
-	desc := get(resp, "description")
+	desc := descriptionNode(resp)
 	switch {
 	case desc == nil:
-		set(resp, "description", str(note))
-	case desc.Kind != yaml.ScalarNode || strings.Contains(desc.Value, note):
+		return false // an alias, or not text: left as it is
+	case strings.Contains(desc.Value, note):
 		return false
-	case desc.Value == "":
-		desc.Value = note
-	default:
-		d := strings.TrimRight(desc.Value, " ")
-		if !strings.HasSuffix(d, ".") {
-			d += "."
-		}
-		desc.Value = d + " " + note
 	}
+	d := strings.TrimRight(desc.Value, " \t\r\n")
+	if d != "" && !strings.HasSuffix(d, ".") {
+		d += "."
+	}
+	if d != "" {
+		d += " "
+	}
+	for i := 0; i+1 < len(resp.Content); i += 2 {
+		if resp.Content[i].Value == "description" {
+			resp.Content[i+1] = str(d + note) // a new node: the old one's style (a block scalar) may not fit
+			return true
+		}
+	}
+	set(resp, "description", str(d+note))
 	return true
+}
+
+// descriptionNode returns resp's description to append to: the string
+// node, an empty one if there is none or it is null, and nil if it is
+// something else (a number, or an alias whose anchor other responses share).
+func descriptionNode(resp *yaml.Node) *yaml.Node {
+	for i := 0; i+1 < len(resp.Content); i += 2 {
+		if resp.Content[i].Value != "description" {
+			continue
+		}
+		switch v := resp.Content[i+1]; {
+		case v.Kind != yaml.ScalarNode || v.Anchor != "":
+			return nil
+		case v.ShortTag() == "!!null":
+			return str("")
+		case v.ShortTag() == "!!str":
+			return v
+		default:
+			return nil
+		}
+	}
+	return str("")
 }
 
 func (in *injector) problemResponse(code string) *yaml.Node {

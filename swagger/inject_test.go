@@ -347,6 +347,39 @@ func TestHandWrittenResponsesKept(t *testing.T) {
 	})
 }
 
+// Descriptions that are not plain text are handled: null or missing gets
+// the sentence alone, a number or an alias is left as it is (an alias's
+// anchor may describe an operation not covered), a block scalar is ended
+// before the sentence. The output parses, and a second run changes nothing.
+func TestAlsoProblemDescriptions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, doc, want, not string }{
+		{"json null", `{"swagger": "2.0", "paths": {"/o": {"post": {"responses": {"400": {"description": null}}}}}}`,
+			`"description":"From idem`, ""},
+		{"json number", `{"swagger": "2.0", "paths": {"/o": {"post": {"responses": {"400": {"description": 400}}}}}}`,
+			`"description":400`, "From idem"},
+		{"json missing", `{"swagger": "2.0", "paths": {"/o": {"post": {"responses": {"400": {"schema": {}}}}}}}`,
+			`"description":"From idem`, ""},
+		{"yaml empty", "swagger: \"2.0\"\npaths:\n  /o:\n    post:\n      responses:\n        \"400\":\n          description:\n",
+			"description: 'From idem", "!!null"},
+		{"yaml alias", "swagger: \"2.0\"\npaths:\n  /o:\n    get:\n      responses:\n        \"400\":\n          description: &d Bad input\n" +
+			"    post:\n      responses:\n        \"400\":\n          description: *d\n", "description: *d", "From idem"},
+		{"yaml block", "swagger: \"2.0\"\npaths:\n  /o:\n    post:\n      responses:\n        \"400\":\n          description: |\n            Bad input\n",
+			"Bad input. From idem", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			out := injectTwice(t, tc.doc)
+			if !strings.Contains(string(out), tc.want) || tc.not != "" && strings.Contains(string(out), tc.not) {
+				t.Errorf("want %q and not %q in:\n%s", tc.want, tc.not, out)
+			}
+			if strings.HasPrefix(tc.name, "json") && !json.Valid(out) {
+				t.Errorf("invalid JSON:\n%s", out)
+			}
+		})
+	}
+}
+
 // injectTwice injects doc, checks that a second run changes nothing, and
 // returns the result.
 func injectTwice(t *testing.T, doc string) []byte {
