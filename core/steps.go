@@ -25,7 +25,10 @@ type steps struct {
 // again under the key (after a crash, a 5xx, a lost lock), a step that
 // finished returns its checkpoint, decoded, without running fn; a step
 // whose fn failed was not checkpointed and runs again. Names must be unique
-// within the work.
+// within the work. A checkpoint is bound to the fingerprint of the request
+// that wrote it: under the key, a request of another fingerprint (another
+// body, other Do Args) gets an error wrapping ErrKeyReused from Step
+// rather than that request's result.
 //
 // Checkpoints are JSON, kept for the key's TTL and dropped once the work's
 // result is stored. With a TxStore, each step runs in a transaction of its
@@ -58,6 +61,9 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 		if err = l.e.refuseClear(data); err == nil {
 			data, err = openStep(l.ctx, l.e.cfg.Sealer, l.id, name, data)
 		}
+		if err == nil {
+			data, err = l.unbindStep(data)
+		}
 		if err != nil {
 			return zero, fmt.Errorf("idem: checkpoint of step %q: %w", name, err)
 		}
@@ -78,7 +84,7 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 		if data, err = json.Marshal(v); err != nil {
 			return nil, fmt.Errorf("idem: step %q: encoding its result: %w", name, err)
 		}
-		stored, err = sealStep(ctx, l.e.cfg.Sealer, l.id, name, data)
+		stored, err = sealStep(ctx, l.e.cfg.Sealer, l.id, name, l.bindStep(data))
 		return stored, err
 	}
 	if st != nil {
@@ -98,6 +104,43 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 	l.steps.done[name] = stored // read again as the store's would be
 	l.steps.mu.Unlock()
 	return v, nil
+}
+
+// stepBound starts a checkpoint bound to the fingerprint of the request
+// that wrote it: this byte, the fingerprint's 32 bytes, then the result's
+// JSON (which never starts with this byte, nor with recordSealed).
+const stepBound byte = 3
+
+// bindStep returns a step's result bound to the lease's fingerprint, so
+// that another request under the key (another body, other Args), run after
+// this one failed, does not take its checkpoints for its own. A lease
+// without a fingerprint (Do without Args, Once), which matches any call,
+// writes the result as is.
+func (l *Lease) bindStep(data []byte) []byte {
+	if l.fingerprint == ([32]byte{}) {
+		return data
+	}
+	b := make([]byte, 0, 1+len(l.fingerprint)+len(data))
+	b = append(b, stepBound)
+	b = append(b, l.fingerprint[:]...)
+	return append(b, data...)
+}
+
+// unbindStep returns the result of a checkpoint that bindStep wrote, or an
+// error wrapping ErrKeyReused if another request wrote it. A checkpoint
+// written without a fingerprint is returned as is.
+func (l *Lease) unbindStep(data []byte) ([]byte, error) {
+	if len(data) == 0 || data[0] != stepBound {
+		return data, nil
+	}
+	n := 1 + len(l.fingerprint)
+	switch {
+	case len(data) < n:
+		return nil, fmt.Errorf("%w: a checkpoint of %d bytes", ErrCorruptRecord, len(data))
+	case [32]byte(data[1:n]) != l.fingerprint:
+		return nil, fmt.Errorf("%w: the checkpoint is another request's", ErrKeyReused)
+	}
+	return data[n:], nil
 }
 
 // checkpoint returns the checkpoint of step, reading the key's checkpoints

@@ -224,3 +224,61 @@ func TestStepsConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// A checkpoint serves only the request that wrote it. A payment of 900
+// charged, then failed (not stored); the same key sent with another body
+// must not record its payment on the 900 charge, nor charge again; the
+// first request's retry resumes after its charge. The same with Do's Args.
+func TestStepCheckpointOfAnotherRequest(t *testing.T) {
+	eng := newDoEngine(t, core.Config{})
+	charges, failRecord := 0, true
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Amount int `json:"amount"`
+		}
+		json.NewDecoder(r.Body).Decode(&req) //nolint:errcheck
+		ch, err := core.Step(r.Context(), "charge", func(context.Context) (chargeResult, error) {
+			charges++
+			return chargeResult{ID: fmt.Sprint("ch_", charges), Amount: req.Amount}, nil
+		})
+		switch {
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusBadGateway)
+		case failRecord:
+			http.Error(w, "database down", http.StatusServiceUnavailable)
+		case ch.Amount != req.Amount:
+			t.Errorf("a payment of %d recorded on the charge %s of %d", req.Amount, ch.ID, ch.Amount)
+			w.WriteHeader(http.StatusCreated)
+		default:
+			w.WriteHeader(http.StatusCreated)
+		}
+	}))
+	if w := post(t, h, "k1", `{"amount":900}`); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("first request: %d %s", w.Code, w.Body)
+	}
+	failRecord = false
+	if w := post(t, h, "k1", `{"amount":5}`); w.Code == http.StatusCreated {
+		t.Fatalf("another body under the key: %d, the first request's charge taken for its own", w.Code)
+	}
+	if w := post(t, h, "k1", `{"amount":900}`); w.Code != http.StatusCreated || charges != 1 {
+		t.Fatalf("the first request's retry: %d %s, %d charges; want 201 and 1", w.Code, w.Body, charges)
+	}
+
+	runs := 0
+	work := func(fail bool) func(ctx context.Context) (string, error) {
+		return func(ctx context.Context) (string, error) {
+			v, err := core.Step(ctx, "a", func(context.Context) (string, error) { runs++; return fmt.Sprint("a", runs), nil })
+			if err == nil && fail {
+				err = errors.New("run again")
+			}
+			return v, err
+		}
+	}
+	core.Do(context.Background(), eng, "s", "k", work(true), core.DoOptions{Args: 1}) //nolint:errcheck
+	if v, _, err := core.Do(context.Background(), eng, "s", "k", work(false), core.DoOptions{Args: 2}); !errors.Is(err, core.ErrKeyReused) || runs != 1 {
+		t.Fatalf("Do with other Args: %q, %v, step ran %d times; want ErrKeyReused, 1", v, err, runs)
+	}
+	if v, _, err := core.Do(context.Background(), eng, "s", "k", work(false), core.DoOptions{Args: 1}); v != "a1" || err != nil || runs != 1 {
+		t.Fatalf("Do with the same Args: %q, %v, step ran %d times; want a1, 1", v, err, runs)
+	}
+}
