@@ -43,9 +43,11 @@ var doAnswers = answers{valid: func(code int) bool { return code == doResult || 
 // replayed true (a transient error is never replayed).
 //
 // fn's context carries the key: Step and DerivedKey work inside it. A result
-// whose encoding is over Config.MaxStoredBodyBytes is returned but not
-// stored. With the store failing and Config.FailClosed off, fn runs
-// unprotected; with it on, Do returns an error wrapping ErrStoreUnavailable.
+// whose encoding is over Config.MaxStoredBodyBytes (or fails) is returned
+// but not stored; with a TxStore, whose transaction is then rolled back
+// with fn's writes, Do returns an error instead. With the store failing and
+// Config.FailClosed off, fn runs unprotected; with it on, Do returns an
+// error wrapping ErrStoreUnavailable.
 // With a TxStore, fn writes through the transaction of its context, and a
 // commit that fails is such an error too: the result is not returned (a
 // permanent error commits with fn's writes).
@@ -98,16 +100,26 @@ func Do[T any](ctx context.Context, e *Engine, scope, key string, fn func(contex
 		return result, false, err
 	}
 	body, merr := marshal(result)
+	var reason error // why the result is not stored
 	switch {
 	case merr != nil:
-		l.Release(0, fmt.Errorf("idem: encoding Do's result: %w", merr))
+		reason = fmt.Errorf("idem: encoding Do's result: %w", merr)
 	case len(body) > e.cfg.MaxStoredBodyBytes:
-		l.Release(0, fmt.Errorf("idem: Do's result is %d bytes, over MaxStoredBodyBytes", len(body)))
+		reason = fmt.Errorf("idem: Do's result is %d bytes, over MaxStoredBodyBytes", len(body))
 	default:
 		if err := l.Complete(&Record{Code: doResult, Body: body}); err != nil {
 			var zero T
 			return zero, false, err
 		}
+		return result, false, nil
+	}
+	buffered := l.Buffered()
+	l.Release(0, reason)
+	if buffered {
+		// Released, the key's transaction rolled fn's writes back: the
+		// result must not be delivered.
+		var zero T
+		return zero, false, fmt.Errorf("%w: fn's writes were rolled back", reason)
 	}
 	return result, false, nil
 }

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
 )
 
 func newDoEngine(t *testing.T, cfg core.Config) *core.Engine {
@@ -172,6 +174,53 @@ func TestOnceAndDoRoute(t *testing.T) {
 	for _, r := range routes {
 		if r != "" {
 			t.Fatalf("event routes %q, want none", routes)
+		}
+	}
+}
+
+// watchedTxStore counts the transactions of an idemtest.TxStore that were
+// rolled back.
+type watchedTxStore struct {
+	*idemtest.TxStore
+	rollbacks atomic.Int32
+}
+
+type watchedTx struct {
+	core.Tx
+	s *watchedTxStore
+}
+
+func (s *watchedTxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
+	rec, tx, err := s.TxStore.Begin(ctx, key, idle)
+	if tx != nil {
+		tx = watchedTx{tx, s}
+	}
+	return rec, tx, err
+}
+
+func (t watchedTx) Rollback(ctx context.Context) error {
+	t.s.rollbacks.Add(1)
+	return t.Tx.Rollback(ctx)
+}
+
+// With a TxStore, fn writes through the key's transaction: a result that
+// Do does not store (over MaxStoredBodyBytes, or that does not encode)
+// rolls those writes back, so Do must not report it as a success.
+func TestDoTxResultNotStored(t *testing.T) {
+	for name, opts := range map[string]core.DoOptions{
+		"too large":       {},
+		"does not encode": {Marshal: func(any) ([]byte, error) { return nil, errors.New("no encoding") }},
+	} {
+		store := &watchedTxStore{TxStore: idemtest.NewTxStore(t).(*idemtest.TxStore)}
+		e := newDoEngine(t, core.Config{Store: store, MaxStoredBodyBytes: 10})
+		got, _, err := core.Do(context.Background(), e, "s", "k", func(ctx context.Context) (string, error) {
+			if !idemtest.InTx(ctx) {
+				t.Errorf("%s: fn runs without the key's transaction", name)
+			}
+			return "longer than ten bytes", nil
+		}, opts)
+		if store.rollbacks.Load() == 1 && err == nil {
+			t.Errorf("%s: Do = %q, nil, but fn's writes were rolled back", name, got)
 		}
 	}
 }
