@@ -6,8 +6,12 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// serializationFailure is PostgreSQL's SQLSTATE serialization_failure.
+const serializationFailure = "40001"
 
 // DefaultInboxTable is the table of an Inbox made without InboxOptions.Table.
 const DefaultInboxTable = "processed_events"
@@ -91,7 +95,17 @@ func (in *Inbox) Process(ctx context.Context, eventID string, fn func(ctx contex
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
 	tag, err := tx.Exec(ctx, in.insert, eventID)
-	if err != nil {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == serializationFailure:
+		// Under REPEATABLE READ or SERIALIZABLE (the server's
+		// default_transaction_isolation), the mark of a duplicate that
+		// committed while this one waited on it is not in this
+		// transaction's snapshot: PostgreSQL refuses the insert rather
+		// than skip it. The mark is the transaction's first statement, so
+		// that is the only conflict it can meet: processed before.
+		return false, nil
+	case err != nil:
 		return false, fmt.Errorf("pgstore: inbox: %w", err)
 	}
 	if tag.RowsAffected() == 0 {

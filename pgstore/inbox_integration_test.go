@@ -5,6 +5,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,5 +160,77 @@ func TestIntegrationInboxConcurrent(t *testing.T) {
 	want := int64(events * (events + 1) / 2)
 	if applied.Load() != events || runs.Load() != events || balance("bob") != want {
 		t.Fatalf("%d applied, %d runs, balance %d; want %d, %d, %d", applied.Load(), runs.Load(), balance("bob"), events, events, want)
+	}
+}
+
+// A duplicate that waits on the first one's mark is skipped once the first
+// commits, whatever the server's default_transaction_isolation: under
+// REPEATABLE READ and SERIALIZABLE, PostgreSQL refuses the duplicate's
+// insert of a mark committed after its snapshot (serialization_failure).
+func TestIntegrationInboxIsolation(t *testing.T) {
+	t.Parallel()
+	for _, iso := range []string{"repeatable read", "serializable"} {
+		t.Run(iso, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			url := pgtest.URL()
+			if strings.Contains(url, "?") {
+				url += "&"
+			} else {
+				url += "?"
+			}
+			pool, schema := pgtest.PoolURL(t, url+"default_transaction_isolation="+strings.ReplaceAll(iso, " ", "%20"))
+			opts := &pgstore.InboxOptions{Schema: schema}
+			if err := pgstore.MigrateInbox(ctx, pool, opts); err != nil {
+				t.Fatal(err)
+			}
+			in, err := pgstore.NewInbox(pool, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs atomic.Int64
+			release, done := make(chan struct{}), make(chan error, 1)
+			go func() {
+				_, err := in.Process(ctx, "ev-1", func(context.Context, pgx.Tx) error {
+					runs.Add(1)
+					<-release
+					return nil
+				})
+				done <- err
+			}()
+			// Once the first holds its mark, the duplicate waits on it.
+			var dup struct {
+				applied bool
+				err     error
+			}
+			dupDone := make(chan struct{})
+			for runs.Load() == 0 {
+				runtime.Gosched()
+			}
+			go func() {
+				defer close(dupDone)
+				dup.applied, dup.err = in.Process(ctx, "ev-1", func(context.Context, pgx.Tx) error { runs.Add(1); return nil })
+			}()
+		wait:
+			for waiting := false; !waiting; {
+				select {
+				case <-dupDone: // did not wait: the check below says why
+					break wait
+				default:
+				}
+				err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'%')", schema).Scan(&waiting)
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			close(release)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			<-dupDone
+			if dup.applied || dup.err != nil || runs.Load() != 1 {
+				t.Fatalf("duplicate: applied %v, err %v, %d runs; want false, nil, 1", dup.applied, dup.err, runs.Load())
+			}
+		})
 	}
 }
