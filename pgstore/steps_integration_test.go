@@ -5,6 +5,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,6 +128,36 @@ func testTxSteps(t *testing.T, a *stepsApp) {
 	}
 	if steps, err := a.store.LoadSteps(ctx, core.ID("s", "k", "")); err != nil || len(steps) != 0 {
 		t.Fatalf("checkpoints after the commit: %q, %v", steps, err)
+	}
+}
+
+// A step whose request ends while it runs (the client went away after a
+// charge at another service) still commits its checkpoint: the retry does
+// not charge again.
+func TestIntegrationTxStepOutlivesRequest(t *testing.T) {
+	t.Parallel()
+	a := newStepsApp(t, false)
+	var charges atomic.Int32 // at the other service: not rolled back
+	charge := func(cancel context.CancelFunc) func(context.Context) (string, error) {
+		return func(ctx context.Context) (string, error) {
+			return core.Step(ctx, "charge", func(ctx context.Context) (string, error) {
+				charges.Add(1)
+				if cancel != nil {
+					cancel() // the request ends, the charge is done
+				}
+				return "ch_1", nil
+			})
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	core.Do(ctx, a.eng, "s", "k", charge(cancel)) //nolint:errcheck // stored or not, the charge must not run again
+	got, _, err := core.Do(context.Background(), a.eng, "s", "k", charge(nil))
+	if err != nil || got != "ch_1" {
+		t.Fatalf("retry: %q, %v", got, err)
+	}
+	if n := charges.Load(); n != 1 {
+		t.Fatalf("%d charges, want 1: the checkpoint was lost with the request", n)
 	}
 }
 

@@ -432,10 +432,15 @@ func (t *txn) RunStep(ctx context.Context, step string, ttl time.Duration, fn fu
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, t.s.sql.txSaveStep, t.key, step, result, ttl); err != nil {
+	// fn's effect happened: its checkpoint commits even if the request
+	// ends meanwhile (a client gone), as the lease mode's does, within
+	// Options.Timeout.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.s.opts.Timeout)
+	defer cancel()
+	if _, err := tx.Exec(sctx, t.s.sql.txSaveStep, t.key, step, result, ttl); err != nil {
 		return nil, storeError("step", 1, err)
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.Commit(sctx); err != nil {
 		return nil, storeError("step", 1, err)
 	}
 	return result, nil
