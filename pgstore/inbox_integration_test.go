@@ -173,13 +173,7 @@ func TestIntegrationInboxIsolation(t *testing.T) {
 		t.Run(iso, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			url := pgtest.URL()
-			if strings.Contains(url, "?") {
-				url += "&"
-			} else {
-				url += "?"
-			}
-			pool, schema := pgtest.PoolURL(t, url+"default_transaction_isolation="+strings.ReplaceAll(iso, " ", "%20"))
+			pool, schema := pgtest.PoolURL(t, urlWith("default_transaction_isolation="+strings.ReplaceAll(iso, " ", "%20")))
 			opts := &pgstore.InboxOptions{Schema: schema}
 			if err := pgstore.MigrateInbox(ctx, pool, opts); err != nil {
 				t.Fatal(err)

@@ -582,18 +582,21 @@ func TestIntegrationTxAndLeaseShareTable(t *testing.T) {
 	}
 }
 
+// urlWith returns the test database's URL with the query parameter param.
+func urlWith(param string) string {
+	url := pgtest.URL()
+	if strings.Contains(url, "?") {
+		return url + "&" + param
+	}
+	return url + "?" + param
+}
+
 // With default_transaction_isolation at REPEATABLE READ, reads that follow
 // an advisory lock still see what was committed before the lock was
 // granted: LoadSteps, waiting for a running step, gets its checkpoint.
 func TestIntegrationTxReadCommitted(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.URL()
-	if strings.Contains(url, "?") {
-		url += "&"
-	} else {
-		url += "?"
-	}
-	pool, schema := pgtest.PoolURL(t, url+"default_transaction_isolation=repeatable%20read")
+	pool, schema := pgtest.PoolURL(t, urlWith("default_transaction_isolation=repeatable%20read"))
 	o := pgstore.Options{Schema: schema}
 	if err := pgstore.Migrate(ctx, pool, &o); err != nil {
 		t.Fatal(err)
