@@ -100,8 +100,9 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.KeyState, error) 
 
 // Purge implements core.Admin in one transaction: it locks the key's row
 // (SELECT … FOR UPDATE), refuses a live lock, or a key the transactional
-// mode holds, with core.ErrInFlight, and deletes a live record. A request of the key that comes meanwhile waits
-// for the transaction, then finds the key free.
+// mode holds, with core.ErrInFlight, and deletes a live record. A request
+// of the key that comes meanwhile waits for the transaction, then finds the
+// key free.
 func (s *Store) Purge(ctx context.Context, key string) error {
 	sql := s.adminSQL()
 	var result error
@@ -146,8 +147,8 @@ func (s *Store) Purge(ctx context.Context, key string) error {
 	return result
 }
 
-// Unlock implements core.Admin in one statement: it deletes the lease
-// mode's lock. It does not end a key that the transactional mode holds:
+// Unlock implements core.Admin in one statement, two when there is no
+// lease to delete: it deletes the lease mode's lock. It does not end a key that the transactional mode holds:
 // the key goes with its transaction, whose writes would roll back. For
 // such a key it returns an error wrapping core.ErrInFlight that names the
 // session holding it, which `SELECT pg_terminate_backend(pid)` ends.
