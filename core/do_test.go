@@ -219,8 +219,8 @@ func TestDoTxResultNotStored(t *testing.T) {
 			}
 			return "longer than ten bytes", nil
 		}, opts)
-		if store.rollbacks.Load() == 1 && err == nil {
-			t.Errorf("%s: Do = %q, nil, but fn's writes were rolled back", name, got)
+		if n := store.rollbacks.Load(); n != 1 || err == nil || got != "" {
+			t.Errorf("%s: Do = %q, %v after %d rollbacks; want an error and no result: fn's writes were rolled back", name, got, err, n)
 		}
 	}
 }

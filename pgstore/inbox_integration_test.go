@@ -199,7 +199,12 @@ func TestIntegrationInboxIsolation(t *testing.T) {
 			}
 			dupDone := make(chan struct{})
 			for runs.Load() == 0 {
-				runtime.Gosched()
+				select {
+				case err := <-done:
+					t.Fatalf("the first Process ended before its fn ran: %v", err)
+				default:
+					runtime.Gosched()
+				}
 			}
 			go func() {
 				defer close(dupDone)
