@@ -5,6 +5,8 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,10 +30,10 @@ type stepsApp struct {
 	rows   string
 }
 
-func newStepsApp(t *testing.T, instrumented bool) *stepsApp {
+func newStepsApp(t *testing.T, url string, instrumented bool) *stepsApp {
 	t.Helper()
 	ctx := context.Background()
-	pool, schema := pgtest.Pool(t)
+	pool, schema := pgtest.PoolURL(t, url)
 	o := pgstore.Options{Schema: schema, JanitorInterval: -1}
 	if err := pgstore.Migrate(ctx, pool, &o); err != nil {
 		t.Fatal(err)
@@ -82,7 +84,7 @@ func (a *stepsApp) insert(ctx context.Context, kind string) error {
 func TestIntegrationTxSteps(t *testing.T) {
 	t.Parallel()
 	for _, instrumented := range []bool{false, true} {
-		testTxSteps(t, newStepsApp(t, instrumented))
+		testTxSteps(t, newStepsApp(t, pgtest.URL(), instrumented))
 	}
 }
 
@@ -131,12 +133,61 @@ func testTxSteps(t *testing.T, a *stepsApp) {
 	}
 }
 
+// Every handler in a step holds its key's connection and needs another:
+// the store holds one key fewer than the pool has connections, so that
+// concurrent requests on a small pool all run their steps rather than each
+// wait for a connection that another holds.
+func TestIntegrationTxStepsSmallPool(t *testing.T) {
+	t.Parallel()
+	a := newStepsApp(t, urlWith("pool_max_conns=2"), false)
+	var err error
+	if a.eng, err = core.New(core.Config{Store: a.store, StoreTimeout: time.Minute, FailClosed: true}); err != nil {
+		t.Fatal(err)
+	}
+	const requests = 8
+	var (
+		running, most atomic.Int32
+		wg            sync.WaitGroup
+		errs          = make(chan error, requests)
+	)
+	for i := range requests {
+		wg.Go(func() {
+			_, _, err := core.Do(context.Background(), a.eng, "s", strconv.Itoa(i), func(ctx context.Context) (string, error) {
+				n := running.Add(1)
+				defer running.Add(-1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				// Let another request take the pool's second connection
+				// if it can (a weaker check if it is slow, never a wrong one).
+				for deadline := time.Now().Add(200 * time.Millisecond); a.pool.Stat().AcquiredConns() < 2 && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond)
+				}
+				return core.Step(ctx, "charge", func(ctx context.Context) (string, error) { return "ch", a.insert(ctx, "charge") })
+			})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if n := a.count(t, "charge"); n != requests {
+		t.Errorf("%d charges, want %d", n, requests)
+	}
+	if n := most.Load(); n != 1 {
+		t.Errorf("%d handlers held keys at once on a pool of 2 connections, want 1", n)
+	}
+}
+
 // A step whose request ends while it runs (the client went away after a
 // charge at another service) still commits its checkpoint: the retry does
 // not charge again.
 func TestIntegrationTxStepOutlivesRequest(t *testing.T) {
 	t.Parallel()
-	a := newStepsApp(t, false)
+	a := newStepsApp(t, pgtest.URL(), false)
 	var charges atomic.Int32 // at the other service: not rolled back
 	charge := func(cancel context.CancelFunc) func(context.Context) (string, error) {
 		return func(ctx context.Context) (string, error) {
@@ -166,7 +217,7 @@ func TestIntegrationTxStepOutlivesRequest(t *testing.T) {
 // the lock of the key's steps, and sees what it committed.
 func TestIntegrationTxStepFenced(t *testing.T) {
 	t.Parallel()
-	a := newStepsApp(t, false)
+	a := newStepsApp(t, pgtest.URL(), false)
 	ctx := context.Background()
 	pool := a.pool
 	_, _, err := core.Do(ctx, a.eng, "s", "k", func(ctx context.Context) (int, error) {

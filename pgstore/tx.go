@@ -28,17 +28,27 @@ var ErrTxManaged = errors.New("pgstore: the request's transaction is committed o
 // together or not at all. See docs/pgstore.md for sizing and timeouts.
 type TxStore struct {
 	*Store
+	// keys holds a token per key held, at most one fewer than the pool's
+	// connections: a handler in a Step holds its key's connection and
+	// needs another, which none would get if every connection held a key.
+	keys    chan struct{}
+	oneConn bool // no step can run
 }
 
 var _ core.TxStore = (*TxStore)(nil)
 
 // NewTx returns a TxStore on the table that Migrate created; opts as for New.
+// It holds at most one fewer key at once than the pool has connections
+// (pool_max_conns), so that a handler in a core.Step always gets the second
+// connection its step needs; Begin waits for one of those, as for a
+// connection. Steps need a pool of two connections or more.
 func NewTx(pool *pgxpool.Pool, opts *Options) (*TxStore, error) {
 	s, err := New(pool, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &TxStore{Store: s}, nil
+	conns := pool.Config().MaxConns
+	return &TxStore{Store: s, keys: make(chan struct{}, max(1, conns-1)), oneConn: conns < 2}, nil
 }
 
 // Tx returns the transaction that holds the key of ctx's request, for the
@@ -228,8 +238,14 @@ func (s *TxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]
 var errDead = errors.New("connection lost")
 
 func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
+	select {
+	case s.keys <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, fmt.Errorf("waiting for one of the %d connections that may hold a key: %w", cap(s.keys), context.Cause(ctx))
+	}
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
+		<-s.keys
 		return nil, nil, err
 	}
 	t := &txn{s: s, c: c, key: key}
@@ -247,14 +263,6 @@ func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration) ([]
 	return nil, t, nil
 }
 
-// dead releases c and returns err, marked errDead if c died under it.
-func dead(ctx context.Context, c *pgxpool.Conn, err error) error {
-	if ctx.Err() == nil && c.Conn().IsClosed() {
-		err = fmt.Errorf("%w: %w", errDead, err)
-	}
-	c.Release()
-	return err
-}
 
 // txn is a key held by a transaction. Commit and Rollback end it; only the
 // first call counts.
@@ -339,10 +347,20 @@ func (t *txn) Commit(ctx context.Context, record []byte, ttl time.Duration) erro
 	}
 	if err != nil {
 		t.tx.Rollback(ctx) //nolint:errcheck // the commit's error says it
-		return storeError("commit", 1, dead(ctx, t.c, err))
+		if ctx.Err() == nil && t.c.Conn().IsClosed() {
+			err = fmt.Errorf("%w: %w", errDead, err)
+		}
+		t.release()
+		return storeError("commit", 1, err)
 	}
-	t.c.Release()
+	t.release()
 	return nil
+}
+
+// release returns the key's connection to the pool, and its token.
+func (t *txn) release() {
+	t.c.Release()
+	<-t.s.keys
 }
 
 // commit writes the record and commits in one round trip: the record's
@@ -377,11 +395,11 @@ func (t *txn) Rollback(ctx context.Context) error {
 	if t.c.Conn().IsClosed() {
 		// A statement was cut off (its context canceled, the network lost):
 		// the session, and with it the transaction, is gone.
-		t.c.Release()
+		t.release()
 		return nil
 	}
 	err := t.tx.Rollback(ctx) // pgx closes the connection if it fails
-	t.c.Release()
+	t.release()
 	if err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("pgstore: rollback: %w", err)
 	}
@@ -398,6 +416,9 @@ var _ core.StepTx = (*txn)(nil)
 func (t *txn) RunStep(ctx context.Context, step string, ttl time.Duration, fn func(context.Context) ([]byte, error)) ([]byte, error) {
 	if t.done {
 		return nil, core.ErrLockLost
+	}
+	if t.s.oneConn {
+		return nil, errors.New("pgstore: a step needs a second connection, and the pool has one (pool_max_conns)")
 	}
 	pid := t.c.Conn().PgConn().PID()
 	actx := ctx
