@@ -263,7 +263,6 @@ func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration) ([]
 	return nil, t, nil
 }
 
-
 // txn is a key held by a transaction. Commit and Rollback end it; only the
 // first call counts.
 type txn struct {
