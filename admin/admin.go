@@ -73,7 +73,8 @@ func isStoreKey(s string) bool {
 }
 
 // Key is what an operator sees of one key. Times are zero when unknown;
-// Size is the stored body's, in bytes.
+// Size is the stored body's, in bytes (0 while in flight, and for a sealed
+// record not opened; the record's own when it does not decode or open).
 type Key struct {
 	ID          string              `json:"id"`
 	Status      string              `json:"status"`

@@ -19,7 +19,8 @@
 // seal.ParseKeys): inspect then opens them.
 //
 // Exit codes: 0 done, 1 not found, 2 refused (in flight, or unlock without
-// -yes), 3 store error, 64 usage error.
+// -yes), 3 store error, 4 a record that does not decode or open (inspect
+// prints what it can and why), 64 usage error.
 package main
 
 import (
@@ -52,6 +53,7 @@ const (
 	exitNotFound = 1
 	exitRefused  = 2
 	exitStore    = 3
+	exitRecord   = 4 // inspect: the record does not decode, or does not open with IDEM_SEAL_KEYS
 	exitUsage    = 64 // EX_USAGE of sysexits.h
 )
 
@@ -69,7 +71,7 @@ const usage = `usage: idemctl (-redis URL | -postgres URL) <inspect|purge|unlock
 
 IDEM_SEAL_KEYS=<id>:<base64 key>[,...] opens sealed records (inspect)
 
-exit codes: 0 done, 1 not found, 2 refused (in flight, no -yes), 3 store error, 64 usage
+exit codes: 0 done, 1 not found, 2 refused (in flight, no -yes), 3 store error, 4 record does not decode or open, 64 usage
 
 flags:
 `
@@ -181,7 +183,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return storeExit(stderr, id, err)
 		}
-		return out(k, func(w io.Writer) error { return admin.WriteKey(w, k) })
+		code := out(k, func(w io.Writer) error { return admin.WriteKey(w, k) })
+		if code == exitOK && k.Error != "" {
+			return exitRecord
+		}
+		return code
 	case "purge", "unlock":
 		op, done := store.Purge, "purged"
 		if cmd == "unlock" {

@@ -272,6 +272,12 @@ func TestInspectSealed(t *testing.T) {
 			t.Errorf("with the keys: exit %d, output lacks %q:\n%s%s", code, want, stdout, stderr)
 		}
 	}
+	// Keys that do not open it: what shows, why, and an exit code that says so.
+	t.Setenv("IDEM_SEAL_KEYS", "k2:"+base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{2}, seal.KeySize)))
+	code, stdout, stderr = idemctl(t, args...)
+	if code != exitRecord || !strings.Contains(stdout, "error ") || !strings.Contains(stdout, "k1") || strings.Contains(stdout, "/orders/7") {
+		t.Errorf("with other keys: exit %d, want %d\n%s%s", code, exitRecord, stdout, stderr)
+	}
 	t.Setenv("IDEM_SEAL_KEYS", "k1:short")
 	if code, _, stderr := idemctl(t, args...); code != exitUsage || !strings.Contains(stderr, "IDEM_SEAL_KEYS") {
 		t.Errorf("bad keys: exit %d, %q", code, stderr)
