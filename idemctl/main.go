@@ -53,7 +53,7 @@ const (
 	exitNotFound = 1
 	exitRefused  = 2
 	exitStore    = 3
-	exitRecord   = 4 // inspect: the record does not decode, or does not open with IDEM_SEAL_KEYS
+	exitRecord   = 4  // inspect: the record does not decode, or does not open with IDEM_SEAL_KEYS
 	exitUsage    = 64 // EX_USAGE of sysexits.h
 )
 
