@@ -14,6 +14,9 @@
 // that inflight lists. Flags may come before or after the command. -json
 // prints JSON (the admin package's Key and KeyList), otherwise a table.
 //
+// A Redis URL gets max_retries=-1 and dial_timeout=2s unless it sets them:
+// one attempt, so that a Redis that is down says so at once.
+//
 // Records sealed by an Engine's core.Config.Sealer show their times and key
 // id only, unless IDEM_SEAL_KEYS holds the keys (as the examples read them,
 // seal.ParseKeys): inspect then opens them.
@@ -30,6 +33,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -247,7 +251,7 @@ func open(ctx context.Context, o *options) (core.Admin, func(), error) {
 		return nil, nil, fmt.Errorf("-prefix %q: empty or holding a brace", o.prefix)
 	}
 	if o.redis != "" {
-		client, err := redislock.NewClient(o.redis)
+		client, err := redislock.NewClient(oneShot(o.redis))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -273,6 +277,28 @@ func open(ctx context.Context, o *options) (core.Admin, func(), error) {
 		return nil, nil, err
 	}
 	return store, func() { store.Close(); pool.Close() }, nil
+}
+
+// oneShot returns redisURL with max_retries=-1 and dial_timeout=2s unless
+// it sets them: redislock.NewClient's client rides through a Redis restart
+// (a refused dial tried again until dial_timeout, each command tried
+// max_retries+1 times: 20 s with go-redis's defaults), where an operator
+// wants to hear at once that Redis is down.
+func oneShot(redisURL string) string {
+	u, err := url.Parse(redisURL)
+	if err != nil {
+		return redisURL // NewClient says what is wrong with it
+	}
+	q := u.Query()
+	for _, p := range []string{"max_retries=-1", "dial_timeout=2s"} {
+		if name, _, _ := strings.Cut(p, "="); !q.Has(name) {
+			if u.RawQuery != "" {
+				u.RawQuery += "&"
+			}
+			u.RawQuery += p
+		}
+	}
+	return u.String()
 }
 
 // escapeJSON returns the JSON b with the runes that encoding/json leaves

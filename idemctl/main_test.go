@@ -6,7 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -281,5 +283,35 @@ func TestInspectSealed(t *testing.T) {
 	t.Setenv("IDEM_SEAL_KEYS", "k1:short")
 	if code, _, stderr := idemctl(t, args...); code != exitUsage || !strings.Contains(stderr, "IDEM_SEAL_KEYS") {
 		t.Errorf("bad keys: exit %d, %q", code, stderr)
+	}
+}
+
+// Against a Redis that answers nothing, idemctl makes one attempt and
+// says why, rather than ride it out as a server's client would (go-redis's
+// default is four attempts, each dialled again for its dial_timeout).
+func TestOneAttempt(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			c.Close()
+		}
+	}()
+	code, stdout, stderr := idemctl(t, "-redis", "redis://"+ln.Addr().String(), "inspect", "-key", "k")
+	ln.Close()
+	if code != exitStore || stdout != "" || !strings.Contains(stderr, "store error") {
+		t.Errorf("exit %d, %q, %q", code, stdout, stderr)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d connections, want 1", n)
 	}
 }
