@@ -47,7 +47,7 @@ func main() {
 	if providerURL == "" {
 		providerURL = "http://127.0.0.1:8091"
 	}
-	s := &server{payments: store, provider: &provider{url: providerURL,
+	s := &server{eng: app.Engine, payments: store, provider: &provider{url: providerURL,
 		// Covered requests carry the key DerivedKey gives for the request's
 		// method, host and path when a keyed handler sends them.
 		client: &http.Client{Transport: &idemclient.Transport{}, Timeout: 30 * time.Second}}}
@@ -64,6 +64,7 @@ func main() {
 }
 
 type server struct {
+	eng      *core.Engine
 	payments *payments
 	provider *provider
 }
@@ -86,11 +87,10 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"amount": positive, "account": non-empty, "fail_after": "charge", "record" or ""}`})
 		return
 	}
-	key := r.Header.Get("Idempotency-Key")
-	if info, ok := core.InfoFromContext(r.Context()); ok {
-		key = info.Key // unquoted
-	}
-	if key == "" {
+	// The key as the Engine reads it (unquoted, or the legacy header), also
+	// when the request runs unprotected after a store failure.
+	key, _, err := s.eng.Key(r.Header)
+	if err != nil || key == "" {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "an Idempotency-Key is required"})
 		return
 	}
