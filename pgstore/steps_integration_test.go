@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -134,15 +135,27 @@ func testTxSteps(t *testing.T, a *stepsApp) {
 }
 
 // Every handler in a step holds its key's connection and needs another:
-// the store holds one key fewer than the pool has connections, so that
-// concurrent requests on a small pool all run their steps rather than each
-// wait for a connection that another holds.
+// the TxStores on a pool, here two on two tables, hold one key fewer than
+// the pool has connections, so that concurrent requests on a small pool
+// all run their steps rather than each wait for a connection that another
+// holds.
 func TestIntegrationTxStepsSmallPool(t *testing.T) {
 	t.Parallel()
 	a := newStepsApp(t, urlWith("pool_max_conns=2"), false)
-	var err error
-	if a.eng, err = core.New(core.Config{Store: a.store, StoreTimeout: time.Minute, FailClosed: true}); err != nil {
+	o := pgstore.Options{Schema: a.schema, Table: "other_keys", JanitorInterval: -1}
+	if err := pgstore.Migrate(context.Background(), a.pool, &o); err != nil {
 		t.Fatal(err)
+	}
+	other, err := pgstore.NewTx(a.pool, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var engines [2]*core.Engine
+	for i, store := range []*pgstore.TxStore{a.store, other} {
+		if engines[i], err = core.New(core.Config{Store: store, StoreTimeout: 10 * time.Second, FailClosed: true}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	const requests = 8
 	var (
@@ -152,7 +165,7 @@ func TestIntegrationTxStepsSmallPool(t *testing.T) {
 	)
 	for i := range requests {
 		wg.Go(func() {
-			_, _, err := core.Do(context.Background(), a.eng, "s", strconv.Itoa(i), func(ctx context.Context) (string, error) {
+			_, _, err := core.Do(context.Background(), engines[i%2], "s", strconv.Itoa(i), func(ctx context.Context) (string, error) {
 				n := running.Add(1)
 				defer running.Add(-1)
 				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
@@ -179,6 +192,19 @@ func TestIntegrationTxStepsSmallPool(t *testing.T) {
 	}
 	if n := most.Load(); n != 1 {
 		t.Errorf("%d handlers held keys at once on a pool of 2 connections, want 1", n)
+	}
+}
+
+// On a pool of one connection, which the key holds, a step fails at once
+// and says why.
+func TestIntegrationTxStepsOneConn(t *testing.T) {
+	t.Parallel()
+	a := newStepsApp(t, urlWith("pool_max_conns=1"), false)
+	_, _, err := core.Do(context.Background(), a.eng, "s", "k", func(ctx context.Context) (string, error) {
+		return core.Step(ctx, "charge", func(ctx context.Context) (string, error) { return "ch", a.insert(ctx, "charge") })
+	})
+	if err == nil || !strings.Contains(err.Error(), "pool_max_conns") || a.count(t, "charge") != 0 {
+		t.Fatalf("a step on a pool of one connection: %v, %d charges", err, a.count(t, "charge"))
 	}
 }
 
@@ -225,7 +251,9 @@ func TestIntegrationTxStepFenced(t *testing.T) {
 		if err := pgstore.Tx(ctx).QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 			return 0, err
 		}
-		if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+		// pg_terminate_backend signals the backend, which releases its
+		// locks when it has exited.
+		if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1, 10000)", pid); err != nil {
 			return 0, err
 		}
 		return core.Step(ctx, "charge", func(ctx context.Context) (int, error) { return 1, a.insert(ctx, "charge") })

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -28,27 +31,44 @@ var ErrTxManaged = errors.New("pgstore: the request's transaction is committed o
 // together or not at all. See docs/pgstore.md for sizing and timeouts.
 type TxStore struct {
 	*Store
-	// keys holds a token per key held, at most one fewer than the pool's
-	// connections: a handler in a Step holds its key's connection and
-	// needs another, which none would get if every connection held a key.
-	keys    chan struct{}
-	oneConn bool // no step can run
+	keys    chan struct{} // keysOf(pool)
+	oneConn bool          // no step can run
+}
+
+// poolKeys holds, by a weak pointer to each pool, a token per key held on
+// it by any TxStore, at most one fewer than the pool's connections: a
+// handler in a Step holds its key's connection and needs another, which
+// none would get if every connection held a key. A pool's entry goes with
+// the pool.
+var poolKeys sync.Map
+
+// keysOf returns the tokens of pool's keys.
+func keysOf(pool *pgxpool.Pool) chan struct{} {
+	wp := weak.Make(pool)
+	if keys, ok := poolKeys.Load(wp); ok {
+		return keys.(chan struct{})
+	}
+	keys, loaded := poolKeys.LoadOrStore(wp, make(chan struct{}, max(1, pool.Config().MaxConns-1)))
+	if !loaded {
+		runtime.AddCleanup(pool, func(wp weak.Pointer[pgxpool.Pool]) { poolKeys.Delete(wp) }, wp)
+	}
+	return keys.(chan struct{})
 }
 
 var _ core.TxStore = (*TxStore)(nil)
 
 // NewTx returns a TxStore on the table that Migrate created; opts as for New.
-// It holds at most one fewer key at once than the pool has connections
-// (pool_max_conns), so that a handler in a core.Step always gets the second
-// connection its step needs; Begin waits for one of those, as for a
-// connection. Steps need a pool of two connections or more.
+// The TxStores on a pool hold at most one key fewer at once than it has
+// connections (pool_max_conns), so that one connection is never a key's: a
+// handler in a core.Step needs a second connection for as long as the step
+// runs. Begin waits for a key to end as it would for a connection. Steps
+// need a pool of two connections or more.
 func NewTx(pool *pgxpool.Pool, opts *Options) (*TxStore, error) {
 	s, err := New(pool, opts)
 	if err != nil {
 		return nil, err
 	}
-	conns := pool.Config().MaxConns
-	return &TxStore{Store: s, keys: make(chan struct{}, max(1, conns-1)), oneConn: conns < 2}, nil
+	return &TxStore{Store: s, keys: keysOf(pool), oneConn: pool.Config().MaxConns < 2}, nil
 }
 
 // Tx returns the transaction that holds the key of ctx's request, for the
@@ -417,7 +437,7 @@ func (t *txn) RunStep(ctx context.Context, step string, ttl time.Duration, fn fu
 		return nil, core.ErrLockLost
 	}
 	if t.s.oneConn {
-		return nil, errors.New("pgstore: a step needs a second connection, and the pool has one (pool_max_conns)")
+		return nil, errOneConn
 	}
 	pid := t.c.Conn().PgConn().PID()
 	actx := ctx
@@ -466,10 +486,17 @@ func (t *txn) RunStep(ctx context.Context, step string, ttl time.Duration, fn fu
 	return result, nil
 }
 
+// errOneConn is the error of a step on a pool of one connection, which the
+// key's transaction holds.
+var errOneConn = errors.New("pgstore: a step needs a second connection, and the pool has one (pool_max_conns)")
+
 // LoadSteps implements core.Checkpointer in one round trip, once no step's
 // transaction holds the lock of the key's steps: the step of a transaction
 // that lost the key may still be committing its checkpoint.
 func (s *TxStore) LoadSteps(ctx context.Context, key string) (map[string][]byte, error) {
+	if s.oneConn {
+		return nil, errOneConn
+	}
 	steps := map[string][]byte{}
 	_, err := s.run(ctx, "load steps", func(ctx context.Context, c *pgxpool.Conn, _ bool) error {
 		clear(steps)
