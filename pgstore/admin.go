@@ -147,11 +147,11 @@ func (s *Store) Purge(ctx context.Context, key string) error {
 	return result
 }
 
-// Unlock implements core.Admin in one statement, two when there is no
-// lease to delete: it deletes the lease mode's lock. It does not end a key that the transactional mode holds:
-// the key goes with its transaction, whose writes would roll back. For
-// such a key it returns an error wrapping core.ErrInFlight that names the
-// session holding it, which `SELECT pg_terminate_backend(pid)` ends.
+// Unlock implements core.Admin: it deletes the lease mode's lock in one
+// statement. A key that the transactional mode holds goes with its
+// transaction and is not ended: for it (a second statement) Unlock returns
+// an error wrapping core.ErrInFlight that names the session holding it,
+// which `SELECT pg_terminate_backend(pid)` ends.
 func (s *Store) Unlock(ctx context.Context, key string) error {
 	sql := s.adminSQL()
 	var (
