@@ -337,8 +337,13 @@ func (e *Engine) readBody(req *Request) ([]byte, error) {
 			return nil, errBodyTooLarge
 		}
 		if err == io.EOF {
-			if len(buf) == 0 && req.ContentLength > 0 && req.Header.Get("Content-Encoding") == "" {
-				return nil, errBodyConsumed
+			if int64(len(buf)) < req.ContentLength && req.Header.Get("Content-Encoding") == "" {
+				if len(buf) == 0 {
+					return nil, errBodyConsumed
+				}
+				// fasthttp's body stream (Fiber's StreamRequestBody) ends a
+				// body cut short with io.EOF, where net/http reports it.
+				return nil, fmt.Errorf("the body ended after %d of its %d bytes: %w", len(buf), req.ContentLength, io.ErrUnexpectedEOF)
 			}
 			return buf, nil
 		}

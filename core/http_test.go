@@ -101,6 +101,24 @@ func TestMiddlewareBodySmuggling(t *testing.T) {
 	})
 }
 
+// TestMiddlewareTruncatedBody: a body cut short by the client is refused
+// (net/http reports it as io.ErrUnexpectedEOF), nothing stored.
+func TestMiddlewareTruncatedBody(t *testing.T) {
+	t.Parallel()
+	idemtest.TestTruncatedBody(t, func(t *testing.T, cfg core.Config, run func()) string {
+		eng, err := core.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			run()
+			w.WriteHeader(http.StatusCreated)
+		})))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	})
+}
+
 // The headers a replay adds (the replay mark, Content-Length, the original
 // timestamp) share one allocation, but each is a slice of its own: a
 // middleware that adds a value to one leaves the others as they are.

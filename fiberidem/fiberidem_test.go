@@ -476,6 +476,21 @@ func TestFiberStreamBodySmuggling(t *testing.T) {
 	})
 }
 
+// TestFiberStreamTruncatedBody: with StreamRequestBody the handlers read the body after
+// fasthttp, which takes a body cut short of its Content-Length for a
+// whole one: it is refused, nothing stored, and the whole body's retry runs.
+func TestFiberStreamTruncatedBody(t *testing.T) {
+	t.Parallel()
+	idemtest.TestTruncatedBody(t, func(t *testing.T, cfg core.Config, run func()) string {
+		app := fiber.New(fiber.Config{DisableStartupMessage: true, StreamRequestBody: true})
+		app.Post("/orders", fiberidem.New(fiberidem.Config{Engine: newEngine(t, cfg)}), func(c *fiber.Ctx) error {
+			run()
+			return c.Status(201).SendString("created")
+		})
+		return listen(t, app)
+	})
+}
+
 // TestFiberReplayHeadersExact: a replay carries the headers the first
 // response went out with, no more: fasthttp sends its default Content-Type
 // only with a body, so a 204 or an empty 200 has none, and neither has its

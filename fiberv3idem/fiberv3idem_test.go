@@ -449,6 +449,21 @@ func TestStreamBodySmuggling(t *testing.T) {
 	})
 }
 
+// TestStreamTruncatedBody: with StreamRequestBody the handlers read the body after
+// fasthttp, which takes a body cut short of its Content-Length for a
+// whole one: it is refused, nothing stored, and the whole body's retry runs.
+func TestStreamTruncatedBody(t *testing.T) {
+	t.Parallel()
+	idemtest.TestTruncatedBody(t, func(t *testing.T, cfg core.Config, run func()) string {
+		app := fiber.New(fiber.Config{StreamRequestBody: true})
+		app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, cfg)}), func(c fiber.Ctx) error {
+			run()
+			return c.Status(201).SendString("created")
+		})
+		return listen(t, app)
+	})
+}
+
 // TestReplayHeadersExact: a replay carries the headers the first response
 // went out with, no more: fasthttp sends its default Content-Type only with
 // a body, so a 204 or an empty 200 has none, and neither has its replay;

@@ -135,3 +135,68 @@ func TestSmuggling(t *testing.T, offset int, serve func(t *testing.T, cfg core.C
 		})
 	}
 }
+
+// TestTruncatedBody checks that a request whose body ends before its
+// Content-Length (the client went away mid-upload) never runs and stores
+// nothing: the same request sent whole with the same key then runs once
+// and gets 201. serve is as for TestSmuggling, its handler answering 201.
+// Bodies are cut within what a server reads before its handlers and past
+// it (fasthttp's 8 KiB, Fiber's StreamRequestBody).
+func TestTruncatedBody(t *testing.T, serve func(t *testing.T, cfg core.Config, run func()) string) {
+	for _, tc := range []struct {
+		name       string
+		size, sent int
+	}{
+		{"small body", 100, 40},
+		{"streamed body", 64 << 10, 20 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var runs atomic.Int64
+			base := serve(t, core.Config{}, func() { runs.Add(1) })
+			body := `{"item":"book","qty":1,"pad":"` + strings.Repeat("x", tc.size-len(`{"item":"book","qty":1,"pad":""}`)) + `"}`
+			key := fmt.Sprintf("idemtest-truncated-%d", tc.size)
+			u, err := url.Parse(base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(time.Minute)) //nolint:errcheck // a bound for a server that hangs; no pass depends on it
+			head := fmt.Sprintf("POST /orders HTTP/1.1\r\nHost: %s\r\nIdempotency-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+				u.Host, key, len(body))
+			if _, err := io.WriteString(conn, head+body[:tc.sent]); err != nil {
+				t.Fatal(err)
+			}
+			conn.(*net.TCPConn).CloseWrite() //nolint:errcheck // the client is done sending
+			// The server answers 400 or closes the connection; either way the
+			// handler must not have run.
+			if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err == nil {
+				drain(resp)
+				if resp.StatusCode < 400 {
+					t.Fatalf("a body cut after %d of %d bytes: %d", tc.sent, len(body), resp.StatusCode)
+				}
+			}
+			if n := runs.Load(); n != 0 {
+				t.Fatalf("the handler ran %d times on a body cut after %d of %d bytes", n, tc.sent, len(body))
+			}
+			req, err := http.NewRequest(http.MethodPost, base+"/orders", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Idempotency-Key", key)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			drain(resp)
+			if resp.StatusCode != http.StatusCreated || runs.Load() != 1 {
+				t.Fatalf("the whole body's retry: %d after %d runs, want 201 after 1", resp.StatusCode, runs.Load())
+			}
+		})
+	}
+}
