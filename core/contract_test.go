@@ -17,13 +17,15 @@ func TestStoredHeaders(t *testing.T) {
 		cfg       core.Config
 		kept, not []string
 	}{
-		{"deny list", core.Config{}, []string{"Location", "X-Custom"}, []string{"Set-Cookie", "Set-Cookie2"}},
-		{"allow list", core.Config{KeepHeaders: []string{"location", "Set-Cookie"}}, []string{"Location"}, []string{"X-Custom", "Set-Cookie", "Set-Cookie2"}},
+		{"deny list", core.Config{}, []string{"Location", "X-Custom"}, []string{"Set-Cookie", "Set-Cookie2", "X-Hop"}},
+		{"allow list", core.Config{KeepHeaders: []string{"location", "Set-Cookie"}}, []string{"Location"},
+			[]string{"X-Custom", "Set-Cookie", "Set-Cookie2", "X-Hop"}},
 		// A deny list adds to the base list: it never lets a cookie or a
-		// hop-by-hop header through.
-		{"own deny list", core.Config{DeniedHeaders: []string{"X-Custom"}}, []string{"Location"}, []string{"X-Custom", "Set-Cookie", "Set-Cookie2", "Keep-Alive"}},
-		{"empty deny list", core.Config{DeniedHeaders: []string{}}, []string{"Location", "X-Custom"}, []string{"Set-Cookie", "Set-Cookie2", "Keep-Alive"}},
-		{"empty allow list is unset", core.Config{KeepHeaders: []string{}}, []string{"Location", "X-Custom"}, []string{"Set-Cookie", "Set-Cookie2"}},
+		// hop-by-hop header through, nor one that Connection names.
+		{"own deny list", core.Config{DeniedHeaders: []string{"X-Custom"}}, []string{"Location"},
+			[]string{"X-Custom", "Set-Cookie", "Set-Cookie2", "Keep-Alive", "X-Hop"}},
+		{"empty deny list", core.Config{DeniedHeaders: []string{}}, []string{"Location", "X-Custom"}, []string{"Set-Cookie", "Set-Cookie2", "Keep-Alive", "X-Hop"}},
+		{"empty allow list is unset", core.Config{KeepHeaders: []string{}}, []string{"Location", "X-Custom"}, []string{"Set-Cookie", "Set-Cookie2", "X-Hop"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -32,9 +34,10 @@ func TestStoredHeaders(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				for _, k := range []string{"Location", "X-Custom", "Set-Cookie", "Set-Cookie2", "Keep-Alive"} {
+				for _, k := range []string{"Location", "X-Custom", "Set-Cookie", "Set-Cookie2", "Keep-Alive", "X-Hop"} {
 					w.Header().Set(k, "v")
 				}
+				w.Header().Set("Connection", "keep-alive, x-hop") // X-Hop is hop-by-hop too
 				w.WriteHeader(http.StatusCreated)
 			}))
 			post(t, h, "headers", "{}")

@@ -477,11 +477,13 @@ func (l *Lease) release(code int, reason error) {
 }
 
 // applyPolicy is the storage policy of every transport: it drops the
-// headers that are denied or, with Config.KeepHeaders, not kept, and stores
-// a body over Config.MaxStoredBodyBytes as its size and SHA-256. A header
-// name that starts with a colon is a transport's own: ":name" is kept,
-// ":prefix:name" (gRPC's trailers) is judged as name.
+// headers that are denied, named by the response's Connection header
+// (hop-by-hop, RFC 9110 section 7.6.1) or, with Config.KeepHeaders, not
+// kept, and stores a body over Config.MaxStoredBodyBytes as its size and
+// SHA-256. A header name that starts with a colon is a transport's own:
+// ":name" is kept, ":prefix:name" (gRPC's trailers) is judged as name.
 func (e *Engine) applyPolicy(rec *Record) {
+	connection := rec.Header["Connection"]
 	for name := range rec.Header {
 		base := name
 		if strings.HasPrefix(name, ":") {
@@ -492,7 +494,7 @@ func (e *Engine) applyPolicy(rec *Record) {
 			base = name[i+1:]
 		}
 		ck := http.CanonicalHeaderKey(base)
-		if e.denied[ck] || e.kept != nil && !e.kept[ck] {
+		if e.denied[ck] || e.kept != nil && !e.kept[ck] || connection != nil && namedIn(connection, ck) {
 			delete(rec.Header, name)
 		}
 	}
@@ -500,6 +502,19 @@ func (e *Engine) applyPolicy(rec *Record) {
 		rec.BodyOmitted, rec.BodySize, rec.BodySHA256 = true, int64(len(rec.Body)), sha256.Sum256(rec.Body)
 		rec.Body = nil
 	}
+}
+
+// namedIn reports whether one of the comma-separated lists in values names
+// the header name.
+func namedIn(values []string, name string) bool {
+	for _, v := range values {
+		for field := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(field), name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // errStoredLate is the Err of an OutcomeStored event whose lock expired,
