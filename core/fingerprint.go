@@ -25,7 +25,9 @@ func fingerprint(method, path, query, contentType string, body []byte, critical 
 	var mt, encoding string // the media type and content coding of a body; none without one
 	if len(body) > 0 {
 		mt = canon.MediaType(contentType)
-		encoding = strings.Join(headerValues(header, "Content-Encoding"), ", ") // every line: a framework may read the last
+		// Every line, as sent (no header value holds a newline): a framework
+		// may decode the first line only (Fiber) or the last.
+		encoding = strings.Join(headerValues(header, "Content-Encoding"), "\n")
 	}
 	buf := canonBuffers.Get().(*[]byte)
 	defer putCanonBuffer(buf)

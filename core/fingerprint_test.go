@@ -37,6 +37,12 @@ func TestFingerprintParts(t *testing.T) {
 	if gzip == fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), nil, http.Header{"Content-Encoding": {"gzip", "identity"}}) {
 		t.Error("a second Content-Encoding line, which Fiber reads, did not change the fingerprint")
 	}
+	// Fiber decodes the first Content-Encoding line only: "gzip, gzip" on one
+	// line is decoded twice, on two lines once.
+	if fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), nil, http.Header{"Content-Encoding": {"gzip, gzip"}}) ==
+		fingerprint("POST", "/orders", "", "application/json", []byte(`{"a":1}`), nil, http.Header{"Content-Encoding": {"gzip", "gzip"}}) {
+		t.Error("one Content-Encoding line and the same list on two lines fingerprint the same")
+	}
 	if again := fingerprint("POST", "/orders", "", "application/json", []byte(` { "a" : 1 } `), []string{"X-Account"}, h); again != base {
 		t.Error("an equivalent JSON body changed the fingerprint")
 	}
