@@ -7,12 +7,17 @@
 // TREE is a copy of the repository whose go.mod files `release -rewrite`
 // has set to the version; files that git ignores must not be in it (a
 // module zip holds every file of its directory, nested modules aside).
+// As the go command does for a module in a subdirectory of its repository,
+// a module without a LICENSE file gets the tree's: modproxy copies it into
+// the module's directory of TREE.
 package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -52,10 +57,17 @@ func run(dir, version, out string) error {
 	if err != nil {
 		return err
 	}
+	license, err := os.ReadFile(filepath.Join(dir, "LICENSE"))
+	if err != nil {
+		return err
+	}
 	n := 0
 	for _, m := range mods {
 		if !m.Released {
 			continue
+		}
+		if err := addLicense(filepath.Join(dir, m.Dir), license); err != nil {
+			return fmt.Errorf("%s: %w", m.Path, err)
 		}
 		if err := publish(filepath.Join(dir, m.Dir), module.Version{Path: m.Path, Version: version}, info, out); err != nil {
 			return fmt.Errorf("%s: %w", m.Path, err)
@@ -64,6 +76,22 @@ func run(dir, version, out string) error {
 	}
 	fmt.Printf("modproxy: %d modules at %s in %s\n", n, version, out)
 	return nil
+}
+
+// addLicense writes license as moddir's LICENSE unless it has one.
+func addLicense(moddir string, license []byte) error {
+	f, err := os.OpenFile(filepath.Join(moddir, "LICENSE"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(license); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // publish writes the list, .info, .mod and .zip files of one module version.
