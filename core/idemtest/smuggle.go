@@ -141,21 +141,29 @@ func TestSmuggling(t *testing.T, offset int, serve func(t *testing.T, cfg core.C
 // nothing: the same request sent whole with the same key then runs once
 // and gets 201. serve is as for TestSmuggling, its handler answering 201.
 // Bodies are cut within what a server reads before its handlers and past
-// it (fasthttp's 8 KiB, Fiber's StreamRequestBody).
+// it (fasthttp's 8 KiB, Fiber's StreamRequestBody), with and without a
+// Content-Encoding (the length declared is the encoded body's).
 func TestTruncatedBody(t *testing.T, serve func(t *testing.T, cfg core.Config, run func()) string) {
 	for _, tc := range []struct {
 		name       string
 		size, sent int
+		encoding   string
 	}{
-		{"small body", 100, 40},
-		{"streamed body", 64 << 10, 20 << 10},
+		{"small body", 100, 40, ""},
+		{"streamed body", 64 << 10, 20 << 10, ""},
+		{"small gzip body", 100, 40, "gzip"},
+		{"streamed gzip body", 64 << 10, 20 << 10, "gzip"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var runs atomic.Int64
 			base := serve(t, core.Config{}, func() { runs.Add(1) })
 			body := `{"item":"book","qty":1,"pad":"` + strings.Repeat("x", tc.size-len(`{"item":"book","qty":1,"pad":""}`)) + `"}`
-			key := fmt.Sprintf("idemtest-truncated-%d", tc.size)
+			key := fmt.Sprintf("idemtest-truncated-%d-%s", tc.size, tc.encoding)
+			encoding := ""
+			if tc.encoding != "" {
+				encoding = "Content-Encoding: " + tc.encoding + "\r\n"
+			}
 			u, err := url.Parse(base)
 			if err != nil {
 				t.Fatal(err)
@@ -166,8 +174,8 @@ func TestTruncatedBody(t *testing.T, serve func(t *testing.T, cfg core.Config, r
 			}
 			defer conn.Close()
 			conn.SetDeadline(time.Now().Add(time.Minute)) //nolint:errcheck // a bound for a server that hangs; no pass depends on it
-			head := fmt.Sprintf("POST /orders HTTP/1.1\r\nHost: %s\r\nIdempotency-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
-				u.Host, key, len(body))
+			head := fmt.Sprintf("POST /orders HTTP/1.1\r\nHost: %s\r\nIdempotency-Key: %s\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n",
+				u.Host, key, encoding, len(body))
 			if _, err := io.WriteString(conn, head+body[:tc.sent]); err != nil {
 				t.Fatal(err)
 			}
@@ -189,6 +197,9 @@ func TestTruncatedBody(t *testing.T, serve func(t *testing.T, cfg core.Config, r
 			}
 			req.Header.Set("Idempotency-Key", key)
 			req.Header.Set("Content-Type", "application/json")
+			if tc.encoding != "" {
+				req.Header.Set("Content-Encoding", tc.encoding)
+			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)

@@ -3,6 +3,7 @@ package httpadapt
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"iter"
 	"net/http"
@@ -344,10 +345,13 @@ type FastState struct {
 
 // Body returns the request body for core.Request.Body: the stream of
 // Fiber's StreamRequestBody (Begin reads it once, bounded), or the bytes,
-// or nil if there are none.
+// or nil if there are none. A stream that ends short of Req.ContentLength
+// fails with io.ErrUnexpectedEOF, as net/http's body does: fasthttp ends it
+// with io.EOF, which core cannot tell from a whole body when it has a
+// Content-Encoding.
 func (s *FastState) Body(r FastRequest) io.Reader {
 	if r.IsBodyStream() {
-		s.stream = bodyStream{r: r.BodyStream()}
+		s.stream = bodyStream{r: r.BodyStream(), declared: &s.Req.ContentLength}
 		return &s.stream
 	}
 	if b := r.Body(); len(b) > 0 {
@@ -382,9 +386,10 @@ func (s *FastState) DrainBody() (closeConn bool) {
 // bodyStream reads a request's body stream, noting how much it read and
 // whether it reached the end.
 type bodyStream struct {
-	r   io.Reader
-	n   int64
-	eof bool
+	r        io.Reader
+	n        int64
+	eof      bool
+	declared *int64 // the request's Content-Length, -1 if unknown
 }
 
 func (b *bodyStream) Read(p []byte) (int, error) {
@@ -392,6 +397,9 @@ func (b *bodyStream) Read(p []byte) (int, error) {
 	b.n += int64(n)
 	if err == io.EOF {
 		b.eof = true
+		if b.n < *b.declared {
+			err = fmt.Errorf("the body ended after %d of its %d bytes: %w", b.n, *b.declared, io.ErrUnexpectedEOF)
+		}
 	}
 	return n, err
 }

@@ -2,6 +2,7 @@ package httpadapt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -252,6 +253,11 @@ func TestFastBody(t *testing.T) {
 	b, _ := io.ReadAll(st.Body(&fakeRequest{body: []byte("bytes")}))
 	if string(b) != "bytes" {
 		t.Fatalf("body %q", b)
+	}
+	// fasthttp ends a stream cut short of its Content-Length with io.EOF.
+	st.Req.ContentLength = 100
+	if b, err := io.ReadAll(st.Body(&fakeRequest{stream: strings.NewReader("cut")})); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a stream of 3 of its 100 bytes: %q, %v; want io.ErrUnexpectedEOF", b, err)
 	}
 }
 
