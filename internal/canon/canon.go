@@ -16,11 +16,11 @@
 //     stay apart; a body that starts as JSON does ({, [ or ", after any
 //     whitespace) is taken raw;
 //   - multipart/form-data: the parts without the boundary, which a client
-//     draws anew for every attempt (each part's Content-Disposition,
-//     Content-Type, Content-Transfer-Encoding and content), sorted by form
-//     name, the order of the parts of one name kept; a body of more than
-//     1000 parts, 4000 part header lines, 8 KiB of Content-Disposition in
-//     one part or 64 KiB in all is fingerprinted raw, which bounds the work;
+//     draws anew for every attempt (each part's header lines and content),
+//     sorted by form name, the order of the parts of one name kept; a body
+//     of more than 1000 parts, 4000 part header lines, 8 KiB of
+//     Content-Disposition in one part or 64 KiB in all is fingerprinted
+//     raw, which bounds the work;
 //   - anything else, or a body of those types that does not parse: the raw
 //     bytes.
 package canon
@@ -31,6 +31,7 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strings"
@@ -173,10 +174,12 @@ func canonicalMultipart(contentType string, body []byte) ([]byte, bool) {
 		for _, v := range p.Header {
 			headers += len(v)
 		}
-		disposition := p.Header.Get("Content-Disposition")
+		if headers > maxMultipartHeaders {
+			return nil, false
+		}
+		disposition, contentType, rest := partHeaders(p.Header)
 		dispositions += len(disposition)
-		if headers > maxMultipartHeaders || len(disposition) > maxMultipartDisposition ||
-			dispositions > maxMultipartDispositionTotal {
+		if len(disposition) > maxMultipartDisposition || dispositions > maxMultipartDispositionTotal {
 			return nil, false
 		}
 		content.Reset()
@@ -185,8 +188,8 @@ func canonicalMultipart(contentType string, body []byte) ([]byte, bool) {
 		}
 		start := len(enc)
 		enc = appendField(enc, disposition)
-		enc = appendField(enc, p.Header.Get("Content-Type"))
-		enc = appendField(enc, p.Header.Get("Content-Transfer-Encoding"))
+		enc = appendField(enc, contentType)
+		enc = appendField(enc, rest)
 		enc = binary.AppendUvarint(enc, uint64(content.Len()))
 		enc = append(enc, content.Bytes()...)
 		parts = append(parts, part{p.FormName(), start, len(enc)})
@@ -200,6 +203,39 @@ func canonicalMultipart(contentType string, body []byte) ([]byte, bool) {
 		c = append(c, enc[p.start:p.end]...)
 	}
 	return c, true
+}
+
+// partHeaders returns a part's header lines as canonicalMultipart encodes
+// them: every line of Content-Disposition, of Content-Type, and of
+// Content-Transfer-Encoding followed by the other headers' (the parser
+// hands them all to the handler, multipart.FileHeader.Header), names
+// sorted. Lines of one header are joined by "\n", each other header's is
+// "\r"+name+":"+value: no header value holds either, so no two sets of
+// lines join alike; a part of the three single-line headers encodes as
+// their values.
+func partHeaders(h textproto.MIMEHeader) (disposition, contentType, rest string) {
+	disposition = strings.Join(h["Content-Disposition"], "\n")
+	contentType = strings.Join(h["Content-Type"], "\n")
+	rest = strings.Join(h["Content-Transfer-Encoding"], "\n")
+	var others []string
+	for name := range h {
+		if name != "Content-Disposition" && name != "Content-Type" && name != "Content-Transfer-Encoding" {
+			others = append(others, name)
+		}
+	}
+	if others == nil {
+		return disposition, contentType, rest
+	}
+	slices.Sort(others)
+	var b strings.Builder
+	b.WriteString(rest)
+	for _, name := range others {
+		for _, v := range h[name] {
+			b.WriteString("\r" + name + ":")
+			b.WriteString(v)
+		}
+	}
+	return disposition, contentType, b.String()
 }
 
 // appendField appends s, length-prefixed.

@@ -353,3 +353,44 @@ func TestBodyAppendsToDst(t *testing.T) {
 		t.Errorf("Body allocated %.0f times per call, want 0", allocs)
 	}
 }
+
+// Two multipart bodies whose parts differ in a header line that the form's
+// parser hands the handler (multipart.FileHeader.Header: a second line of
+// Content-Type, a header of its own) are two requests; header names in
+// another order or case, and another boundary, are not.
+func TestCanonicalMultipartHeaders(t *testing.T) {
+	form := func(boundary string, headers ...string) (string, []byte) {
+		part := "--" + boundary + "\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a.txt\"\r\n"
+		for _, h := range headers {
+			part += h + "\r\n"
+		}
+		return "multipart/form-data; boundary=" + boundary, []byte(part + "\r\nv\r\n--" + boundary + "--\r\n")
+	}
+	base := canonical(form("B", "Content-Type: text/plain"))
+	for _, tc := range []struct {
+		name    string
+		headers []string
+		same    bool
+	}{
+		{"another boundary", []string{"Content-Type: text/plain"}, true},
+		{"a second Content-Type line", []string{"Content-Type: text/plain", "Content-Type: image/png"}, false},
+		{"a header of its own", []string{"Content-Type: text/plain", "Content-Id: <x>"}, false},
+		{"a Content-Transfer-Encoding line that holds the other header", []string{"Content-Type: text/plain",
+			"Content-Transfer-Encoding: 8bit", "Content-Transfer-Encoding: Content-Id:<x>"}, false},
+	} {
+		ct, body := form("C", tc.headers...)
+		if got := bytes.Equal(canonical(ct, body), base); got != tc.same {
+			t.Errorf("%s: same canonical form = %v, want %v", tc.name, got, tc.same)
+		}
+	}
+	// Header names in another order or case are the same part to the parser.
+	a, b := canonical(form("B", "Content-Id: <x>", "Content-Type: text/plain")), canonical(form("B", "content-type: text/plain", "CONTENT-ID: <x>"))
+	if !bytes.Equal(a, b) {
+		t.Error("header names in another order or case: two canonical forms")
+	}
+	// Other headers and extra lines are told apart from one another.
+	c, d := canonical(form("B", "X-A: 1", "X-A: 2")), canonical(form("B", "X-A: 1", "X-B: 2"))
+	if bytes.Equal(c, d) {
+		t.Error("X-A twice and X-A then X-B: one canonical form")
+	}
+}
