@@ -19,8 +19,8 @@ import (
 // (they say what the body means: a handler may refuse one media type and
 // accept the other, and a framework may decompress), the canonical body
 // (tagged canonical or raw, so that raw bytes never meet another body's
-// canonical form) and the critical headers. Every part is length-prefixed,
-// so no two different requests hash the same input.
+// canonical form) and the critical headers, every line of them. Every part
+// is length-prefixed, so no two different requests hash the same input.
 func fingerprint(method, path, query, contentType string, body []byte, critical []string, header HeaderGetter) [32]byte {
 	var mt, encoding string // the media type and content coding of a body; none without one
 	if len(body) > 0 {
@@ -61,7 +61,7 @@ func fingerprint(method, path, query, contentType string, body []byte, critical 
 	b = b[:0]
 	for _, name := range critical {
 		b = appendField(b, name)
-		b = appendField(b, header.Get(name)) // as configured: its name is hashed as given
+		b = appendField(b, strings.Join(header.Values(name), "\n")) // its name hashed as configured; every line, as above
 	}
 	h.Write(b)
 	var sum [32]byte

@@ -551,6 +551,10 @@ func testFingerprintMismatch(t *testing.T, h *harness) {
 		http.StatusUnprocessableEntity, problemType("key-reused"))
 	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "mismatch-1", "X-Account", "b"),
 		http.StatusUnprocessableEntity, problemType("key-reused"))
+	// A second line of a critical header, which a handler reading every
+	// value sees, is another request too.
+	wantProblem(t, s.do(http.MethodPost, "/orders", order, key, "mismatch-1", "X-Account", "a", "X-Account", "b"),
+		http.StatusUnprocessableEntity, problemType("key-reused"))
 	s.wantRuns(1)
 }
 
