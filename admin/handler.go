@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/idem-go/idem/core"
 )
@@ -22,6 +24,10 @@ const (
 	DefaultInFlightLimit = 100
 	MaxInFlightLimit     = 1000
 )
+
+// DefaultTimeout bounds each store call of Handler, as idemprom's stuck-keys
+// gauge bounds its InFlight: a store that is down is a 503 within it.
+const DefaultTimeout = 5 * time.Second
 
 // Handler serves the admin operations on store as a JSON API, under any
 // prefix (it reads the last segment of the path):
@@ -40,9 +46,9 @@ const (
 // Origin: http.CrossOriginProtection) 403, whatever credentials it carries.
 // Errors are problem details (application/problem+json): 400 bad
 // parameters, 404 not found, 405 wrong method, 409 in flight (purge), 413
-// a body over 64 KiB, 503 store error.
+// a body over 64 KiB, 503 store error or DefaultTimeout passed (WithTimeout).
 func Handler(store core.Admin, authorize func(*http.Request) bool, opts ...Option) http.Handler {
-	h := &handler{store: store, authorize: authorize, csrf: http.NewCrossOriginProtection()}
+	h := &handler{store: store, authorize: authorize, csrf: http.NewCrossOriginProtection(), timeout: DefaultTimeout}
 	for _, o := range opts {
 		o(h)
 	}
@@ -57,6 +63,13 @@ type Option func(*handler)
 // body=1): card numbers, tokens, of every scope. Without it none may.
 func WithBodyAuthorizer(authorize func(*http.Request) bool) Option {
 	return func(h *handler) { h.authorizeBodies = authorize }
+}
+
+// WithTimeout bounds each store call of the handler by d instead of
+// DefaultTimeout (0: by the request's context alone). Raise it for an
+// inflight that scans a large Redis.
+func WithTimeout(d time.Duration) Option {
+	return func(h *handler) { h.timeout = d }
 }
 
 // WithSealer lets the handler open the records that s sealed (the
@@ -88,6 +101,7 @@ type handler struct {
 	authorizeBodies func(*http.Request) bool
 	sealer          core.Sealer
 	csrf            *http.CrossOriginProtection
+	timeout         time.Duration
 }
 
 // maxFormBytes bounds a POST body: a few parameters in JSON.
@@ -130,6 +144,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ctx := r.Context()
+	if h.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.timeout)
+		defer cancel()
+	}
 	if op == "inflight" {
 		limit := DefaultInFlightLimit
 		if s := query.Get("limit"); s != "" {

@@ -483,3 +483,61 @@ func TestHandlerPurgeReplayCache(t *testing.T) {
 		t.Fatalf("after the purge: replay %q, %d runs; want the handler run again", replay, runs)
 	}
 }
+
+// deadlineStore records the deadline of the context each admin operation
+// gets, and fails it as a store that is down.
+type deadlineStore struct {
+	downStore
+	deadlines chan time.Duration // time left at the call; -1 without a deadline
+}
+
+func (s deadlineStore) record(ctx context.Context) {
+	left := time.Duration(-1)
+	if d, ok := ctx.Deadline(); ok {
+		left = time.Until(d)
+	}
+	s.deadlines <- left
+}
+
+func (s deadlineStore) Inspect(ctx context.Context, _ string) (core.KeyState, error) {
+	s.record(ctx)
+	return core.KeyState{}, errDown
+}
+func (s deadlineStore) Purge(ctx context.Context, _ string) error  { s.record(ctx); return errDown }
+func (s deadlineStore) Unlock(ctx context.Context, _ string) error { s.record(ctx); return errDown }
+func (s deadlineStore) InFlight(ctx context.Context, _ int) ([]core.KeyState, error) {
+	s.record(ctx)
+	return nil, errDown
+}
+
+// Every store call of the handler is bounded, by DefaultTimeout or
+// WithTimeout's: a store whose client rides out an outage (redislock.NewClient
+// redials a Redis that is down until the call's deadline) answers the
+// operator 503 within it, not when the client gives up.
+func TestHandlerTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		opts []admin.Option
+		want time.Duration
+	}{
+		{nil, admin.DefaultTimeout},
+		{[]admin.Option{admin.WithTimeout(time.Minute)}, time.Minute},
+	} {
+		store := deadlineStore{deadlines: make(chan time.Duration, 1)}
+		h := admin.Handler(store, admin.BearerToken("s3cret"), tc.opts...)
+		for _, req := range []struct{ method, path string }{
+			{"GET", "inspect?scope=alice&key=k"},
+			{"POST", "purge?scope=alice&key=k"},
+			{"POST", "unlock?scope=alice&key=k"},
+			{"GET", "inflight"},
+		} {
+			w := serve(h, req.method, prefix+req.path, bearer, nil)
+			if w.Code != http.StatusServiceUnavailable {
+				t.Errorf("%s %s: %d %s", req.method, req.path, w.Code, w.Body)
+			}
+			if left := <-store.deadlines; left <= 0 || left > tc.want {
+				t.Errorf("%s %s: the store call had %v left, want a bound of %v", req.method, req.path, left, tc.want)
+			}
+		}
+	}
+}
