@@ -52,7 +52,12 @@ type Request struct {
 	Path string
 	// Query is the raw query string (without "?"): it joins the fingerprint,
 	// parameters sorted, so ?amount=1 and ?amount=1000 are two requests.
-	Query  string
+	Query string
+	// Host is the host the router chose the handler by (a ServeMux
+	// pattern's, Echo's e.Host), "" if it routes on the path alone. It
+	// joins the fingerprint: one key sent to one path of two hosts that go
+	// to two handlers is a key reused (422).
+	Host   string
 	Header HeaderGetter
 	// Body is read only when the request carries a key; the adapter then
 	// gives the handler Flight.Body instead. Nil means no body.
@@ -190,6 +195,9 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 		Method:      req.Method,
 		Route:       route,
 		Fingerprint: fingerprint(req.Method, req.Path, req.Query, headerGet(req.Header, "Content-Type"), body, e.cfg.CriticalHeaders, req.Header),
+	}
+	if req.Host != "" {
+		c.Fingerprint = hostFingerprint(c.Fingerprint, req.Host)
 	}
 	if e.cfg.Scope != nil || e.cfg.TTL != nil {
 		c.Scope, c.TTL = e.scopeAndTTL(*req)

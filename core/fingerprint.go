@@ -69,6 +69,13 @@ func fingerprint(method, path, query, contentType string, body []byte, critical 
 	return sum
 }
 
+// hostFingerprint is the fingerprint of a request that a router sent to
+// its handler by host (Request.Host) as well as by path: fp and the host,
+// hashed again, so that every other request's fingerprint stays as it was.
+func hostFingerprint(fp [32]byte, host string) [32]byte {
+	return sha256.Sum256(append(fp[:], host...))
+}
+
 func appendField(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)

@@ -12,7 +12,8 @@ import (
 // r.Pattern, which the ServeMux sets when it routes a request: wrap the
 // handlers inside the mux, mux.Handle("POST /orders/{id}", eng.Middleware(h)),
 // not the mux itself. Without a pattern (the middleware outside the router)
-// Event.Route is "unmatched" and ScopeRoute joins the URL path.
+// Event.Route is "unmatched" and ScopeRoute joins the URL path. A pattern's
+// host joins the fingerprint (Request.Host).
 //
 // A handler that panics or hijacks the connection has its lock released
 // without storing; the panic goes on up the stack to whatever recovers it.
@@ -41,11 +42,12 @@ func (e *Engine) middleware(next http.Handler, onError func(http.ResponseWriter,
 			next.ServeHTTP(w, r) // untouched, at no cost
 			return
 		}
-		route := r.Pattern
-		if route != "" {
-			route = patternRoute(route)
+		var host, route string
+		if r.Pattern != "" {
+			host, route = patternRoute(r.Pattern)
 		}
 		req := NewRequest(r, route, w)
+		req.Host = host
 		f, resp := e.Begin(&req)
 		switch {
 		case resp != nil && resp.Problem != nil && onError != nil:
@@ -65,20 +67,20 @@ func (e *Engine) middleware(next http.Handler, onError func(http.ResponseWriter,
 	})
 }
 
-// patternRoute drops the method and host of a ServeMux pattern
-// ("POST example.com/orders/{id}" → "/orders/{id}"): the method is
-// fingerprinted on its own.
-func patternRoute(p string) string {
+// patternRoute splits a ServeMux pattern into its host and its route
+// ("POST example.com/orders/{id}" → "example.com", "/orders/{id}"): the
+// method is fingerprinted on its own.
+func patternRoute(p string) (host, route string) {
 	for i := 0; i < len(p); i++ {
 		switch p[i] {
 		case ' ', '\t':
 			p = p[i+1:]
 			i = -1
 		case '/':
-			return p[i:]
+			return p[:i], p[i:]
 		}
 	}
-	return p
+	return "", p
 }
 
 // Info describes the key a handler runs under.

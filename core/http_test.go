@@ -191,3 +191,34 @@ func TestHeaderNamesAnyCase(t *testing.T) {
 		t.Errorf("codes %v with %d runs, want [201 201 422] with 1 run (the second a replay, the third another account)", got, runs)
 	}
 }
+
+// TestMiddlewareHostPatterns: a ServeMux that routes on the host sends one
+// path of two hosts to two handlers, so one key sent to both is a key
+// reused (422), never the first host's answer replayed for the second; a
+// host's port, which the mux ignores, changes nothing.
+func TestMiddlewareHostPatterns(t *testing.T) {
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []string
+	mux := http.NewServeMux()
+	for _, host := range []string{"a.example", "b.example"} {
+		mux.Handle("POST "+host+"/orders", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs = append(runs, host)
+			w.WriteHeader(http.StatusCreated)
+		})))
+	}
+	post := func(host string) int {
+		r := httptest.NewRequest(http.MethodPost, "/orders", nil)
+		r.Host = host
+		r.Header.Set("Idempotency-Key", "one-key")
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		return w.Code
+	}
+	got := []int{post("a.example"), post("a.example:8080"), post("b.example")}
+	if !slices.Equal(got, []int{201, 201, 422}) || !slices.Equal(runs, []string{"a.example"}) {
+		t.Errorf("codes %v, handlers run %q; want [201 201 422] and a.example's once", got, runs)
+	}
+}

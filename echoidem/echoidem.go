@@ -58,7 +58,7 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 			}
 			res := c.Response()
 			st := &httpadapt.Protected{}
-			f, resp := st.Begin(eng, req, c.Path(), c, res)
+			f, resp := st.Begin(eng, req, c.Path(), routerHost(c), c, res)
 			switch {
 			case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
 				resp.SetHeaders(res.Header())
@@ -126,6 +126,16 @@ func routerAnswer(c echo.Context) bool {
 		return reflect.ValueOf(probe.Handler()).Pointer() == p
 	}
 	return false
+}
+
+// routerHost returns the request's host if Echo routed it on that host's
+// router (e.Host), else "": one path of two hosts may go to two handlers.
+func routerHost(c echo.Context) string {
+	host := c.Request().Host
+	if _, ok := c.Echo().Routers()[host]; ok {
+		return host
+	}
+	return ""
 }
 
 // unrouted reports whether err is what Echo's router answers when no route

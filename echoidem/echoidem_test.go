@@ -429,3 +429,25 @@ func TestEchoBuffered(t *testing.T) {
 		wantResponse(t, "a group's catch-all", send(e, http.MethodPost, "/api/nowhere", "buffered-2"), http.StatusNotFound, `{"message":"Not Found"}`+"\n", false)
 	}
 }
+
+// TestEchoHostRoutes: Echo routes e.Host's requests on a router of that
+// host, so one path of two hosts goes to two handlers: one key sent to both
+// is a key reused (422), never the first host's answer replayed.
+func TestEchoHostRoutes(t *testing.T) {
+	t.Parallel()
+	e := echo.New()
+	mw := echoidem.New(newEngine(t, core.Config{}))
+	var runs atomic.Int64
+	for _, host := range []string{"a.example", "b.example"} {
+		e.Host(host, mw).POST("/orders", func(c echo.Context) error {
+			runs.Add(1)
+			return c.String(http.StatusCreated, host)
+		})
+	}
+	wantResponse(t, "host a", send(e, http.MethodPost, "http://a.example/orders", "hosts"), http.StatusCreated, "a.example", false)
+	wantResponse(t, "host a again", send(e, http.MethodPost, "http://a.example/orders", "hosts"), http.StatusCreated, "a.example", true)
+	if rec := send(e, http.MethodPost, "http://b.example/orders", "hosts"); rec.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("host b with host a's key: %d %q, want 422", rec.Code, rec.Body.String())
+	}
+	wantRuns(t, &runs, 1)
+}

@@ -74,7 +74,7 @@ func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 			}
 			w := c.Response()
 			st := &httpadapt.Protected{}
-			f, resp := st.Begin(eng, req, route, c, w)
+			f, resp := st.Begin(eng, req, route, "", c, w)
 			switch {
 			case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
 				resp.SetHeaders(w.Header())

@@ -30,7 +30,7 @@ func ExampleProtected() {
 	}
 	serve := func(w http.ResponseWriter, r *http.Request) {
 		var p httpadapt.Protected
-		f, resp := p.Begin(eng, r, "/orders", noStore{}, w)
+		f, resp := p.Begin(eng, r, "/orders", "", noStore{}, w)
 		switch {
 		case resp != nil:
 			resp.Write(w)

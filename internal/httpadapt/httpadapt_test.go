@@ -359,7 +359,7 @@ func TestProtected(t *testing.T) {
 		w := httptest.NewRecorder()
 		w.Header().Set("X-Before", "set by a middleware before")
 		var p Protected
-		f, resp := p.Begin(eng, r, "/orders/{id}", store{"user": user}, w)
+		f, resp := p.Begin(eng, r, "/orders/{id}", "", store{"user": user}, w)
 		switch {
 		case resp != nil:
 			resp.Write(w)

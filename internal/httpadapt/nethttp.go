@@ -45,12 +45,14 @@ type Protected struct {
 }
 
 // Begin fills p.Req from r and asks eng what to do (core.Engine.Begin).
-// route is the route template ("" if unknown), store the framework's
-// per-request values, w the response writer (its headers so far are those
-// of middleware before the adapter).
-func (p *Protected) Begin(eng *core.Engine, r *http.Request, route string, store Getter, w http.ResponseWriter) (*core.Flight, *core.Response) {
+// route is the route template ("" if unknown), host the host the router
+// chose the handler by (core.Request.Host, "" if none), store the
+// framework's per-request values, w the response writer (its headers so
+// far are those of middleware before the adapter).
+func (p *Protected) Begin(eng *core.Engine, r *http.Request, route, host string, store Getter, w http.ResponseWriter) (*core.Flight, *core.Response) {
 	p.Ctx = Values{Context: r.Context(), Store: store}
 	p.Req = core.NewRequest(r, route, w)
 	p.Req.Context = &p.Ctx
+	p.Req.Host = host
 	return eng.Begin(&p.Req)
 }
