@@ -329,3 +329,44 @@ func getJSON(t *testing.T, c *http.Client, url string, v any) {
 		t.Fatalf("GET %s: %v: %s", url, err, b)
 	}
 }
+
+// paymentsRedisDownWithin bounds the answers of examples/payments on Redis
+// while Redis is down: the Engine's store call (Config.StoreTimeout, 1 s)
+// and the payments' own Redis calls (1 s), with room for a slow machine.
+const paymentsRedisDownWithin = 5 * time.Second
+
+// With Redis down, examples/payments answers within a few seconds, as the
+// order examples do: POST /payments runs unprotected (fail-open), and the
+// payment's record fails (500); GET /payments fails. Before, both waited
+// 20 s for the Redis client (redislock.NewClient) to give up redialling.
+func TestPaymentsRedisDown(t *testing.T) {
+	server, providerBin := build(t, "payments"), build(t, "payments/provider")
+	rdb := startRedis(t)
+	r := &paymentsRun{t: t, client: &http.Client{Timeout: 4 * paymentsRedisDownWithin}}
+	t.Cleanup(r.client.CloseIdleConnections)
+	prov := &proc{bin: providerBin, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &lockedBuffer{}}
+	r.provider = "http://" + prov.addr
+	r.startProc(prov)
+	r.procs[0] = &proc{bin: server, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &lockedBuffer{},
+		env: []string{"PROVIDER_URL=" + r.provider, "REDIS_URL=" + rdb.url(), "DATABASE_URL=", "IDEM_FAIL_CLOSED="}}
+	r.startProc(r.procs[0])
+	if status, b, err := r.send(context.Background(), 0, "up", `{"amount": 1, "account": "a"}`, false); status != http.StatusCreated {
+		t.Fatalf("with Redis up: %d %s %v", status, b, err)
+	}
+	rdb.kill()
+
+	start := time.Now()
+	status, b, err := r.send(context.Background(), 0, "down", `{"amount": 1, "account": "a"}`, false)
+	if took := time.Since(start); err != nil || status != http.StatusInternalServerError || took > paymentsRedisDownWithin {
+		t.Errorf("POST /payments with Redis down: %d %s %v after %v, want 500 within %v", status, b, err, took, paymentsRedisDownWithin)
+	}
+	start = time.Now()
+	resp, err := r.client.Get("http://" + r.procs[0].addr + "/payments")
+	if err == nil {
+		resp.Body.Close()
+		status = resp.StatusCode
+	}
+	if took := time.Since(start); err != nil || status != http.StatusInternalServerError || took > paymentsRedisDownWithin {
+		t.Errorf("GET /payments with Redis down: %d %v after %v, want 500 within %v", status, err, took, paymentsRedisDownWithin)
+	}
+}

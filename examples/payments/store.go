@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -42,6 +43,9 @@ const (
 	paymentsTable = "idem_example_payments"
 	redisPayments = "idem-example:payments"
 	redisSeq      = "idem-example:payment-seq"
+	// redisTimeout bounds the Redis calls of a record or a list, as the
+	// order examples bound theirs: a Redis that is down is an error then.
+	redisTimeout = time.Second
 )
 
 // newPayments returns the payments of pool if not nil, else of rdb if not
@@ -85,6 +89,8 @@ RETURNING id, amount, account, charge_id`, user, p.Key, p.Amount, p.Account, p.C
 		p.ID = "pay_" + strconv.FormatInt(id, 10)
 		return p, err
 	case s.rdb != nil:
+		ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+		defer cancel()
 		n, err := s.rdb.Incr(ctx, redisSeq).Result()
 		if err != nil {
 			return p, err
@@ -125,6 +131,8 @@ func (s *payments) list(ctx context.Context) ([]Payment, error) {
 			return p, r.Scan(&p.Key, &p.ID, &p.Amount, &p.Account, &p.ChargeID)
 		})
 	case s.rdb != nil:
+		ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+		defer cancel()
 		vals, err := s.rdb.HVals(ctx, redisPayments).Result()
 		if err != nil {
 			return nil, err
