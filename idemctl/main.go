@@ -1,7 +1,7 @@
 // Command idemctl inspects and repairs the idempotency keys of an idem store
 // on Redis or PostgreSQL:
 //
-//	idemctl (-redis URL | -postgres URL) <inspect|purge|unlock|inflight> [flags]
+//	idemctl (-redis URL | -postgres URL | both) <inspect|purge|unlock|inflight> [flags]
 //
 //	inspect   a key's status, stored status code, times, expiry and size (-body: the stored response too)
 //	purge     forget a completed key so that a corrected request runs again; refused while in flight
@@ -11,7 +11,9 @@
 // A key is named as the Engine stores it: -scope (what Config.Scope returns:
 // the examples use the X-User-ID header), -key (the Idempotency-Key) and
 // -route (only for an Engine with Config.ScopeRoute); or -id, the store key
-// that inflight lists. Flags may come before or after the command. -json
+// that inflight lists. With both URLs idemctl works on the tiered store
+// (core.NewTiered) as the Engine does: a purge of one tier alone would leave
+// the other's record to be replayed. Flags may come before or after the command. -json
 // prints JSON (the admin package's Key and KeyList), otherwise a table.
 //
 // A Redis URL gets max_retries=-1 and dial_timeout=2s unless it sets them:
@@ -66,7 +68,7 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage: idemctl (-redis URL | -postgres URL) <inspect|purge|unlock|inflight> [flags]
+const usage = `usage: idemctl (-redis URL | -postgres URL | both: tiered) <inspect|purge|unlock|inflight> [flags]
 
   inspect   -scope S -key K [-route R] | -id ID  [-body]
   purge     -scope S -key K [-route R] | -id ID
@@ -237,46 +239,68 @@ func storeExit(stderr io.Writer, id string, err error) int {
 	return exitStore
 }
 
-// open returns the store o names and a function that closes it. Its errors
-// are usage errors: a bad URL or option (the store is reached only later).
+// open returns the store o names and a function that closes it: with both
+// URLs, the tiered store of an Engine on core.NewTiered(redis, postgres),
+// whose keys live in both. Its errors are usage errors: a bad URL or option
+// (the store is reached only later).
 func open(ctx context.Context, o *options) (core.Admin, func(), error) {
 	switch {
-	case (o.redis == "") == (o.postgres == ""):
-		return nil, nil, errors.New("give one of -redis URL and -postgres URL")
-	case o.redis != "" && (o.schema != "" || o.table != pgstore.DefaultTable):
+	case o.redis == "" && o.postgres == "":
+		return nil, nil, errors.New("give -redis URL, -postgres URL, or both (a tiered store)")
+	case o.postgres == "" && (o.schema != "" || o.table != pgstore.DefaultTable):
 		return nil, nil, errors.New("-schema and -table are for -postgres")
-	case o.postgres != "" && o.prefix != redislock.DefaultPrefix:
+	case o.redis == "" && o.prefix != redislock.DefaultPrefix:
 		return nil, nil, errors.New("-prefix is for -redis")
 	case strings.ContainsAny(o.prefix, "{}") || o.prefix == "":
 		return nil, nil, fmt.Errorf("-prefix %q: empty or holding a brace", o.prefix)
+	}
+	var (
+		rs     *redislock.Store
+		ps     *pgstore.Store
+		closes []func()
+	)
+	closeAll := func() {
+		for _, c := range closes {
+			c()
+		}
 	}
 	if o.redis != "" {
 		client, err := redislock.NewClient(oneShot(o.redis))
 		if err != nil {
 			return nil, nil, err
 		}
-		store, err := redislock.New(client, &redislock.Options{Prefix: o.prefix, DisableBatching: true})
-		if err != nil {
-			client.Close()
+		closes = append(closes, func() { client.Close() })
+		if rs, err = redislock.New(client, &redislock.Options{Prefix: o.prefix, DisableBatching: true}); err != nil {
+			closeAll()
 			return nil, nil, err
 		}
-		return store, func() { client.Close() }, nil
 	}
-	cfg, err := pgxpool.ParseConfig(o.postgres)
-	if err != nil {
-		return nil, nil, fmt.Errorf("-postgres: %w", err)
+	if o.postgres != "" {
+		cfg, err := pgxpool.ParseConfig(o.postgres)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("-postgres: %w", err)
+		}
+		cfg.MaxConns = 2
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("-postgres: %w", err)
+		}
+		closes = append(closes, pool.Close)
+		if ps, err = pgstore.New(pool, &pgstore.Options{Schema: o.schema, Table: o.table, JanitorInterval: -1, Timeout: o.timeout}); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		closes = append([]func(){ps.Close}, closes...)
 	}
-	cfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("-postgres: %w", err)
+	switch {
+	case rs == nil:
+		return ps, closeAll, nil
+	case ps == nil:
+		return rs, closeAll, nil
 	}
-	store, err := pgstore.New(pool, &pgstore.Options{Schema: o.schema, Table: o.table, JanitorInterval: -1, Timeout: o.timeout})
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return store, func() { store.Close(); pool.Close() }, nil
+	return core.NewTiered(rs, ps).(core.Admin), closeAll, nil
 }
 
 // oneShot returns redisURL with max_retries=-1 and dial_timeout=2s unless
