@@ -13,6 +13,7 @@ import (
 func TestProxy(t *testing.T) {
 	src := t.TempDir()
 	for name, data := range map[string]string{
+		"LICENSE":            "the repository's license\n",
 		"go.mod":             "module github.com/idem-go/idem\n\ngo 1.24\n",
 		"core/core.go":       "package core\n",
 		"ginidem/go.mod":     "module github.com/idem-go/idem/ginidem\n\ngo 1.25.0\n\nrequire github.com/idem-go/idem v0.1.0\n",
@@ -31,8 +32,8 @@ func TestProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	for path, want := range map[string][]string{
-		"github.com/idem-go/idem":         {"core/core.go", "go.mod"},
-		"github.com/idem-go/idem/ginidem": {"ginidem.go", "go.mod"},
+		"github.com/idem-go/idem":         {"LICENSE", "core/core.go", "go.mod"},
+		"github.com/idem-go/idem/ginidem": {"LICENSE", "ginidem.go", "go.mod"}, // the repository's LICENSE, as the go command adds it
 	} {
 		dir := filepath.Join(out, path, "@v")
 		cf, err := modzip.CheckZip(module.Version{Path: path, Version: "v0.1.0"}, filepath.Join(dir, "v0.1.0.zip"))
