@@ -124,7 +124,7 @@ func (s *Store) Purge(ctx context.Context, key string) error {
 				}
 				result = core.ErrNotFound
 				if held {
-					result = core.ErrInFlight
+					result = errTxHeld
 				}
 				return nil
 			case err != nil:
@@ -146,6 +146,10 @@ func (s *Store) Purge(ctx context.Context, key string) error {
 	}
 	return result
 }
+
+// errTxHeld is Purge's answer for a key that the transactional mode holds:
+// Unlock does not end it (it names the session that does).
+var errTxHeld = fmt.Errorf("%w: held by the transactional mode until its transaction ends (unlock names its PostgreSQL session)", core.ErrInFlight)
 
 // Unlock implements core.Admin: it deletes the lease mode's lock in one
 // statement. A key that the transactional mode holds goes with its
