@@ -121,8 +121,8 @@ func New(mp metric.MeterProvider, opts *Options) (*Telemetry, error) {
 		metric.WithDescription("Idempotency store calls that failed, by operation; a key in flight, a lost lock or a quota refusal is no failure."))
 	t.inflight, errs[4] = m.Int64UpDownCounter("idempotency.inflight_requests", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests of this process that hold their idempotency key's lock: their handler is running."))
-	t.fallbacks, errs[5] = m.Int64Counter("idempotency.store.fallbacks", metric.WithUnit("{request}"),
-		metric.WithDescription("Requests that the fallback store served because the primary store failed."))
+	t.fallbacks, errs[5] = m.Int64Counter("idempotency.store.fallbacks", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls of a tiered store that one tier answered alone because the other failed, Redis or PostgreSQL."))
 	t.breaker, errs[6] = m.Int64Gauge("idempotency.store.breaker.state",
 		metric.WithDescription("State of the idempotency store's circuit breaker: 1 for the current state (closed, open, half_open), 0 for the others."))
 	if err := errors.Join(errs[:]...); err != nil {

@@ -504,3 +504,32 @@ func TestMaxRoutesConcurrent(t *testing.T) {
 		t.Errorf("%d series (_OTHER: %d requests), %d requests; want %d, > 0, %d", len(got), other, total, idemotel.DefaultMaxRoutes+1, n)
 	}
 }
+
+// TestFallbackOfEitherTier: a tiered store reports a fallback when either
+// tier fails and the other answers alone, and the instrument describes
+// store calls of either tier, not requests the durable tier served.
+func TestFallbackOfEitherTier(t *testing.T) {
+	t.Parallel()
+	tel, reader := newTelemetry(t)
+	for _, tiers := range [][2]core.Store{{downStore{}, core.NewMemoryStore(0)}, {core.NewMemoryStore(0), downStore{}}} {
+		eng := newEngine(t, core.Config{Store: core.NewTiered(tiers[0], tiers[1]), Observer: tel.Observe})
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"qty":1}`))
+		r.Header.Set("Idempotency-Key", "k")
+		w := httptest.NewRecorder()
+		eng.Middleware(newOrders()).ServeHTTP(w, r)
+		if w.Code != http.StatusCreated {
+			t.Fatalf("status %d, want 201", w.Code)
+		}
+	}
+	wantPoints(t, reader, "idempotency.store.fallbacks", map[string]int64{"": 2})
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		const desc = "Calls of a tiered store that one tier answered alone because the other failed, Redis or PostgreSQL."
+		if m.Name == "idempotency.store.fallbacks" && (m.Description != desc || m.Unit != "{call}") {
+			t.Errorf("description %q, unit %q; want %q, {call}", m.Description, m.Unit, desc)
+		}
+	}
+}

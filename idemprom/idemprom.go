@@ -125,7 +125,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Collector, error) {
 		}),
 		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idempotency_store_fallbacks_total",
-			Help: "Requests that the fallback store served because the primary store failed.",
+			Help: "Calls of a tiered store that one tier answered alone because the other failed, Redis or PostgreSQL.",
 		}),
 		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "idempotency_store_breaker_state",

@@ -195,7 +195,7 @@ idempotency_store_errors_total{operation="release"} 0
 # HELP idempotency_inflight_requests Requests of this process that hold their idempotency key's lock: their handler is running.
 # TYPE idempotency_inflight_requests gauge
 idempotency_inflight_requests 0
-# HELP idempotency_store_fallbacks_total Requests that the fallback store served because the primary store failed.
+# HELP idempotency_store_fallbacks_total Calls of a tiered store that one tier answered alone because the other failed, Redis or PostgreSQL.
 # TYPE idempotency_store_fallbacks_total counter
 idempotency_store_fallbacks_total 0
 # HELP idempotency_store_breaker_state State of the idempotency store's circuit breaker: 1 for the current state (closed, open, half_open), 0 for the others.
@@ -559,7 +559,7 @@ func TestStoreEvents(t *testing.T) {
 		m.Observe(e)
 	}
 	const want = `
-# HELP idempotency_store_fallbacks_total Requests that the fallback store served because the primary store failed.
+# HELP idempotency_store_fallbacks_total Calls of a tiered store that one tier answered alone because the other failed, Redis or PostgreSQL.
 # TYPE idempotency_store_fallbacks_total counter
 idempotency_store_fallbacks_total 2
 # HELP idempotency_store_breaker_state State of the idempotency store's circuit breaker: 1 for the current state (closed, open, half_open), 0 for the others.
@@ -571,5 +571,36 @@ idempotency_store_breaker_state{state="open"} 0
 	if err := testutil.CollectAndCompare(m, strings.NewReader(want), "idempotency_store_fallbacks_total",
 		"idempotency_store_breaker_state", "idempotency_requests_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestFallbackOfEitherTier: a tiered store reports a fallback when either
+// tier fails and the other answers alone, PostgreSQL as well as Redis, and
+// the metric's help says so rather than blame the fast tier.
+func TestFallbackOfEitherTier(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name          string
+		fast, durable core.Store
+	}{
+		{"fast down", downStore{}, core.NewMemoryStore(0)},
+		{"durable down", core.NewMemoryStore(0), downStore{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m, _ := idemprom.New(nil, nil)
+			eng := newEngine(t, core.Config{Store: core.NewTiered(tt.fast, tt.durable), Observer: m.Observe})
+			if code := send(eng.Middleware(newOrders()), http.MethodPost, "/orders", "k", `{"qty":1}`); code != http.StatusCreated {
+				t.Fatalf("status %d, want 201", code)
+			}
+			const want = `
+# HELP idempotency_store_fallbacks_total Calls of a tiered store that one tier answered alone because the other failed, Redis or PostgreSQL.
+# TYPE idempotency_store_fallbacks_total counter
+idempotency_store_fallbacks_total 1
+`
+			if err := testutil.CollectAndCompare(m, strings.NewReader(want), "idempotency_store_fallbacks_total"); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }
