@@ -117,5 +117,5 @@ func (b *breaker) done(err error) {
 // opposed to an answer about a key or a bad record.
 func storeFailure(err error) bool {
 	return !errors.Is(err, ErrInFlight) && !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrStoreFull) && !errors.Is(err, ErrQuotaExceeded) &&
-		!errors.Is(err, ErrCorruptRecord) && !errors.Is(err, errCircuitOpen) && !errors.Is(err, context.Canceled)
+		!errors.Is(err, ErrStoreBusy) && !errors.Is(err, ErrCorruptRecord) && !errors.Is(err, errCircuitOpen) && !errors.Is(err, context.Canceled)
 }

@@ -20,8 +20,9 @@ var (
 	// ErrKeyReused reports a key already used with another fingerprint
 	// (HTTP 422).
 	ErrKeyReused = errors.New("idem: key reused with another request")
-	// ErrStoreUnavailable reports a store failure under Config.FailClosed:
-	// the call must not run (HTTP 503). It wraps the store's error.
+	// ErrStoreUnavailable reports a store failure under Config.FailClosed,
+	// or a busy store (ErrStoreBusy): the call must not run (HTTP 503). It
+	// wraps the store's error.
 	ErrStoreUnavailable = errors.New("idem: store unavailable")
 )
 
@@ -88,7 +89,7 @@ func (e *Engine) Observe(ev Event) {
 //     fingerprint: answer with the record (a replay);
 //   - nil, nil, an error: ErrKeyReused, ErrInFlight (after waiting up to
 //     Config.Wait), a *QuotaError (Config.Quota), or an error wrapping
-//     ErrStoreUnavailable (FailClosed).
+//     ErrStoreUnavailable (FailClosed, or a busy store).
 //
 // Acquire reports the replay, conflict, mismatch or store error to the
 // Observer; the Lease reports how it ends.
@@ -329,10 +330,12 @@ func (l *Lease) replay(raw []byte) (*Lease, *Record, error) {
 	return nil, rec, nil
 }
 
-// storeFailed applies the fail-open or fail-closed policy.
+// storeFailed applies the fail-open or fail-closed policy. A busy store
+// refuses in both: the work could need what keeps the store busy (a pool's
+// connections), and a duplicate of a running call would run again.
 func (l *Lease) storeFailed(err error) (*Lease, *Record, error) {
 	l.ev.Err = err
-	if l.e.cfg.FailClosed {
+	if l.e.cfg.FailClosed || errors.Is(err, ErrStoreBusy) {
 		l.observe(OutcomeStoreError, l.answers.unavailable)
 		return nil, nil, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -202,4 +204,53 @@ func TestFailedRefreshesNotRetriedInABurst(t *testing.T) {
 			t.Fatalf("%d refreshes over the initial lease, want 5", n)
 		}
 	})
+}
+
+// busyStore answers ErrStoreBusy until free is set, then acts as its Store.
+type busyStore struct {
+	core.Store
+	free atomic.Bool
+}
+
+func (s *busyStore) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
+	if !s.free.Load() {
+		return nil, "", fmt.Errorf("every connection holds a key: %w", core.ErrStoreBusy)
+	}
+	return s.Store.Acquire(ctx, key, lockTTL)
+}
+
+// A busy store is no failure: in both failure modes the request is refused
+// with 503 and Retry-After, never run unprotected (a duplicate of a running
+// request would run again), and the breaker stays closed, so the next
+// request once the store has room is protected.
+func TestBusyStoreRefused(t *testing.T) {
+	for _, failClosed := range []bool{false, true} {
+		var ev events
+		store := &busyStore{Store: core.NewMemoryStore(0)}
+		eng, err := core.New(core.Config{Store: store, BreakerFailures: 2, BreakerCooldown: time.Hour, FailClosed: failClosed, Observer: ev.observe})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.WriteHeader(http.StatusCreated)
+		}))
+		for i := range 5 {
+			w := post(t, h, "busy", "{}")
+			if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), "store-unavailable") {
+				t.Fatalf("failClosed=%v request %d: %d %v %s, want 503 store-unavailable with Retry-After", failClosed, i, w.Code, w.Header(), w.Body)
+			}
+		}
+		store.free.Store(true)
+		if w := post(t, h, "busy", "{}"); w.Code != http.StatusCreated {
+			t.Fatalf("failClosed=%v: with room, %d", failClosed, w.Code)
+		}
+		if w := post(t, h, "busy", "{}"); w.Header().Get(core.HeaderReplay) != "true" {
+			t.Fatalf("failClosed=%v: the retry was no replay (%d): the first ran unprotected", failClosed, w.Code)
+		}
+		if runs.Load() != 1 || ev.count(core.OutcomeBreaker) != 0 || ev.count(core.OutcomeStoreError) != 5 {
+			t.Fatalf("failClosed=%v: %d runs, events %v; want 1 run, 5 store errors, no breaker", failClosed, runs.Load(), ev.all)
+		}
+	}
 }

@@ -16,6 +16,11 @@ var (
 	ErrLockLost = errors.New("idem: lock lost")
 	// ErrStoreFull reports that a bounded store has no room for another key.
 	ErrStoreFull = errors.New("idem: store full")
+	// ErrStoreBusy reports that a working store has no capacity for the key
+	// now: pgstore's transactional mode with every connection holding a key.
+	// The Engine refuses the call (HTTP 503, Retry-After) whatever
+	// Config.FailClosed says, and its breaker does not count it.
+	ErrStoreBusy = errors.New("idem: store busy")
 )
 
 // Store keeps idempotency records and the locks that guard them.

@@ -273,8 +273,8 @@ func (t *tiered) Inspect(ctx context.Context, key string) (KeyState, error) {
 // Purge implements Admin: the record goes from both tiers, under the fast
 // tier's lock of the key, so that no request writes the record back to
 // the fast tier meanwhile. With the fast tier down, the durable tier's
-// record goes, and the fast tier's copy, if it still has one when it comes
-// back, replays until it expires.
+// record goes and Purge returns an error wrapping the fast tier's: its
+// copy, if it still has one when it comes back, replays until it expires.
 func (t *tiered) Purge(ctx context.Context, key string) error {
 	d, f, err := t.admins()
 	if err != nil {
@@ -287,7 +287,13 @@ func (t *tiered) Purge(ctx context.Context, key string) error {
 		case errors.Is(err, ErrInFlight):
 			return err
 		case err != nil:
-			return d.Purge(ctx, key)
+			done := "purged from the durable tier only"
+			if derr := d.Purge(ctx, key); errors.Is(derr, ErrNotFound) {
+				done = "not in the durable tier"
+			} else if derr != nil {
+				return derr
+			}
+			return fmt.Errorf("idem: %s: the fast tier failed (%w): a copy it keeps replays until it expires; purge again once it answers", done, err)
 		case ft == "": // the fast tier's copy of the record
 			if err := f.Purge(ctx, key); err != nil && !errors.Is(err, ErrNotFound) {
 				return err
@@ -443,7 +449,8 @@ type tieredTx struct {
 // lock, taken for the initial lease only (a crashed process's lock holds
 // off retries that long), is completed with the record after the commit.
 // With the durable tier down, the fast tier's lock alone holds the key, as
-// in Acquire: the work runs protected, without a transaction.
+// in Acquire: the work runs protected, without a transaction. A busy
+// durable tier (ErrStoreBusy) is no outage: the call is refused.
 func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, Tx, error) {
 	var (
 		rec []byte
@@ -469,7 +476,7 @@ func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([
 	dctx, cancel := durableCtx(ctx, ft)
 	rec, tx, err := t.tx.Begin(dctx, key, idle)
 	cancel()
-	if err != nil && ft != "" && !errors.Is(err, ErrInFlight) && !errors.Is(err, ErrQuotaExceeded) {
+	if err != nil && ft != "" && !errors.Is(err, ErrInFlight) && !errors.Is(err, ErrQuotaExceeded) && !errors.Is(err, ErrStoreBusy) {
 		// The fast lock alone holds the key, for idle as a transaction
 		// would: nothing refreshes it.
 		if ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Refresh(ctx, key, ft, idle) }); ferr == nil {

@@ -371,6 +371,32 @@ func TestTieredPurgeInvalidatesReplayCache(t *testing.T) {
 	}
 }
 
+// A purge with the fast tier down drops the durable tier's record and
+// says that the fast tier's copy was left: it replays once that tier is
+// back, until it expires.
+func TestTieredPurgeFastDown(t *testing.T) {
+	fast, durable := newTier(), newTier()
+	store := core.NewTiered(fast, durable)
+	eng, err := core.New(core.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	run(t, eng, "k", &runs) //nolint:errcheck
+	ctx, id := context.Background(), core.ID("", "k", "")
+	fast.set(true, false)
+	err = store.(core.Admin).Purge(ctx, id)
+	if err == nil || !strings.Contains(err.Error(), "durable tier only") || !errors.Is(err, errTierDown) {
+		t.Fatalf("purge with the fast tier down: %v; want an error wrapping the fast tier's", err)
+	}
+	if _, err := durable.s.Inspect(ctx, id); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("the durable tier's record after the purge: %v; want it gone", err)
+	}
+	if st, err := fast.s.Inspect(ctx, id); err != nil || st.Record == nil {
+		t.Fatalf("the fast tier's copy: %+v, %v; want it left", st, err)
+	}
+}
+
 // A stalled durable tier does not open the fast tier's breaker by leaving
 // its calls no time: a duplicate of a key whose lock only the fast tier
 // holds still meets it, and does not run the work a second time.
@@ -532,15 +558,19 @@ func TestTieredTxHTTPConformance(t *testing.T) {
 	})
 }
 
-// downTx is a TxStore whose Begin fails while down.
+// downTx is a TxStore whose Begin fails while down, and answers
+// ErrStoreBusy while busy.
 type downTx struct {
 	core.TxStore
-	down atomic.Bool
+	down, busy atomic.Bool
 }
 
 func (d *downTx) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
-	if d.down.Load() {
+	switch {
+	case d.down.Load():
 		return nil, nil, errors.New("durable tier down")
+	case d.busy.Load():
+		return nil, nil, core.ErrStoreBusy
 	}
 	return d.TxStore.Begin(ctx, key, idle)
 }
@@ -571,6 +601,27 @@ func TestTieredTxDurableDown(t *testing.T) {
 	}
 	if ev.count(core.OutcomeFallback) == 0 {
 		t.Error("no fallback reported")
+	}
+}
+
+// A busy durable TxStore is no outage: the call is refused (the fast
+// lock alone would run it without the transaction, its writes waiting for
+// the busy pool), whatever FailClosed says, and the fast tier's lock is
+// released, so that the key runs once the durable tier has room.
+func TestTieredTxDurableBusy(t *testing.T) {
+	durable := &downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}
+	durable.busy.Store(true)
+	eng, err := core.New(core.Config{Store: core.NewTiered(newTier(), durable)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	if _, err := run(t, eng, "k", &runs); !errors.Is(err, core.ErrStoreUnavailable) || !errors.Is(err, core.ErrStoreBusy) || runs.Load() != 0 {
+		t.Fatalf("durable tier busy: %v, %d runs; want ErrStoreUnavailable wrapping ErrStoreBusy, no run", err, runs.Load())
+	}
+	durable.busy.Store(false)
+	if _, err := run(t, eng, "k", &runs); err != nil || runs.Load() != 1 {
+		t.Fatalf("with room again: %v, %d runs; want a first run", err, runs.Load())
 	}
 }
 

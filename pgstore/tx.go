@@ -226,7 +226,9 @@ func (closedBatch) Tx() pgx.Tx                       { return nil }
 // to take (core.ErrInFlight) instead of waiting, and that PostgreSQL
 // releases when the transaction ends, even if the process dies; then it
 // reads the key's row. A completed record ends the transaction (a rollback: a
-// replay commits nothing), so that a first request costs one commit.
+// replay commits nothing), so that a first request costs one commit. If
+// every connection that may hold a key stays held until ctx's deadline, it
+// returns an error wrapping core.ErrStoreBusy.
 func (s *TxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
 	if _, ok := ctx.Deadline(); !ok && s.opts.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -261,7 +263,9 @@ func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration) ([]
 	select {
 	case s.keys <- struct{}{}:
 	case <-ctx.Done():
-		return nil, nil, fmt.Errorf("waiting for one of the %d connections that may hold a key: %w", cap(s.keys), context.Cause(ctx))
+		// Every key's connection is held by a running handler: refused, not
+		// failed (core.ErrStoreBusy), so that no duplicate runs unprotected.
+		return nil, nil, fmt.Errorf("%w: waited for one of the %d connections that may hold a key: %w", core.ErrStoreBusy, cap(s.keys), context.Cause(ctx))
 	}
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {

@@ -246,23 +246,34 @@ func TestIntegrationTxConcurrentDuplicates(t *testing.T) {
 }
 
 // With the pool exhausted by running handlers beyond StoreTimeout, a new
-// key gets 503 under FailClosed, and nothing runs.
+// key, or a duplicate of the running one, gets 503 in both failure modes
+// (the store is busy, not down: nothing runs unprotected), and the breaker
+// stays closed: once the pool has room, keys run protected.
 func TestIntegrationTxPoolExhausted(t *testing.T) {
-	a := newTxApp(t, core.Config{FailClosed: true, StoreTimeout: 200 * time.Millisecond, BreakerFailures: -1}, 1)
-	a.hold = make(chan struct{})
-	firstDone := make(chan txResp)
-	go func() { firstDone <- a.post("holder", `{}`) }()
-	<-a.started
-	r := a.post("other", `{}`)
-	close(a.hold)
-	if r.status != http.StatusServiceUnavailable || !strings.Contains(r.header.Get("Content-Type"), "problem") {
-		t.Fatalf("with the pool exhausted: %+v, want 503 problem", r)
-	}
-	if first := <-firstDone; first.status != http.StatusCreated {
-		t.Fatalf("holder: %+v", first)
-	}
-	if a.runs.Load() != 1 || a.count("other") != 0 {
-		t.Fatalf("%d runs, %d orders of the refused key; want 1, 0", a.runs.Load(), a.count("other"))
+	for _, failClosed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("FailClosed=%v", failClosed), func(t *testing.T) {
+			a := newTxApp(t, core.Config{FailClosed: failClosed, StoreTimeout: 200 * time.Millisecond}, 1)
+			a.hold = make(chan struct{})
+			firstDone := make(chan txResp)
+			go func() { firstDone <- a.post("holder", `{}`) }()
+			<-a.started
+			for _, key := range []string{"other", "holder", "other", "a", "b", "c", "d"} { // more than BreakerFailures
+				if r := a.post(key, `{}`); r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "store-unavailable") {
+					close(a.hold)
+					t.Fatalf("%s with the pool exhausted: %+v, want 503 store-unavailable", key, r)
+				}
+			}
+			close(a.hold)
+			if first := <-firstDone; first.status != http.StatusCreated {
+				t.Fatalf("holder: %+v", first)
+			}
+			if a.runs.Load() != 1 || a.count("other") != 0 || a.count("holder") != 1 {
+				t.Fatalf("%d runs, %d orders of the refused key, %d of the holder; want 1, 0, 1", a.runs.Load(), a.count("other"), a.count("holder"))
+			}
+			if r := a.post("other", `{}`); r.status != http.StatusCreated || a.count("other") != 1 {
+				t.Fatalf("with room again: %+v, %d orders; want 201 through the request's transaction", r, a.count("other"))
+			}
+		})
 	}
 }
 
