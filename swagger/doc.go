@@ -12,7 +12,7 @@
 // is set, it is listed there (each adapter's Operations lists the routes
 // its middleware covers). What the document already says is kept (an
 // operation's own response of one of those codes also names idem's
-// problem), and a second run changes nothing.
+// problem, and the Retry-After of idem's 409, 429 and 503), and a second run changes nothing.
 //
 // InjectTemplate rewrites a swag docs.go template once, before serving
 // (ExampleInjectTemplate); Inject rewrites a JSON or YAML document (Example);

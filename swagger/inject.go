@@ -293,6 +293,7 @@ func (in *injector) operation(item, op *yaml.Node) error {
 		}
 		if resp.Kind == yaml.MappingNode && resp.Anchor == "" && get(resp, "$ref") == nil && !in.isProblem(resp) {
 			added = in.alsoProblem(resp, code) || added
+			in.alsoRetryAfter(resp, code)
 		}
 	}
 	if added && !in.v3 {
@@ -454,6 +455,23 @@ func (in *injector) alsoProblem(resp *yaml.Node, code string) bool {
 	}
 	set(resp, "description", str(d+note))
 	return true
+}
+
+// alsoRetryAfter documents the Retry-After of idem's 409, 429 and 503 on
+// an operation's own response of that code, unless it has one.
+func (in *injector) alsoRetryAfter(resp *yaml.Node, code string) {
+	if code != "409" && code != "429" && code != "503" {
+		return
+	}
+	headers := get(resp, "headers")
+	if headers == nil {
+		headers = mapping()
+		set(resp, "headers", headers)
+	}
+	if headers.Kind != yaml.MappingNode || headers.Anchor != "" || getFold(headers, "Retry-After") != nil {
+		return
+	}
+	set(headers, "Retry-After", in.header("integer", "With idem's "+problemJSON+": seconds to wait before retrying."))
 }
 
 // descriptionNode returns resp's description to append to: the string

@@ -347,6 +347,44 @@ func TestHandWrittenResponsesKept(t *testing.T) {
 	})
 }
 
+// An operation's own 409, 429 or 503 also documents the Retry-After that
+// idem's problem of that code carries, unless it has one; a second run
+// changes nothing.
+func TestHandWrittenRetryAfter(t *testing.T) {
+	t.Parallel()
+	opts := Options{Quota: true, FailClosed: true}
+	for _, tc := range []struct{ name, doc, header string }{
+		{"swagger 2.0", `{"swagger": "2.0", "paths": {"/o": {"post": {"responses": {"201": {"description": "Created"},
+		"409": {"description": "mine 409"}, "429": {"description": "mine 429"},
+		"503": {"description": "mine 503", "headers": {"retry-after": {"type": "string", "description": "mine"}}}}}}}}`, "type"},
+		{"openapi 3", `{"openapi": "3.0.3", "paths": {"/o": {"post": {"responses": {"201": {"description": "Created"},
+		"409": {"description": "mine 409"}, "429": {"description": "mine 429"},
+		"503": {"description": "mine 503", "headers": {"retry-after": {"schema": {"type": "string"}, "description": "mine"}}}}}}}}`, "schema"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := Inject([]byte(tc.doc), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again, err := Inject(out, opts); err != nil || string(again) != string(out) {
+				t.Fatalf("a second run changed the document (%v):\n%s\n---\n%s", err, out, again)
+			}
+			resp := operations(t, out)["/o"]["post"]["responses"].(map[string]any)
+			for _, code := range []string{"409", "429"} {
+				h, _ := resp[code].(map[string]any)["headers"].(map[string]any)
+				ra, _ := h["Retry-After"].(map[string]any)
+				if ra == nil || ra[tc.header] == nil {
+					t.Errorf("%s: headers %v, want Retry-After", code, h)
+				}
+			}
+			if h := resp["503"].(map[string]any)["headers"].(map[string]any); len(h) != 1 || h["retry-after"] == nil {
+				t.Errorf("503: headers %v, want its own retry-after alone", h)
+			}
+		})
+	}
+}
+
 // Descriptions that are not plain text are handled: null or missing gets
 // the sentence alone, a number or an alias is left as it is (an alias's
 // anchor may describe an operation not covered), a block scalar is ended
