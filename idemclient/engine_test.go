@@ -275,3 +275,31 @@ func TestEngineConcurrentDuplicates(t *testing.T) {
 			runs.Load(), firsts, conflicts.Load(), replays.Load(), n-1, n-1)
 	}
 }
+
+// An application's own 409 with Retry-After is stored: the retry that the
+// Retry-After asks for gets its replay, which is final, and is returned
+// rather than sent again until MaxAttempts.
+func TestEngineReplayNotRetried(t *testing.T) {
+	t.Parallel()
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	url := orderServer(t, eng, &runs, func(_ int32, w http.ResponseWriter) bool {
+		w.Header().Set("Retry-After", "2")
+		w.WriteHeader(http.StatusConflict) // the order is being edited elsewhere
+		return true
+	})
+	tr := &Transport{Base: &http.Transport{DisableKeepAlives: true}}
+	useFakeTime(tr)
+	resp, err := tr.RoundTrip(post(t, url, `{"item":"book","qty":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBody(t, resp)
+	if resp.StatusCode != http.StatusConflict || !Replayed(resp) || Attempts(resp) != 2 || runs.Load() != 1 {
+		t.Fatalf("%d replayed %v after %d attempts, %d runs; want the 409's replay after 2 attempts, 1 run",
+			resp.StatusCode, Replayed(resp), Attempts(resp), runs.Load())
+	}
+}

@@ -12,9 +12,10 @@
 // a 429 or a 5xx but 501: up to MaxAttempts in all, waiting 100 ms, 200 ms,
 // 400 ms (±25 %) or the response's Retry-After, whichever is longer, and
 // never past the request context's deadline; a 429 or 503 whose
-// Retry-After is over MaxDelay is returned at once. Any other status, such as an
-// application's own 409, is returned as it is. Replayed and Attempts tell
-// how the final response came.
+// Retry-After is over MaxDelay, and a replay (the server's stored answer,
+// such as an application's own 409 with Retry-After), are returned at once.
+// Any other status, such as an application's own 409, is returned as it
+// is. Replayed and Attempts tell how the final response came.
 //
 // Work that sends two requests of one method to one host and path must
 // give each its own key, such as core.DerivedKey(ctx, "refund 2") in the
@@ -301,11 +302,15 @@ func replayBody(r *http.Request, limit int64) (func() (io.ReadCloser, error), er
 
 // retry tells whether an attempt's result is worth another attempt, and the
 // server's Retry-After if it sent one, at most MaxDelay; a 429 or 503 whose
-// Retry-After is over MaxDelay is not.
+// Retry-After is over MaxDelay is not, nor a replay: every retry with its
+// key would get it again.
 func (t *Transport) retry(resp *http.Response, err error, s settings) (time.Duration, bool) {
 	if err != nil {
 		var cert *tls.CertificateVerificationError
 		return 0, !errors.As(err, &cert)
+	}
+	if resp.Header.Get(s.replayHeader) == "true" {
+		return 0, false
 	}
 	switch code := resp.StatusCode; {
 	case code == http.StatusConflict && inFlight(resp), code == http.StatusTooManyRequests,
