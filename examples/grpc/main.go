@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -165,6 +166,10 @@ func (s *server) ListOrders(ctx context.Context, _ *ordersv1.ListOrdersRequest) 
 	return &ordersv1.ListOrdersResponse{Count: int32(len(orders)), Orders: orders}, nil
 }
 
+// poolConns is the pool's size unless DATABASE_URL sets pool_max_conns:
+// the transactional mode holds a connection per running keyed call.
+const poolConns = 16
+
 // setupPostgres connects to url, migrates idem's table and the orders', and
 // returns the pool and idem's store on it: transactional unless IDEM_TX=0.
 func setupPostgres(url string) (*pgxpool.Pool, interface {
@@ -173,7 +178,14 @@ func setupPostgres(url string) (*pgxpool.Pool, interface {
 }, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, url)
+	cfg, err := pgxpool.ParseConfig(url)
+	var pool *pgxpool.Pool
+	if err == nil {
+		if !strings.Contains(url, "pool_max_conns") {
+			cfg.MaxConns = poolConns
+		}
+		pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	}
 	if err == nil {
 		err = pgstore.Migrate(ctx, pool, nil)
 	}

@@ -147,12 +147,24 @@ func Setup() (*App, error) {
 	return a, nil
 }
 
+// poolConns is the PostgreSQL pool's size unless DATABASE_URL sets
+// pool_max_conns: the transactional mode holds a connection per running
+// keyed request, and pgxpool's default (4 on 2 cores) would run 3 at once.
+const poolConns = 16
+
 // setupPostgres connects to dbURL, migrates idem's table and creates the
 // orders' table.
 func (a *App) setupPostgres(dbURL string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, dbURL)
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(dbURL, "pool_max_conns") {
+		cfg.MaxConns = poolConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
