@@ -6,19 +6,25 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	ordersv1 "github.com/idem-go/idem/examples/grpc/proto/idem/examples/orders/v1"
+	"github.com/idem-go/idem/grpcidem"
 )
 
 // grpcurlVersion is the grpcurl the test installs with go install.
@@ -142,5 +148,49 @@ func testSeveralInstances(t *testing.T, env ...string) {
 		if got := in.count() - before; got != keys {
 			t.Fatalf("instance %d sees %d new orders, want %d (one per key)", i, got, keys)
 		}
+	}
+}
+
+// With IDEM_FAIL_CLOSED=1 and its Redis gone, CreateOrder is refused with
+// Unavailable (STORE_UNAVAILABLE) instead of running unprotected, whose
+// handler would fail on Redis itself (Internal).
+func TestFailClosed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	redisSrv := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := redisSrv.Start(); err != nil {
+		t.Skipf("redis-server: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { redisSrv.Wait(); close(exited) }()          //nolint:errcheck // killed below
+	t.Cleanup(func() { redisSrv.Process.Kill(); <-exited }) //nolint:errcheck // may be gone already
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), MaxRetries: -1})
+	defer rdb.Close()
+	for i := 0; rdb.Ping(context.Background()).Err() != nil; i++ { // up within 10 s
+		if i == 1000 {
+			t.Fatal("redis-server did not answer within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	in := start(t, "IDEM_FAIL_CLOSED=1", "REDIS_URL=redis://127.0.0.1:"+strconv.Itoa(port)+"/0", "DATABASE_URL=")
+	if r := in.create("alice", newKey(), req("book", 1)); r.err != nil {
+		t.Fatalf("with Redis up: %v", r.err)
+	}
+	redisSrv.Process.Kill() //nolint:errcheck
+	<-exited
+	r := in.create("alice", newKey(), req("book", 1))
+	st := status.Convert(r.err)
+	var reason string
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			reason = info.GetReason()
+		}
+	}
+	if st.Code() != codes.Unavailable || reason != grpcidem.ReasonStoreUnavailable {
+		t.Fatalf("with Redis gone: %v (reason %q), want Unavailable, %s", r.err, reason, grpcidem.ReasonStoreUnavailable)
 	}
 }

@@ -4,9 +4,10 @@
 // keeps keys and orders in memory, in Redis when REDIS_URL is set, or in
 // PostgreSQL when DATABASE_URL is set (there the order, the key and the
 // stored reply commit in one transaction; IDEM_TX=0: separate commits),
-// scopes keys per user (metadata x-user-id), serves the same handlers
-// without idem with IDEM_OFF=1, and serves reflection, so that grpcurl can
-// call it:
+// scopes keys per user (metadata x-user-id), answers Unavailable rather
+// than run unprotected when the store fails with IDEM_FAIL_CLOSED=1, serves
+// the same handlers without idem with IDEM_OFF=1, and serves reflection,
+// so that grpcurl can call it:
 //
 //	grpcurl -plaintext -H 'idempotency-key: k1' -d '{"item":"x","qty":1}' \
 //		127.0.0.1:9090 idem.examples.orders.v1.Orders/CreateOrder
@@ -51,8 +52,9 @@ func main() {
 func run(logger *slog.Logger) error {
 	cfg := core.Config{
 		// The user is a stand-in for real authentication.
-		Scope:    func(r *core.Request) string { return r.Header.Get("X-User-ID") },
-		Observer: core.SlogObserver(logger),
+		Scope:      func(r *core.Request) string { return r.Header.Get("X-User-ID") },
+		Observer:   core.SlogObserver(logger),
+		FailClosed: os.Getenv("IDEM_FAIL_CLOSED") == "1",
 	}
 	var (
 		rdb  redis.UniversalClient
