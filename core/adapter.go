@@ -262,7 +262,14 @@ var httpAnswers = answers{
 	mismatch:    http.StatusUnprocessableEntity,
 	unavailable: http.StatusServiceUnavailable,
 	quota:       http.StatusTooManyRequests,
-	valid:       func(code int) bool { return code >= 200 && code <= 999 },
+	check:       checkHTTPCode,
+}
+
+func checkHTTPCode(rec *Record) error {
+	if rec.Code < 200 || rec.Code > 999 {
+		return fmt.Errorf("code %d", rec.Code)
+	}
+	return nil
 }
 
 func (e *Engine) retryAfter() http.Header {

@@ -32,7 +32,12 @@ const (
 
 // doAnswers accepts only Do's own records: the same scope and key used by
 // Once, or by another transport, is a corrupt record to Do.
-var doAnswers = answers{valid: func(code int) bool { return code == doResult || code == doPermanent }}
+var doAnswers = answers{check: func(rec *Record) error {
+	if rec.Code != doResult && rec.Code != doPermanent {
+		return fmt.Errorf("code %d, not Do's", rec.Code)
+	}
+	return nil
+}}
 
 // Do runs fn at most once per (scope, key) and stores its result: the first
 // call runs fn, and later calls get the stored result, with replayed true,

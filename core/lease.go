@@ -50,6 +50,10 @@ type Call struct {
 	// and ErrQuotaExceeded, and a record's Code is the answer stored.
 	Transport                                string
 	InFlight, Reused, Unavailable, OverQuota int
+	// Check, if set, vets a completed record before it is replayed (a gRPC
+	// reply of the method's output type): an error makes it a corrupt
+	// record, never replayed, as one that does not decode.
+	Check func(*Record) error
 }
 
 // ID returns the store key of a client's key in a scope, joined by route
@@ -98,6 +102,12 @@ func (e *Engine) Acquire(c *Call) (*Lease, *Record, error) {
 	if c.Transport != "" {
 		a = &answers{transport: c.Transport, conflict: c.InFlight, mismatch: c.Reused, unavailable: c.Unavailable, quota: c.OverQuota}
 	}
+	if c.Check != nil {
+		if a == &noAnswers {
+			a = &answers{}
+		}
+		a.check = c.Check
+	}
 	return e.acquire(c, c.Route, time.Now(), a, &Lease{})
 }
 
@@ -107,7 +117,7 @@ func (e *Engine) Acquire(c *Call) (*Lease, *Record, error) {
 type answers struct {
 	transport                              string
 	conflict, mismatch, unavailable, quota int
-	valid                                  func(code int) bool // nil: any
+	check                                  func(*Record) error // vets a record before it is replayed; nil: any
 }
 
 var noAnswers answers
@@ -311,8 +321,10 @@ func (l *Lease) replay(raw []byte) (*Lease, *Record, error) {
 	if err == nil {
 		err = rec.open(l.ctx, l.e.cfg.Sealer, l.id, raw)
 	}
-	if err == nil && l.answers.valid != nil && !l.answers.valid(rec.Code) {
-		err = fmt.Errorf("%w: code %d", ErrCorruptRecord, rec.Code)
+	if err == nil && l.answers.check != nil {
+		if cerr := l.answers.check(rec); cerr != nil {
+			err = fmt.Errorf("%w: %w", ErrCorruptRecord, cerr)
+		}
 	}
 	if err != nil {
 		// The key was used: running the work unprotected (fail-open) could

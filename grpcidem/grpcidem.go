@@ -28,7 +28,7 @@ const (
 	ReasonInvalidKey       = "INVALID_KEY"       // InvalidArgument: the key is malformed
 	ReasonKeyInFlight      = "KEY_IN_FLIGHT"     // Aborted: a call with this key is running
 	ReasonKeyReused        = "KEY_REUSED"        // AlreadyExists: the key was used with another request
-	ReasonStoreUnavailable = "STORE_UNAVAILABLE" // Unavailable: the store failed (core.Config.FailClosed), or a transactional commit did
+	ReasonStoreUnavailable = "STORE_UNAVAILABLE" // Unavailable: the store failed (FailClosed) or is busy, a commit failed, a record does not read
 	ReasonReplyOmitted     = "REPLY_OMITTED"     // FailedPrecondition: the call ran, its reply was too large to store
 	ReasonQuotaExceeded    = "QUOTA_EXCEEDED"    // ResourceExhausted: the scope is over core.Config.Quota
 )

@@ -114,9 +114,10 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	if !ok {
 		return nil, status.Errorf(codes.Internal, "grpcidem: the request of %s is a %T, not a proto.Message", info.FullMethod, req)
 	}
+	answer := &stored{method: info.FullMethod}
 	c := core.Call{Context: ctx, Key: key, Method: info.FullMethod, Route: info.FullMethod, Transport: transport,
 		InFlight: int(codes.Aborted), Reused: int(codes.AlreadyExists), Unavailable: int(codes.Unavailable),
-		OverQuota: int(codes.ResourceExhausted)}
+		OverQuota: int(codes.ResourceExhausted), Check: answer.check}
 	if c.Fingerprint, err = fingerprint(info.FullMethod, msg); err != nil {
 		return nil, status.Errorf(codes.Internal, "grpcidem: fingerprint of %s: %v", info.FullMethod, err)
 	}
@@ -134,13 +135,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	case l != nil:
 		return s.run(ctx, req, handler, l, info.FullMethod)
 	case rec != nil:
-		resp, err := s.replay(ctx, rec, info.FullMethod)
-		if errors.Is(err, core.ErrCorruptRecord) {
-			s.eng.Observe(core.Event{Context: ctx, Outcome: core.OutcomeStoreError, Transport: transport, Code: int(codes.Internal),
-				Key: key, Scope: c.Scope, Method: info.FullMethod, Route: info.FullMethod, Duration: time.Since(start), Err: err})
-			return nil, status.Errorf(codes.Internal, "grpcidem: %v", err)
-		}
-		return resp, err
+		return s.replay(ctx, rec, answer)
 	case errors.Is(err, core.ErrKeyReused):
 		return nil, s.reused
 	case errors.Is(err, core.ErrInFlight):
@@ -360,20 +355,63 @@ func (c *capture) record() map[string][]string {
 	return h
 }
 
-// replay answers with a stored record: its metadata, marked, and its reply
-// or error. A record that cannot be the method's answer (a reply of another
-// type than its output, of a type not registered, or that does not decode)
-// returns an error wrapping core.ErrCorruptRecord.
-func (s *server) replay(ctx context.Context, rec *core.Record, method string) (any, error) {
+// stored is a call's stored answer, decoded by check before the Engine
+// replays it.
+type stored struct {
+	method string
+	reply  any   // the stored reply, or
+	err    error // the stored status, or the refusal of an omitted reply
+}
+
+// check decodes rec for the Engine (core.Call.Check): a record that cannot
+// be the method's answer (a reply of another type than its output, of a
+// type not registered, that does not decode, or a code that is not gRPC's)
+// is an error, and the Engine reports it as a corrupt record.
+func (d *stored) check(rec *core.Record) error {
+	code := codes.Code(rec.Code)
+	var message string
+	if v := rec.Header[recordMessage]; len(v) > 0 {
+		message = v[0]
+	}
+	switch {
+	case code > codes.Unauthenticated:
+		return fmt.Errorf("code %d is not gRPC's", rec.Code)
+	case rec.BodyOmitted:
+		d.err = refusal(codes.FailedPrecondition, ReasonReplyOmitted, fmt.Sprintf(
+			"the call with this idempotency key completed with code %s, but its reply (%d bytes) was too large to store",
+			code, rec.BodySize))
+		return nil
+	case code != codes.OK:
+		p := &spb.Status{}
+		if err := proto.Unmarshal(rec.Body, p); err != nil || p.Code != int32(code) {
+			return fmt.Errorf("stored status of code %s cannot be decoded", code)
+		}
+		d.err = status.ErrorProto(p)
+		return nil
+	}
+	if want := outputType(d.method); want != "" && protoreflect.FullName(message) != want {
+		return fmt.Errorf("stored reply of type %q, the method answers %s", message, want)
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(message))
+	if err != nil {
+		return fmt.Errorf("stored reply of type %q: %w", message, err)
+	}
+	m := mt.New().Interface()
+	if err := proto.Unmarshal(rec.Body, m); err != nil {
+		return fmt.Errorf("stored reply of type %q: %w", message, err)
+	}
+	d.reply = m
+	return nil
+}
+
+// replay answers with a stored record that check decoded into d: its
+// metadata, marked, and its reply or error.
+func (s *server) replay(ctx context.Context, rec *core.Record, d *stored) (any, error) {
 	header := metadata.MD{ReplayMetadata: {"true"}}
 	var trailer metadata.MD
-	var message string
 	for k, v := range rec.Header {
 		switch {
 		case k == recordMessage:
-			if len(v) > 0 {
-				message = v[0]
-			}
 		case strings.HasPrefix(k, recordTrailer):
 			if trailer == nil {
 				trailer = metadata.MD{}
@@ -395,31 +433,7 @@ func (s *server) replay(ctx context.Context, rec *core.Record, method string) (a
 	if trailer != nil {
 		_ = grpc.SetTrailer(ctx, trailer)
 	}
-	code := codes.Code(rec.Code)
-	if want := outputType(method); code == codes.OK && !rec.BodyOmitted && want != "" && protoreflect.FullName(message) != want {
-		return nil, fmt.Errorf("%w: stored reply of type %q, the method answers %s", core.ErrCorruptRecord, message, want)
-	}
-	switch {
-	case rec.BodyOmitted:
-		return nil, refusal(codes.FailedPrecondition, ReasonReplyOmitted, fmt.Sprintf(
-			"the call with this idempotency key completed with code %s, but its reply (%d bytes) was too large to store",
-			code, rec.BodySize))
-	case code != codes.OK:
-		p := &spb.Status{}
-		if err := proto.Unmarshal(rec.Body, p); err != nil || p.Code != int32(code) {
-			return nil, fmt.Errorf("%w: stored status of code %s cannot be decoded", core.ErrCorruptRecord, code)
-		}
-		return nil, status.ErrorProto(p)
-	}
-	mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(message))
-	if err != nil {
-		return nil, fmt.Errorf("%w: stored reply of type %q: %w", core.ErrCorruptRecord, message, err)
-	}
-	m := mt.New().Interface()
-	if err := proto.Unmarshal(rec.Body, m); err != nil {
-		return nil, fmt.Errorf("%w: stored reply of type %q: %w", core.ErrCorruptRecord, message, err)
-	}
-	return m, nil
+	return d.reply, d.err
 }
 
 // outputType returns the full name of the output message of a method

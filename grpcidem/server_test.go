@@ -736,7 +736,8 @@ func TestNilEngine(t *testing.T) {
 
 // TestUnregisteredReplyType: a reply of a method whose service is not
 // registered, of a type not in protoregistry.GlobalTypes (a dynamic
-// message), is stored, but its replay is Internal rather than a second run.
+// message), is stored, but its replay is refused as a corrupt record
+// (Unavailable, the event naming the type) rather than a second run.
 func TestUnregisteredReplyType(t *testing.T) {
 	t.Parallel()
 	fd, err := protodesc.NewFile(&descriptorpb.FileDescriptorProto{
@@ -749,7 +750,8 @@ func TestUnregisteredReplyType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := core.New(core.Config{})
+	var last atomic.Value // of the last event's error
+	eng, err := core.New(core.Config{Observer: func(ev core.Event) { last.Store(fmt.Sprint(ev.Err)) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -767,14 +769,15 @@ func TestUnregisteredReplyType(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = icpt(ctx, order("book", 1), info, handler)
-	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "idem.grpcidem.unregistered.Reply") || runs != 1 {
-		t.Fatalf("replay: %v after %d runs; want Internal naming the type, one run", err, runs)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(last.Load().(string), "idem.grpcidem.unregistered.Reply") || runs != 1 {
+		t.Fatalf("replay: %v (event: %v) after %d runs; want Unavailable, the event naming the type, one run", err, last.Load(), runs)
 	}
 }
 
 // TestReplayTypeMismatch: a stored OK reply whose message type is not the
 // method's output type (a tampered or misfiled record) is never replayed:
-// Internal, reported as a corrupt record, and the handler does not run.
+// Unavailable, as a corrupt record is over HTTP (503), reported once as a
+// store error and not as a replay, and the handler does not run.
 func TestReplayTypeMismatch(t *testing.T) {
 	t.Parallel()
 	var events []core.Event
@@ -799,16 +802,17 @@ func TestReplayTypeMismatch(t *testing.T) {
 	icpt := grpcidem.UnaryServerInterceptor(eng)
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcidem.KeyMetadata, "k"))
 	runs := 0
+	events = nil
 	resp, err := icpt(ctx, req, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) {
 		runs++
 		return &testpb.Order{Id: "ord_1"}, nil
 	})
-	if status.Code(err) != codes.Internal || resp != nil || runs != 0 {
-		t.Fatalf("replay of a CreateRequest for Create: %v, %v after %d runs; want Internal, no run", resp, err, runs)
+	if status.Code(err) != codes.Unavailable || resp != nil || runs != 0 {
+		t.Fatalf("replay of a CreateRequest for Create: %v, %v after %d runs; want Unavailable, no run", resp, err, runs)
 	}
-	last := events[len(events)-1]
-	if last.Outcome != core.OutcomeStoreError || !errors.Is(last.Err, core.ErrCorruptRecord) || last.Route != method {
-		t.Fatalf("last event %+v, want a corrupt record reported", last)
+	if len(events) != 1 || events[0].Outcome != core.OutcomeStoreError || !errors.Is(events[0].Err, core.ErrCorruptRecord) ||
+		events[0].Route != method || events[0].Code != int(codes.Unavailable) {
+		t.Fatalf("events %+v, want one: the corrupt record, Unavailable", events)
 	}
 
 	// A handler that answers another type than its method's output is not
