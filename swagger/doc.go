@@ -3,9 +3,9 @@
 // header parameter (required exactly when the Engine requires a key), the
 // 400, 409 (with Retry-After), 413 and 422 responses, the 429 of an Engine
 // with a quota and the 503 of a fail-closed one, as RFC 9457 problem
-// details (ProblemSchema), and the
-// X-Idempotency-Replay header on the responses whose status the Engine
-// stores.
+// details (ProblemSchema), and the X-Idempotency-Replay and
+// X-Idempotency-Body-Omitted headers on the responses whose status the
+// Engine stores.
 //
 // OptionsFor derives the Options from an Engine's Config. An operation is
 // covered when its method is in Options.Methods and, if Options.Operations

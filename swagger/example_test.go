@@ -37,7 +37,8 @@ func Example() {
 	summarize(out)
 	// Output:
 	// GET /orders: responses [200]
-	// POST /orders: header Idempotency-Key (required: true, maxLength: 255); responses [201 400 409 413 422]; 201 headers [X-Idempotency-Replay]
+	// POST /orders: header Idempotency-Key (required: true, maxLength: 255); responses [201 400 409 413 422];
+	//   201 headers [X-Idempotency-Body-Omitted X-Idempotency-Replay]
 }
 
 // A swag docs.go template is rewritten once, before it is served; its
@@ -86,7 +87,7 @@ func summarize(doc []byte) {
 			}
 			fmt.Printf("responses %v", slices.Sorted(maps.Keys(op.Responses)))
 			if h := op.Responses["201"].Headers; h != nil {
-				fmt.Printf("; 201 headers %v", slices.Sorted(maps.Keys(h)))
+				fmt.Printf(";\n  201 headers %v", slices.Sorted(maps.Keys(h)))
 			}
 			fmt.Println()
 		}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idem-go/idem/core"
 )
 
 // ProblemSchema is the name of the definition (Swagger 2.0) or component
@@ -261,11 +263,17 @@ func (in *injector) operation(item, op *yaml.Node) error {
 			headers = mapping()
 			set(resp, "headers", headers)
 		}
-		if headers.Kind != yaml.MappingNode || headers.Anchor != "" || getFold(headers, in.opts.ReplayHeader) != nil {
+		if headers.Kind != yaml.MappingNode || headers.Anchor != "" {
 			continue
 		}
-		set(headers, in.opts.ReplayHeader, in.header("string", `"true" when this response is the stored response of an earlier request `+
-			`with the same idempotency key, replayed instead of running the request again.`))
+		if getFold(headers, in.opts.ReplayHeader) == nil {
+			set(headers, in.opts.ReplayHeader, in.header("string", `"true" when this response is the stored response of an earlier request `+
+				`with the same idempotency key, replayed instead of running the request again.`))
+		}
+		if getFold(headers, core.HeaderBodyOmitted) == nil {
+			set(headers, core.HeaderBodyOmitted, in.header("string", `On a replay whose body was too large to store: "sha256=<hex>; size=<bytes>" `+
+				`of the original body, and the replay's body is empty.`))
+		}
 	}
 	var like *yaml.Node // an existing status code key, whose YAML style new ones follow
 	for i := 0; i < len(responses.Content) && like == nil; i += 2 {
