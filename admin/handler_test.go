@@ -487,7 +487,6 @@ func TestHandlerPurgeReplayCache(t *testing.T) {
 // deadlineStore records the deadline of the context each admin operation
 // gets, and fails it as a store that is down.
 type deadlineStore struct {
-	downStore
 	deadlines chan time.Duration // time left at the call; -1 without a deadline
 }
 
