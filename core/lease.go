@@ -50,9 +50,9 @@ type Call struct {
 	// and ErrQuotaExceeded, and a record's Code is the answer stored.
 	Transport                                string
 	InFlight, Reused, Unavailable, OverQuota int
-	// Check, if set, vets a completed record before it is replayed (a gRPC
-	// reply of the method's output type): an error makes it a corrupt
-	// record, never replayed, as one that does not decode.
+	// Check, if set, vets a completed record of the same fingerprint before
+	// it is replayed (a gRPC reply of the method's output type): an error
+	// makes it a corrupt record, never replayed, as one that does not decode.
 	Check func(*Record) error
 }
 
@@ -321,7 +321,11 @@ func (l *Lease) replay(raw []byte) (*Lease, *Record, error) {
 	if err == nil {
 		err = rec.open(l.ctx, l.e.cfg.Sealer, l.id, raw)
 	}
-	if err == nil && l.answers.check != nil {
+	if err == nil && rec.Fingerprint != l.fingerprint {
+		l.observe(OutcomeMismatch, l.answers.mismatch)
+		return nil, nil, ErrKeyReused
+	}
+	if err == nil && l.answers.check != nil { // the same request's record: it must be an answer to it
 		if cerr := l.answers.check(rec); cerr != nil {
 			err = fmt.Errorf("%w: %w", ErrCorruptRecord, cerr)
 		}
@@ -333,10 +337,6 @@ func (l *Lease) replay(raw []byte) (*Lease, *Record, error) {
 		l.ev.Err = err
 		l.observe(OutcomeStoreError, l.answers.unavailable)
 		return nil, nil, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
-	}
-	if rec.Fingerprint != l.fingerprint {
-		l.observe(OutcomeMismatch, l.answers.mismatch)
-		return nil, nil, ErrKeyReused
 	}
 	l.observe(OutcomeReplay, rec.Code)
 	return nil, rec, nil

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -828,6 +829,21 @@ func TestReplayTypeMismatch(t *testing.T) {
 	}
 	if last := events[len(events)-1]; runs != 2 || last.Outcome != core.OutcomeNotStored {
 		t.Fatalf("a reply of the wrong type: %d runs, last event %+v; want 2 runs, not stored", runs, last)
+	}
+
+	// The key of a completed Create sent to a method of another output type
+	// is a key reused, not a corrupt record: the method joins the
+	// fingerprint, compared before the stored reply's type.
+	ctx = metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcidem.KeyMetadata, "k3"))
+	if _, err := icpt(ctx, req, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) {
+		return &testpb.Order{Id: "ord_3"}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = icpt(ctx, &healthpb.HealthCheckRequest{}, &grpc.UnaryServerInfo{FullMethod: healthpb.Health_Check_FullMethodName},
+		func(context.Context, any) (any, error) { runs++; return &healthpb.HealthCheckResponse{}, nil })
+	if status.Code(err) != codes.AlreadyExists || runs != 2 {
+		t.Fatalf("Create's key sent to Health/Check: %v after %d runs; want AlreadyExists, no run", err, runs)
 	}
 }
 
