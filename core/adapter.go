@@ -352,13 +352,12 @@ func (e *Engine) readBody(req *Request) ([]byte, error) {
 			return nil, errBodyTooLarge
 		}
 		if err == io.EOF {
-			if int64(len(buf)) < req.ContentLength && req.Header.Get("Content-Encoding") == "" {
-				if len(buf) == 0 {
-					return nil, errBodyConsumed
-				}
-				// fasthttp's body stream (Fiber's StreamRequestBody) ends a
-				// body cut short with io.EOF, where net/http reports it.
-				return nil, fmt.Errorf("the body ended after %d of its %d bytes: %w", len(buf), req.ContentLength, io.ErrUnexpectedEOF)
+			// A body cut short on the wire is io.ErrUnexpectedEOF (net/http,
+			// and httpadapt's fasthttp stream); a shorter one that ends with
+			// io.EOF was decompressed by a middleware that left
+			// ContentLength as sent (gin-contrib/gzip).
+			if len(buf) == 0 && req.ContentLength > 0 && req.Header.Get("Content-Encoding") == "" {
+				return nil, errBodyConsumed
 			}
 			return buf, nil
 		}

@@ -129,8 +129,7 @@ func TestAllocationBudget(t *testing.T) {
 
 // A declared body length is not allocated before the bytes arrive: the
 // buffer starts at 64 KiB and doubles as bytes come, so a client that
-// declares a large body and sends little holds about twice what it sent
-// (and gets 400 when its body ends).
+// declares a large body and sends little holds about twice what it sent.
 // A body that does come whole, declared or not, costs about twice its size
 // in buffers.
 func TestBodyBufferFollowsTheBytes(t *testing.T) {
@@ -148,14 +147,10 @@ func TestBodyBufferFollowsTheBytes(t *testing.T) {
 				Body:          bytes.NewReader(body),
 				ContentLength: declared,
 			})
-			switch {
-			case f != nil:
-				f.Abort()
-			case int64(len(body)) == declared || declared < 0:
+			if f == nil {
 				t.Fatalf("Begin: %+v", resp)
-			case resp.StatusCode != http.StatusBadRequest: // a body short of its length
-				t.Fatalf("Begin of %d bytes declared as %d: %+v, want 400", len(body), declared, resp)
 			}
+			f.Abort()
 		}
 		runtime.ReadMemStats(&after)
 		return (after.TotalAlloc - before.TotalAlloc) / n

@@ -504,14 +504,11 @@ func TestBodyReadErrors(t *testing.T) {
 		{"broken connection", func(http.ResponseWriter) io.ReadCloser {
 			return io.NopCloser(readerFunc(func([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }))
 		}, http.StatusBadRequest, problemType("unreadable-body")},
-		{"short of its Content-Length", func(http.ResponseWriter) io.ReadCloser {
-			return io.NopCloser(strings.NewReader(`{"amount":1`)) // of {"amount":1000}, declared below
-		}, http.StatusBadRequest, problemType("unreadable-body")},
 	} {
 		r := httptest.NewRequest(http.MethodPost, "/orders", nil)
 		r.Header.Set("Idempotency-Key", "body-"+tc.name)
 		w := httptest.NewRecorder()
-		r.Body, r.ContentLength = tc.body(w), int64(len(`{"amount":1000}`))
+		r.Body = tc.body(w)
 		h.ServeHTTP(w, r)
 		if w.Code != tc.status || !strings.Contains(w.Body.String(), tc.typ) {
 			t.Errorf("%s: %d %s, want %d %s", tc.name, w.Code, w.Body, tc.status, tc.typ)

@@ -1,11 +1,15 @@
 package core_test
 
 import (
+	"bytes"
+	"compress/gzip"
+	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/idem-go/idem/core"
@@ -220,5 +224,52 @@ func TestMiddlewareHostPatterns(t *testing.T) {
 	got := []int{post("a.example"), post("a.example:8080"), post("b.example")}
 	if !slices.Equal(got, []int{201, 201, 422}) || !slices.Equal(runs, []string{"a.example"}) {
 		t.Errorf("codes %v, handlers run %q; want [201 201 422] and a.example's once", got, runs)
+	}
+}
+
+// A middleware before idem that decompresses the body (gin-contrib/gzip)
+// drops Content-Encoding but leaves ContentLength as sent: a body shorter
+// once decompressed is the whole body, run and replayed as any other.
+func TestMiddlewareDecompressedBody(t *testing.T) {
+	t.Parallel()
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	var got string
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = string(b)
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	gunzip := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Header.Del("Content-Encoding")
+		r.Header.Del("Content-Length")
+		r.Body = zr
+		h.ServeHTTP(w, r)
+	})
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	zw.Write([]byte(`{"qty":1}`)) //nolint:errcheck // a bytes.Buffer
+	zw.Close()                    //nolint:errcheck
+	for i, want := range []string{"", "true"} {
+		r := httptest.NewRequest(http.MethodPost, "/orders", bytes.NewReader(zipped.Bytes()))
+		r.Header.Set("Idempotency-Key", "gzipped")
+		r.Header.Set("Content-Encoding", "gzip")
+		w := httptest.NewRecorder()
+		gunzip.ServeHTTP(w, r)
+		if w.Code != http.StatusCreated || w.Header().Get(core.HeaderReplay) != want {
+			t.Fatalf("request %d of a %d-byte gzip body of 9 bytes: %d %s, replay %q", i, zipped.Len(), w.Code, w.Body, w.Header().Get(core.HeaderReplay))
+		}
+	}
+	if runs.Load() != 1 || got != `{"qty":1}` {
+		t.Fatalf("%d runs on %q; want 1 on the decompressed body", runs.Load(), got)
 	}
 }
