@@ -227,8 +227,9 @@ func (closedBatch) Tx() pgx.Tx                       { return nil }
 // releases when the transaction ends, even if the process dies; then it
 // reads the key's row. A completed record ends the transaction (a rollback: a
 // replay commits nothing), so that a first request costs one commit. If
-// every connection that may hold a key stays held until ctx's deadline, it
-// returns an error wrapping core.ErrStoreBusy.
+// every connection that may hold a key, or every connection of the pool,
+// stays in use until ctx's deadline, it returns an error wrapping
+// core.ErrStoreBusy.
 func (s *TxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
 	if _, ok := ctx.Deadline(); !ok && s.opts.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -270,6 +271,10 @@ func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration) ([]
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		<-s.keys
+		if st := s.pool.Stat(); ctx.Err() != nil && st.AcquiredConns() >= st.MaxConns() {
+			// Steps, replays or the application hold the rest: busy too.
+			err = fmt.Errorf("%w: every connection of the pool is in use: %w", core.ErrStoreBusy, err)
+		}
 		return nil, nil, err
 	}
 	t := &txn{s: s, c: c, key: key}

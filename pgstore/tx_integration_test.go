@@ -33,6 +33,7 @@ import (
 type txApp struct {
 	t      *testing.T
 	pool   *pgxpool.Pool
+	store  *pgxpool.Pool // the store's pool: pool unless newTxApp bounds it
 	orders string
 	url    string
 	runs   atomic.Int64
@@ -65,6 +66,7 @@ func newTxApp(t *testing.T, cfg core.Config, maxConns int32) *txApp {
 		}
 		t.Cleanup(storePool.Close)
 	}
+	a.store = storePool
 	store, err := pgstore.NewTx(storePool, &o)
 	if err != nil {
 		t.Fatal(err)
@@ -272,6 +274,44 @@ func TestIntegrationTxPoolExhausted(t *testing.T) {
 			}
 			if r := a.post("other", `{}`); r.status != http.StatusCreated || a.count("other") != 1 {
 				t.Fatalf("with room again: %+v, %d orders; want 201 through the request's transaction", r, a.count("other"))
+			}
+		})
+	}
+}
+
+// With a key's token free but every connection of the pool in use (steps,
+// replays, the application's own queries), a request also gets 503 in both
+// failure modes and nothing runs unprotected.
+func TestIntegrationTxPoolInUse(t *testing.T) {
+	for _, failClosed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("FailClosed=%v", failClosed), func(t *testing.T) {
+			a := newTxApp(t, core.Config{FailClosed: failClosed, StoreTimeout: 200 * time.Millisecond}, 2)
+			var held []*pgxpool.Conn
+			release := func() {
+				for _, c := range held {
+					c.Release()
+				}
+				held = nil
+			}
+			t.Cleanup(release) // before the pool closes, which waits for them
+			for range 2 {
+				c, err := a.store.Acquire(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, c)
+			}
+			for _, key := range []string{"a", "b", "c", "d", "e", "f"} { // more than BreakerFailures
+				if r := a.post(key, `{}`); r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "store-unavailable") {
+					t.Fatalf("%s with every connection in use: %+v, want 503 store-unavailable", key, r)
+				}
+			}
+			release()
+			if a.runs.Load() != 0 {
+				t.Fatalf("%d runs while the pool was in use, want 0", a.runs.Load())
+			}
+			if r := a.post("a", `{}`); r.status != http.StatusCreated || a.count("a") != 1 {
+				t.Fatalf("with connections again: %+v, %d orders; want 201 through the request's transaction", r, a.count("a"))
 			}
 		})
 	}
