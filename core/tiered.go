@@ -282,7 +282,11 @@ func (t *tiered) Purge(ctx context.Context, key string) error {
 	}
 	purged := false // the fast tier's copy
 	for range 3 {
-		_, ft, err := t.fast.Acquire(ctx, key, minInitialLease)
+		var ft string
+		err := t.fastCall(ctx, func(ctx context.Context) (err error) {
+			_, ft, err = t.fast.Acquire(ctx, key, minInitialLease)
+			return err
+		})
 		switch {
 		case errors.Is(err, ErrInFlight):
 			return err

@@ -397,6 +397,32 @@ func TestTieredPurgeFastDown(t *testing.T) {
 	}
 }
 
+// A stalled fast tier (a client that redials a Redis that is down until
+// the deadline) takes half the purge's time, not all of it: the durable
+// tier's record still goes.
+func TestTieredPurgeFastStalled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fast, durable := newTier(), newTier()
+		store := core.NewTiered(fast, durable)
+		eng, err := core.New(core.Config{Store: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		run(t, eng, "k", &runs) //nolint:errcheck
+		id := core.ID("", "k", "")
+		fast.set(false, true)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := store.(core.Admin).Purge(ctx, id); err == nil || !strings.Contains(err.Error(), "durable tier only") {
+			t.Fatalf("purge with the fast tier stalled: %v; want the durable tier's record purged", err)
+		}
+		if _, err := durable.s.Inspect(context.Background(), id); !errors.Is(err, core.ErrNotFound) {
+			t.Fatalf("the durable tier's record: %v; want it gone", err)
+		}
+	})
+}
+
 // A stalled durable tier does not open the fast tier's breaker by leaving
 // its calls no time: a duplicate of a key whose lock only the fast tier
 // holds still meets it, and does not run the work a second time.
