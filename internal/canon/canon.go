@@ -209,17 +209,18 @@ func canonicalMultipart(contentType string, body []byte) ([]byte, bool) {
 // them: every line of Content-Disposition, of Content-Type, and of
 // Content-Transfer-Encoding followed by the other headers' (the parser
 // hands them all to the handler, multipart.FileHeader.Header), names
-// sorted. Lines of one header are joined by "\n", each other header's is
+// sorted, but Content-Length, which the content's own length says. Lines
+// of one header are joined by "\n", each other header's is
 // "\r"+name+":"+value: no header value holds either, so no two sets of
-// lines join alike; a part of the three single-line headers encodes as
-// their values.
+// lines join alike; a part of the three single-line headers (and a
+// Content-Length) encodes as their values, as before the others joined.
 func partHeaders(h textproto.MIMEHeader) (disposition, contentType, rest string) {
 	disposition = strings.Join(h["Content-Disposition"], "\n")
 	contentType = strings.Join(h["Content-Type"], "\n")
 	rest = strings.Join(h["Content-Transfer-Encoding"], "\n")
 	var others []string
 	for name := range h {
-		if name != "Content-Disposition" && name != "Content-Type" && name != "Content-Transfer-Encoding" {
+		if name != "Content-Disposition" && name != "Content-Type" && name != "Content-Transfer-Encoding" && name != "Content-Length" {
 			others = append(others, name)
 		}
 	}

@@ -375,6 +375,9 @@ func TestCanonicalMultipartHeaders(t *testing.T) {
 		{"another boundary", []string{"Content-Type: text/plain"}, true},
 		{"a second Content-Type line", []string{"Content-Type: text/plain", "Content-Type: image/png"}, false},
 		{"a header of its own", []string{"Content-Type: text/plain", "Content-Id: <x>"}, false},
+		// The content's length is fingerprinted: a client that sends it
+		// (OkHttp) fingerprints as before Content-Id and the like joined.
+		{"a Content-Length", []string{"Content-Type: text/plain", "Content-Length: 1"}, true},
 		{"a Content-Transfer-Encoding line that holds the other header", []string{"Content-Type: text/plain",
 			"Content-Transfer-Encoding: 8bit", "Content-Transfer-Encoding: Content-Id:<x>"}, false},
 	} {
