@@ -25,8 +25,9 @@ const (
 	MaxInFlightLimit     = 1000
 )
 
-// DefaultTimeout bounds each store call of Handler, as idemprom's stuck-keys
-// gauge bounds its InFlight: a store that is down is a 503 within it.
+// DefaultTimeout bounds the store calls of each Handler request, as
+// idemprom's stuck-keys gauge bounds its InFlight: a store that is down is
+// a 503 within it.
 const DefaultTimeout = 5 * time.Second
 
 // Handler serves the admin operations on store as a JSON API, under any
@@ -65,7 +66,7 @@ func WithBodyAuthorizer(authorize func(*http.Request) bool) Option {
 	return func(h *handler) { h.authorizeBodies = authorize }
 }
 
-// WithTimeout bounds each store call of the handler by d instead of
+// WithTimeout bounds the store calls of each request by d instead of
 // DefaultTimeout (0: by the request's context alone). Raise it for an
 // inflight that scans a large Redis.
 func WithTimeout(d time.Duration) Option {

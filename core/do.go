@@ -51,8 +51,8 @@ var doAnswers = answers{check: func(rec *Record) error {
 // whose encoding is over Config.MaxStoredBodyBytes (or fails) is returned
 // but not stored; with a TxStore, whose transaction is then rolled back
 // with fn's writes, Do returns an error instead. With the store failing and
-// Config.FailClosed off, fn runs unprotected; with it on, Do returns an
-// error wrapping ErrStoreUnavailable.
+// Config.FailClosed off, fn runs unprotected; with it on, or with the store
+// busy (ErrStoreBusy), Do returns an error wrapping ErrStoreUnavailable.
 // With a TxStore, fn writes through the transaction of its context, and a
 // commit that fails is such an error too: the result is not returned (a
 // permanent error commits with fn's writes).
