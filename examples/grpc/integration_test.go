@@ -3,22 +3,21 @@
 package main
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"crypto/rand"
-	"net"
+	"io"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -153,30 +152,40 @@ func testSeveralInstances(t *testing.T, env ...string) {
 
 // With IDEM_FAIL_CLOSED=1 and its Redis gone, CreateOrder is refused with
 // Unavailable (STORE_UNAVAILABLE) instead of running unprotected, whose
-// handler would fail on Redis itself (Internal).
+// handler would fail on Redis itself (Internal). The Redis is the test's
+// own, on a unix socket.
 func TestFailClosed(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	redisSrv := exec.Command("redis-server", "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	out, err := redisSrv.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	redisSrv := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
 	if err := redisSrv.Start(); err != nil {
 		t.Skipf("redis-server: %v", err)
 	}
-	exited := make(chan struct{})
-	go func() { redisSrv.Wait(); close(exited) }()          //nolint:errcheck // killed below
-	t.Cleanup(func() { redisSrv.Process.Kill(); <-exited }) //nolint:errcheck // may be gone already
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), MaxRetries: -1})
-	defer rdb.Close()
-	for i := 0; rdb.Ping(context.Background()).Err() != nil; i++ { // up within 10 s
-		if i == 1000 {
-			t.Fatal("redis-server did not answer within 10s")
+	ready, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "ready to accept connections at "+sock) {
+				close(ready)
+				break
+			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		io.Copy(io.Discard, out) //nolint:errcheck // until it exits
+		redisSrv.Wait()          //nolint:errcheck // killed below
+		close(exited)
+	}()
+	t.Cleanup(func() { redisSrv.Process.Kill(); <-exited }) //nolint:errcheck // may be gone already
+	select {
+	case <-ready:
+	case <-exited:
+		t.Fatal("redis-server exited before it was ready")
+	case <-time.After(30 * time.Second):
+		t.Fatal("redis-server not ready within 30s")
 	}
-	in := start(t, "IDEM_FAIL_CLOSED=1", "REDIS_URL=redis://127.0.0.1:"+strconv.Itoa(port)+"/0", "DATABASE_URL=")
+	in := start(t, "IDEM_FAIL_CLOSED=1", "REDIS_URL=unix://"+sock, "DATABASE_URL=")
 	if r := in.create("alice", newKey(), req("book", 1)); r.err != nil {
 		t.Fatalf("with Redis up: %v", r.err)
 	}
