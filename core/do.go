@@ -30,15 +30,6 @@ const (
 	doPermanent = 400
 )
 
-// doAnswers accepts only Do's own records: the same scope and key used by
-// Once, or by another transport, is a corrupt record to Do.
-var doAnswers = answers{check: func(rec *Record) error {
-	if rec.Code != doResult && rec.Code != doPermanent {
-		return fmt.Errorf("code %d, not Do's", rec.Code)
-	}
-	return nil
-}}
-
 // Do runs fn at most once per (scope, key) and stores its result: the first
 // call runs fn, and later calls get the stored result, with replayed true,
 // without running fn. A call while another runs fn waits up to Config.Wait,
@@ -79,16 +70,29 @@ func Do[T any](ctx context.Context, e *Engine, scope, key string, fn func(contex
 		}
 		c.Fingerprint = sha256.Sum256(b)
 	}
-	l, rec, err := e.acquire(c, scope, time.Now(), &doAnswers, &Lease{}) // ScopeRoute joins the scope again, as it always has
+	// Only Do's own records replay, decoded before the replay is reported:
+	// the same scope and key used by Once, by another transport, or with
+	// another T is a corrupt record to Do.
+	a := answers{check: func(rec *Record) error {
+		switch {
+		case rec.Code == doPermanent:
+			return nil
+		case rec.Code != doResult:
+			return fmt.Errorf("code %d, not Do's", rec.Code)
+		}
+		if err := unmarshal(rec.Body, &result); err != nil {
+			return fmt.Errorf("Do's result: %w", err)
+		}
+		return nil
+	}}
+	l, rec, err := e.acquire(c, scope, time.Now(), &a, &Lease{}) // ScopeRoute joins the scope again, as it always has
 	switch {
 	case err != nil:
-		return result, false, err
+		var zero T // not what a corrupt record decoded to
+		return zero, false, err
 	case rec != nil && rec.Code == doPermanent:
 		return result, true, Permanent(errors.New(string(rec.Body)))
 	case rec != nil:
-		if err := unmarshal(rec.Body, &result); err != nil {
-			return result, false, fmt.Errorf("%w: Do's result: %w", ErrCorruptRecord, err)
-		}
 		return result, true, nil
 	}
 	defer l.Release(0, errAborted) // a panic of fn

@@ -124,6 +124,24 @@ func TestDoRefusesOtherRecords(t *testing.T) {
 	}
 }
 
+// A result that does not decode into T (the key used with another type) is
+// a corrupt record: one store error reported, no replay, and the zero T.
+func TestDoResultOfAnotherType(t *testing.T) {
+	var ev events
+	e := newDoEngine(t, core.Config{Observer: ev.observe})
+	ctx := context.Background()
+	if _, _, err := core.Do(ctx, e, "s", "k", func(context.Context) (string, error) { return "five", nil }); err != nil {
+		t.Fatal(err)
+	}
+	got, replayed, err := core.Do(ctx, e, "s", "k", func(context.Context) (int, error) { return 5, nil })
+	if !errors.Is(err, core.ErrStoreUnavailable) || !errors.Is(err, core.ErrCorruptRecord) || replayed || got != 0 {
+		t.Fatalf("Do[int] over Do[string]'s result: %d, %v, %v; want 0, ErrStoreUnavailable wrapping ErrCorruptRecord", got, replayed, err)
+	}
+	if ev.count(core.OutcomeReplay) != 0 || ev.count(core.OutcomeStoreError) != 1 {
+		t.Fatalf("events %v: want one store error and no replay", ev.all)
+	}
+}
+
 // A record that does not open (a sealing key this instance lacks) is never
 // a reason to run the work unprotected, even fail-open.
 func TestUnopenableRecordNotRunAgain(t *testing.T) {
