@@ -371,56 +371,42 @@ func TestTieredPurgeInvalidatesReplayCache(t *testing.T) {
 	}
 }
 
-// A purge with the fast tier down drops the durable tier's record and
-// says that the fast tier's copy was left: it replays once that tier is
-// back, until it expires.
-func TestTieredPurgeFastDown(t *testing.T) {
-	fast, durable := newTier(), newTier()
-	store := core.NewTiered(fast, durable)
-	eng, err := core.New(core.Config{Store: store})
-	if err != nil {
-		t.Fatal(err)
+// A purge with the fast tier down, or stalled (a client that redials a
+// Redis that is down until the deadline: it gets half the purge's time),
+// drops the durable tier's record and says that the fast tier's copy was
+// left: it replays once that tier is back, until it expires.
+func TestTieredPurgeFastTierFails(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		down, stall bool
+	}{{"down", true, false}, {"stalled", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fast, durable := newTier(), newTier()
+				store := core.NewTiered(fast, durable)
+				eng, err := core.New(core.Config{Store: store})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var runs atomic.Int32
+				run(t, eng, "k", &runs) //nolint:errcheck
+				id := core.ID("", "k", "")
+				fast.set(tc.down, tc.stall)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				err = store.(core.Admin).Purge(ctx, id)
+				if err == nil || !strings.Contains(err.Error(), "durable tier only") || tc.down && !errors.Is(err, errTierDown) {
+					t.Fatalf("purge: %v; want the durable tier's record purged, and an error wrapping the fast tier's", err)
+				}
+				if _, err := durable.s.Inspect(context.Background(), id); !errors.Is(err, core.ErrNotFound) {
+					t.Fatalf("the durable tier's record after the purge: %v; want it gone", err)
+				}
+				if st, err := fast.s.Inspect(context.Background(), id); err != nil || st.Record == nil {
+					t.Fatalf("the fast tier's copy: %+v, %v; want it left", st, err)
+				}
+			})
+		})
 	}
-	var runs atomic.Int32
-	run(t, eng, "k", &runs) //nolint:errcheck
-	ctx, id := context.Background(), core.ID("", "k", "")
-	fast.set(true, false)
-	err = store.(core.Admin).Purge(ctx, id)
-	if err == nil || !strings.Contains(err.Error(), "durable tier only") || !errors.Is(err, errTierDown) {
-		t.Fatalf("purge with the fast tier down: %v; want an error wrapping the fast tier's", err)
-	}
-	if _, err := durable.s.Inspect(ctx, id); !errors.Is(err, core.ErrNotFound) {
-		t.Fatalf("the durable tier's record after the purge: %v; want it gone", err)
-	}
-	if st, err := fast.s.Inspect(ctx, id); err != nil || st.Record == nil {
-		t.Fatalf("the fast tier's copy: %+v, %v; want it left", st, err)
-	}
-}
-
-// A stalled fast tier (a client that redials a Redis that is down until
-// the deadline) takes half the purge's time, not all of it: the durable
-// tier's record still goes.
-func TestTieredPurgeFastStalled(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		fast, durable := newTier(), newTier()
-		store := core.NewTiered(fast, durable)
-		eng, err := core.New(core.Config{Store: store})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var runs atomic.Int32
-		run(t, eng, "k", &runs) //nolint:errcheck
-		id := core.ID("", "k", "")
-		fast.set(false, true)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := store.(core.Admin).Purge(ctx, id); err == nil || !strings.Contains(err.Error(), "durable tier only") {
-			t.Fatalf("purge with the fast tier stalled: %v; want the durable tier's record purged", err)
-		}
-		if _, err := durable.s.Inspect(context.Background(), id); !errors.Is(err, core.ErrNotFound) {
-			t.Fatalf("the durable tier's record: %v; want it gone", err)
-		}
-	})
 }
 
 // A stalled durable tier does not open the fast tier's breaker by leaving
