@@ -81,7 +81,7 @@ func Do[T any](ctx context.Context, e *Engine, scope, key string, fn func(contex
 			return fmt.Errorf("code %d, not Do's", rec.Code)
 		}
 		if err := unmarshal(rec.Body, &result); err != nil {
-			return fmt.Errorf("Do's result: %w", err)
+			return fmt.Errorf("decoding the result: %w", err)
 		}
 		return nil
 	}}
