@@ -347,8 +347,7 @@ type FastState struct {
 // Fiber's StreamRequestBody (Begin reads it once, bounded), or the bytes,
 // or nil if there are none. A stream that ends short of Req.ContentLength
 // fails with io.ErrUnexpectedEOF, as net/http's body does: fasthttp ends it
-// with io.EOF, which core cannot tell from a whole body when it has a
-// Content-Encoding.
+// with io.EOF, and core takes a body that ends with io.EOF as whole.
 func (s *FastState) Body(r FastRequest) io.Reader {
 	if r.IsBodyStream() {
 		s.stream = bodyStream{r: r.BodyStream(), declared: &s.Req.ContentLength}
