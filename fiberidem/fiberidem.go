@@ -46,9 +46,6 @@ func New(config ...Config) fiber.Handler {
 			ResponseHeader: st.Preset.Header,
 		}
 		f, resp := eng.Begin(&st.Req)
-		if resp != nil && st.DrainBody() {
-			c.Context().SetConnectionClose() // the rest of a refused body stream
-		}
 		switch {
 		case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
 			httpadapt.FastProblemHeaders(&res.Header, resp)

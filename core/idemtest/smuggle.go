@@ -142,26 +142,30 @@ func TestSmuggling(t *testing.T, offset int, serve func(t *testing.T, cfg core.C
 // and gets 201. serve is as for TestSmuggling, its handler answering 201.
 // Bodies are cut within what a server reads before its handlers and past
 // it (fasthttp's 8 KiB, Fiber's StreamRequestBody), with and without a
-// Content-Encoding (the length declared is the encoded body's).
+// Content-Encoding (the length declared is the encoded body's), and chunked
+// bodies cut at a chunk boundary, before the last (empty) chunk.
 func TestTruncatedBody(t *testing.T, serve func(t *testing.T, cfg core.Config, run func()) string) {
 	for _, tc := range []struct {
 		name       string
 		size, sent int
 		encoding   string
+		chunked    bool
 	}{
-		{"small body", 100, 40, ""},
-		{"streamed body", 64 << 10, 20 << 10, ""},
+		{"small body", 100, 40, "", false},
+		{"streamed body", 64 << 10, 20 << 10, "", false},
 		// Labelled gzip, sent as is: a cut is told by its length, whatever
 		// the encoding, and the handlers here never decode it.
-		{"small gzip body", 100, 40, "gzip"},
-		{"streamed gzip body", 64 << 10, 20 << 10, "gzip"},
+		{"small gzip body", 100, 40, "gzip", false},
+		{"streamed gzip body", 64 << 10, 20 << 10, "gzip", false},
+		{"small chunked body", 100, 40, "", true},
+		{"streamed chunked body", 64 << 10, 20 << 10, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var runs atomic.Int64
 			base := serve(t, core.Config{}, func() { runs.Add(1) })
 			body := `{"item":"book","qty":1,"pad":"` + strings.Repeat("x", tc.size-len(`{"item":"book","qty":1,"pad":""}`)) + `"}`
-			key := fmt.Sprintf("idemtest-truncated-%d-%s", tc.size, tc.encoding)
+			key := fmt.Sprintf("idemtest-truncated-%d-%s-%t", tc.size, tc.encoding, tc.chunked)
 			encoding := ""
 			if tc.encoding != "" {
 				encoding = "Content-Encoding: " + tc.encoding + "\r\n"
@@ -176,9 +180,13 @@ func TestTruncatedBody(t *testing.T, serve func(t *testing.T, cfg core.Config, r
 			}
 			defer conn.Close()
 			conn.SetDeadline(time.Now().Add(time.Minute)) //nolint:errcheck // a bound for a server that hangs; no pass depends on it
-			head := fmt.Sprintf("POST /orders HTTP/1.1\r\nHost: %s\r\nIdempotency-Key: %s\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n",
-				u.Host, key, encoding, len(body))
-			if _, err := io.WriteString(conn, head+body[:tc.sent]); err != nil {
+			framing, sent := fmt.Sprintf("Content-Length: %d", len(body)), body[:tc.sent]
+			if tc.chunked {
+				framing, sent = "Transfer-Encoding: chunked", chunks(sent, 4<<10)
+			}
+			head := fmt.Sprintf("POST /orders HTTP/1.1\r\nHost: %s\r\nIdempotency-Key: %s\r\nContent-Type: application/json\r\n%s%s\r\n\r\n",
+				u.Host, key, encoding, framing)
+			if _, err := io.WriteString(conn, head+sent); err != nil {
 				t.Fatal(err)
 			}
 			conn.(*net.TCPConn).CloseWrite() //nolint:errcheck // the client is done sending
@@ -212,4 +220,16 @@ func TestTruncatedBody(t *testing.T, serve func(t *testing.T, cfg core.Config, r
 			}
 		})
 	}
+}
+
+// chunks frames s as chunks of at most size bytes, without the last
+// (empty) chunk that would end the body.
+func chunks(s string, size int) string {
+	var b strings.Builder
+	for len(s) > 0 {
+		n := min(size, len(s))
+		fmt.Fprintf(&b, "%x\r\n%s\r\n", n, s[:n])
+		s = s[n:]
+	}
+	return b.String()
 }

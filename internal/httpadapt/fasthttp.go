@@ -360,34 +360,10 @@ func (s *FastState) Body(r FastRequest) io.Reader {
 	return nil
 }
 
-// maxDrain is the most of a refused body that DrainBody reads, as net/http
-// does after a handler (its maxPostHandlerReadBytes).
-const maxDrain = 256 << 10
-
-// DrainBody reads what Begin left of a streamed request body (Fiber's
-// StreamRequestBody), when it answered without reading all of it (413,
-// a bad key): fasthttp would read the rest as the next request on the
-// connection, a request smuggled in a body. It reports whether more than
-// maxDrain bytes are left, or the body failed: the adapter must then close
-// the connection after its answer.
-func (s *FastState) DrainBody() (closeConn bool) {
-	b := &s.stream
-	if b.r == nil || b.eof {
-		return false
-	}
-	if n := s.Req.ContentLength; n >= 0 && n-b.n > maxDrain {
-		return true
-	}
-	io.CopyN(io.Discard, b, maxDrain+1) //nolint:errcheck // b.eof tells
-	return !b.eof
-}
-
-// bodyStream reads a request's body stream, noting how much it read and
-// whether it reached the end.
+// bodyStream reads a request's body stream, counting what it read.
 type bodyStream struct {
 	r        io.Reader
 	n        int64
-	eof      bool
 	declared *int64 // the request's Content-Length, -1 if unknown
 }
 
@@ -395,7 +371,6 @@ func (b *bodyStream) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	b.n += int64(n)
 	if err == io.EOF {
-		b.eof = true
 		if b.n < *b.declared {
 			err = fmt.Errorf("the body ended after %d of its %d bytes: %w", b.n, *b.declared, io.ErrUnexpectedEOF)
 		}

@@ -261,42 +261,6 @@ func TestFastBody(t *testing.T) {
 	}
 }
 
-// TestDrainBody: what Begin left of a body stream is read, up to 256 KiB;
-// beyond, or declared beyond, the connection must close.
-func TestDrainBody(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name      string
-		size      int   // the stream's bytes
-		declared  int64 // Content-Length, -1 if chunked
-		read      int   // what Begin read
-		closeConn bool
-		left      int // what DrainBody leaves unread
-	}{
-		{"read whole", 100, 100, 100, false, 0},
-		{"a little left", 100 << 10, 100 << 10, 10, false, 0},
-		{"chunked, a little left", 100 << 10, -1, 0, false, 0},
-		{"chunked, too much left", 300 << 10, -1, 0, true, 300<<10 - (256<<10 + 1)},
-		{"declared too much", 300 << 10, 300 << 10, 10, true, 300<<10 - 10},
-	} {
-		var st FastState
-		r := strings.NewReader(strings.Repeat("x", tc.size))
-		st.Req.ContentLength = tc.declared
-		body := st.Body(&fakeRequest{stream: r})
-		io.CopyN(io.Discard, body, int64(tc.read)) //nolint:errcheck // a strings.Reader
-		if tc.read == tc.size {
-			io.Copy(io.Discard, body) //nolint:errcheck // reads its EOF, as Begin does
-		}
-		if got := st.DrainBody(); got != tc.closeConn || r.Len() != tc.left {
-			t.Errorf("%s: DrainBody = %v, %d bytes left; want %v, %d", tc.name, got, r.Len(), tc.closeConn, tc.left)
-		}
-	}
-	var st FastState // no stream
-	if st.DrainBody() {
-		t.Error("DrainBody without a stream = true")
-	}
-}
-
 func TestAppCache(t *testing.T) {
 	t.Parallel()
 	type app struct{ fold bool }
