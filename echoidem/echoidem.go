@@ -33,7 +33,8 @@ type Config struct {
 // default.
 var DefaultConfig = Config{Skipper: middleware.DefaultSkipper}
 
-// New returns the middleware on eng with the DefaultConfig.
+// New returns the middleware on eng with the DefaultConfig. It panics if
+// eng is nil, as NewWithConfig does.
 func New(eng *core.Engine) echo.MiddlewareFunc {
 	cfg := DefaultConfig
 	cfg.Engine = eng

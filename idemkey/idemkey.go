@@ -74,7 +74,10 @@ type Structured struct {
 	ClientTime time.Time
 }
 
-// String formats k; a client sends the same string on every retry.
+// String formats k; a client sends the same string on every retry. It does
+// not validate k: a part with other characters, or a ClientTime at or before
+// the Unix epoch (the zero time.Time), makes a key that ValidateStructured
+// refuses.
 func (k Structured) String() string {
 	return k.UserID + ":" + k.Operation + ":" + k.ResourceID + ":" + strconv.FormatInt(k.ClientTime.UnixMilli(), 10)
 }

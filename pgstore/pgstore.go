@@ -283,7 +283,7 @@ ON CONFLICT (key, step) DO UPDATE SET result = EXCLUDED.result, expires_at = GRE
 const readCommitted = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
 // Acquire implements core.Store in one statement; under core.Config.Quota,
-// a second round trip admits a new key's lock (quota.go).
+// a second round trip admits a new key's lock (see EnforcesQuota).
 func (s *Store) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
 	token := newToken()
 	var (

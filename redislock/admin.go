@@ -141,10 +141,10 @@ func (s *Store) Unlock(ctx context.Context, key string) error {
 // InFlight implements core.Admin: it SCANs the lock keys of the Store's
 // prefix (on each master of a Cluster, each shard of a Ring) and reads each
 // lock's token and TTL in a pipeline per SCAN step. It walks the whole
-// keyspace, scanCount keys per step without blocking Redis, and keeps at
-// most 2×limit locks in memory; bound its time with ctx. Locks whose time is
-// unknown (tokens of an older release) come last. The client must implement
-// redis.Cmdable (every go-redis client does), else ErrNoScan.
+// keyspace, 1000 keys per step (SCAN's COUNT) without blocking Redis, and
+// keeps at most 2×limit locks in memory; bound its time with ctx. Locks whose
+// time is unknown (tokens of an older release) come last. The client must
+// implement redis.Cmdable (every go-redis client does), else ErrNoScan.
 func (s *Store) InFlight(ctx context.Context, limit int) ([]core.KeyState, error) {
 	if limit <= 0 {
 		return nil, nil
