@@ -371,8 +371,9 @@ func (l *Lease) setCode(code int) {
 }
 
 // Complete stores rec as the call's result and releases the lock. Its Code,
-// Header, Body and omitted-body fields are the work's; Complete applies the
-// storage policy to them (applyPolicy) and fills the others. If the store
+// Header, Body and omitted-body fields are the work's; Complete applies
+// Config's storage policy to them (Storable, DeniedHeaders, KeepHeaders,
+// MaxStoredBodyBytes) and fills the others. If the store
 // fails to take it, the lock is left to expire: the work ran, and a retry
 // gets ErrInFlight until then (see docs/design.md).
 //

@@ -21,7 +21,7 @@ const recordVersion byte = 1
 
 // Record is a completed call as the Engine stores it: what a replay
 // answers with. Transports read it from Engine.Acquire, admin tools and
-// stores from DecodeRecord. A replayed Record's Body and Headers may share
+// stores from DecodeRecord. A replayed Record's Body and Header may share
 // memory with the store and the replay cache: read them, never modify them.
 //
 // There is no "processing" record: a call in flight is represented by its

@@ -30,7 +30,7 @@ type tiered struct {
 // fast tier serves replays in one round trip and holds off duplicates.
 // When the fast tier fails, calls go to the durable tier alone
 // (OutcomeFallback); when it lost its data, records are written back to it.
-// The store implements Admin, Checkpointer, notifier and Invalidator, and
+// The store implements Admin, Checkpointer and Invalidator, and
 // TxStore if durable does (pgstore.NewTx): the durable tier's transaction
 // then holds the key and commits the record, and the fast tier serves
 // replays and gets the record after the commit. The fast tier has a

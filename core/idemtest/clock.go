@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Option configures how TestStore, TestLease and TestAdmin let time pass
+// Option configures how TestStore, TestLease, TestAdmin and TestQuota let time pass
 // for the store under test (its locks and records expiring).
 type Option func(*options)
 
