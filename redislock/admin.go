@@ -268,7 +268,7 @@ func globEscape(s string) string {
 // ClusterClient or UniversalClient; not a bare Scripter). A purge published
 // while the subscription reconnects is missed: that copy replays until it
 // expires. The Store subscribes once, at the first call, for all of them;
-// the subscription ends when the client is closed.
+// the subscription ends with Close, or when the client is closed.
 func (s *Store) SetInvalidate(invalidate func(key string)) {
 	sub, ok := s.client.(interface {
 		Subscribe(ctx context.Context, channels ...string) *redis.PubSub
@@ -277,13 +277,16 @@ func (s *Store) SetInvalidate(invalidate func(key string)) {
 		return
 	}
 	s.invalidateMu.Lock()
+	defer s.invalidateMu.Unlock()
+	if s.closed {
+		return
+	}
 	s.invalidate = append(s.invalidate, invalidate)
-	first := len(s.invalidate) == 1
-	s.invalidateMu.Unlock()
-	if !first {
+	if s.sub != nil {
 		return
 	}
 	ps := sub.Subscribe(context.Background(), s.purged)
+	s.sub = ps
 	go func() {
 		for msg := range ps.Channel() {
 			s.invalidateMu.Lock()
@@ -294,4 +297,18 @@ func (s *Store) SetInvalidate(invalidate func(key string)) {
 			}
 		}
 	}()
+}
+
+// Close ends the subscription of SetInvalidate, if any, and drops the
+// functions it fed (the Engines' replay caches); later SetInvalidate calls
+// subscribe to nothing. It does not close the client, which the Store
+// never owns. A Store without ReplayCache Engines needs no Close.
+func (s *Store) Close() {
+	s.invalidateMu.Lock()
+	ps := s.sub
+	s.closed, s.sub, s.invalidate = true, nil, nil
+	s.invalidateMu.Unlock()
+	if ps != nil {
+		ps.Close() //nolint:errcheck // closing a subscription fails only on a closed client
+	}
 }

@@ -109,3 +109,41 @@ func TestInvalidateSubscribesOnce(t *testing.T) {
 		t.Fatalf("%v subscriptions for 3 Engines (%v), want 1", n, err)
 	}
 }
+
+// Close ends the Store's subscription and drops what it fed; a later
+// SetInvalidate subscribes to nothing.
+func TestCloseEndsSubscription(t *testing.T) {
+	_, c := newMiniredis(t)
+	s := mustNew(t, c, &redislock.Options{Prefix: "closed"})
+	var got atomic.Int32
+	s.SetInvalidate(func(string) { got.Add(1) })
+	ctx := context.Background()
+	subscribers := func() int64 {
+		n, err := c.PubSubNumSub(ctx, "closed:purged").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n["closed:purged"]
+	}
+	for i := 0; got.Load() == 0; i++ { // until the subscription is live
+		if i == 100_000 {
+			t.Fatal("no purge received")
+		}
+		if err := c.Publish(ctx, "closed:purged", "k").Err(); err != nil {
+			t.Fatal(err)
+		}
+		runtime.Gosched()
+	}
+	s.Close()
+	for i := 0; subscribers() != 0; i++ {
+		if i == 100_000 {
+			t.Fatalf("%d subscriptions after Close, want 0", subscribers())
+		}
+		runtime.Gosched()
+	}
+	s.SetInvalidate(func(string) { t.Error("a function set after Close was called") })
+	if n := subscribers(); n != 0 {
+		t.Fatalf("SetInvalidate after Close subscribed: %d subscriptions", n)
+	}
+	s.Close() // twice is fine
+}

@@ -98,6 +98,8 @@ type Store struct {
 
 	invalidateMu sync.Mutex
 	invalidate   []func(key string) // of SetInvalidate: fed by one subscription to purged
+	sub          *redis.PubSub      // that subscription, once taken
+	closed       bool               // Close was called: no subscription
 
 	quotaPrefix, ratePrefix string // "<prefix>-quota:{", "<prefix>-rate:{" (quota.go)
 }
