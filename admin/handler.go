@@ -48,7 +48,11 @@ const DefaultTimeout = 5 * time.Second
 // Errors are problem details (application/problem+json): 400 bad
 // parameters, 404 not found, 405 wrong method, 409 in flight (purge), 413
 // a body over 64 KiB, 503 store error or DefaultTimeout passed (WithTimeout).
+// It panics if store is nil.
 func Handler(store core.Admin, authorize func(*http.Request) bool, opts ...Option) http.Handler {
+	if store == nil {
+		panic("admin: Handler with a nil store")
+	}
 	h := &handler{store: store, authorize: authorize, csrf: http.NewCrossOriginProtection(), timeout: DefaultTimeout}
 	for _, o := range opts {
 		o(h)

@@ -540,3 +540,12 @@ func TestHandlerTimeout(t *testing.T) {
 		}
 	}
 }
+
+func TestHandlerNilStorePanics(t *testing.T) {
+	defer func() {
+		if r := recover(); r != "admin: Handler with a nil store" {
+			t.Fatalf("recovered %v", r)
+		}
+	}()
+	admin.Handler(nil, nil)
+}

@@ -53,8 +53,12 @@ func Failed(err error) bool {
 // core.Waiter and core.Admin if s does, passed through and not reported,
 // and core.TxStore, reported (Begin as Acquire, Commit as Complete,
 // Rollback as Release); it unwraps to s (Unwrap() core.Store), so that
-// core.New finds its other capabilities behind it.
+// core.New finds its other capabilities behind it. It panics if s or
+// observe is nil.
 func Store(s core.Store, observe Observer) core.Store {
+	if s == nil || observe == nil {
+		panic("instrument: Store with a nil store or Observer")
+	}
 	is := &instrumented{Store: s, observe: observe, held: make(map[heldLock]struct{})}
 	w, waits := s.(core.Waiter)
 	a, admin := s.(core.Admin)

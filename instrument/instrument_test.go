@@ -98,3 +98,19 @@ func TestFailed(t *testing.T) {
 		}
 	}
 }
+
+func TestStoreNilPanics(t *testing.T) {
+	for name, call := range map[string]func(){
+		"store":    func() { instrument.Store(nil, func(context.Context, instrument.Op, time.Duration, error, int) {}) },
+		"observer": func() { instrument.Store(core.NewMemoryStore(0), nil) },
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != "instrument: Store with a nil store or Observer" {
+					t.Errorf("nil %s: recovered %v", name, r)
+				}
+			}()
+			call()
+		}()
+	}
+}

@@ -168,8 +168,13 @@ type aead struct {
 	cipher.AEAD
 }
 
-// New returns the Sealer of the keys of p.
-func New(p KeyProvider) *Sealer { return &Sealer{keys: p} }
+// New returns the Sealer of the keys of p. It panics if p is nil.
+func New(p KeyProvider) *Sealer {
+	if p == nil {
+		panic("seal: New with a nil KeyProvider")
+	}
+	return &Sealer{keys: p}
+}
 
 // Seal implements core.Sealer: the primary key seals plaintext; sealed is
 // the nonce, the ciphertext and the tag.

@@ -185,3 +185,12 @@ func FuzzOpen(f *testing.F) {
 		}
 	})
 }
+
+func TestNewNilPanics(t *testing.T) {
+	defer func() {
+		if r := recover(); r != "seal: New with a nil KeyProvider" {
+			t.Fatalf("recovered %v", r)
+		}
+	}()
+	seal.New(nil)
+}
