@@ -185,7 +185,10 @@ type Config struct {
 
 	// FailClosed answers 503 when the store fails. Default: false, the
 	// request runs unprotected and an OutcomeStoreError is reported
-	// (docs/design.md, "Fail-open").
+	// (docs/design.md, "Fail-open"). A store slower than StoreTimeout
+	// fails too (an overloaded machine, a pool opening connections), so
+	// under fail-open duplicates may run then: set it where a duplicate
+	// costs more than a refusal (payments).
 	FailClosed bool
 	// Observer receives every outcome, for logs and metrics (SlogObserver).
 	// Default: none.
