@@ -1,8 +1,8 @@
 // Package swagger documents idem in API descriptions. Every covered
 // operation of a Swagger 2.0 (swag) or OpenAPI 3 document gets the key
 // header parameter (required exactly when the Engine requires a key), the
-// 400, 409 (with Retry-After), 413 and 422 responses, the 429 of an Engine
-// with a quota and the 503 of a fail-closed one, as RFC 9457 problem
+// 400, 409 (with Retry-After), 413, 422 and 503 responses, and the 429 of
+// an Engine with a quota, as RFC 9457 problem
 // details (ProblemSchema), and the X-Idempotency-Replay and
 // X-Idempotency-Body-Omitted headers on the responses whose status the
 // Engine stores.

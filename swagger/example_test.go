@@ -37,7 +37,7 @@ func Example() {
 	summarize(out)
 	// Output:
 	// GET /orders: responses [200]
-	// POST /orders: header Idempotency-Key (required: true, maxLength: 255); responses [201 400 409 413 422];
+	// POST /orders: header Idempotency-Key (required: true, maxLength: 255); responses [201 400 409 413 422 503];
 	//   201 headers [X-Idempotency-Body-Omitted X-Idempotency-Replay]
 }
 

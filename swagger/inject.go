@@ -1,8 +1,6 @@
 package swagger
 
 import (
-	"github.com/idem-go/idem/swagger/route"
-
 	"bytes"
 	"errors"
 	"fmt"
@@ -13,11 +11,12 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/swagger/route"
 )
 
 // ProblemSchema is the name of the definition (Swagger 2.0) or component
 // schema (OpenAPI 3) of the problem details body of the 400, 409, 413, 422,
-// (with Options.Quota) 429 and (with Options.FailClosed) 503 responses. It
+// (with Options.Quota) 429 and 503 responses. It
 // is added once, unless the document already has one by that name.
 const ProblemSchema = "idem.Problem"
 
@@ -282,12 +281,9 @@ func (in *injector) operation(item, op *yaml.Node) error {
 		}
 	}
 	added := false
-	codes := []string{"400", "409", "413", "422"}
+	codes := []string{"400", "409", "413", "422", "503"}
 	if in.opts.Quota {
 		codes = append(codes, "429")
-	}
-	if in.opts.FailClosed {
-		codes = append(codes, "503")
 	}
 	for _, code := range codes {
 		resp := get(responses, code)
@@ -544,7 +540,11 @@ func (in *injector) problemDescription(code string) string {
 		desc = "Too many requests with idempotency keys in this scope (in flight, or new within the quota's window): " +
 			"the request was not run; retry after Retry-After seconds."
 	case "503":
-		desc = "The idempotency store is unavailable: the request was not run; retry after Retry-After seconds."
+		desc = "The idempotency store is busy, or a stored response could not be read: the request was not run; retry after Retry-After seconds."
+		if in.opts.FailClosed {
+			desc = "The idempotency store is unavailable or busy, or a stored response could not be read: " +
+				"the request was not run; retry after Retry-After seconds."
+		}
 	}
 	return desc
 }

@@ -34,8 +34,11 @@ type Options struct {
 	// ReplayHeader is the response header that marks a replay, as the
 	// Engine's Config.ReplayHeader. Default: core.HeaderReplay.
 	ReplayHeader string
-	// FailClosed documents the 503 (store-unavailable) that an Engine with
-	// Config.FailClosed answers when its store fails. Default: false.
+	// FailClosed says in the 503's description (store-unavailable) that
+	// the Engine, with Config.FailClosed, also answers it when its store
+	// fails. The 503 is documented either way: a busy transactional store
+	// and a record that does not decode or open are answered 503 in both
+	// modes. Default: false.
 	FailClosed bool
 	// Quota documents the 429 (quota-exceeded) that an Engine with a
 	// Config.Quota answers to a new key over it. Default: false.

@@ -15,7 +15,7 @@
 //	-max-body-bytes n   body size past which the 413 is documented (default 1048576)
 //	-ttl duration       how long a key's response is kept (default 24h)
 //	-replay-header name response header that marks a replay (default X-Idempotency-Replay)
-//	-fail-closed        document the 503 of a store failure (Config.FailClosed)
+//	-fail-closed        say that the 503 also answers a store failure (Config.FailClosed)
 //	-quota              document the 429 of a key over the quota (Config.Quota)
 //	-methods list       covered methods (default POST,PUT,PATCH,DELETE)
 //	-op "METHOD /path"  a covered operation, repeatable; full route path in any
@@ -96,7 +96,7 @@ func run(args []string, stderr io.Writer) error {
 	fset.IntVar(&opts.MaxKeyLength, "max-key-length", defaults.MaxKeyLength, "documented maximum key length")
 	fset.DurationVar(&opts.ResponseTTL, "ttl", defaults.ResponseTTL, "how long a key's response is kept (Config.ResponseTTL)")
 	fset.StringVar(&opts.ReplayHeader, "replay-header", core.HeaderReplay, "response header that marks a replay")
-	fset.BoolVar(&opts.FailClosed, "fail-closed", false, "document the 503 of a store failure")
+	fset.BoolVar(&opts.FailClosed, "fail-closed", false, "say that the 503 also answers a store failure (Config.FailClosed)")
 	fset.BoolVar(&opts.Quota, "quota", false, "document the 429 of a key over the quota")
 	fset.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", defaults.MaxBodyBytes, "body size past which the 413 is documented")
 	fset.StringVar(&opts.BasePath, "base-path", "", "prefix of the document's paths (default: its basePath or server URL)")
