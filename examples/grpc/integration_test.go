@@ -18,12 +18,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/idem-go/idem/core"
 	ordersv1 "github.com/idem-go/idem/examples/grpc/proto/idem/examples/orders/v1"
 	"github.com/idem-go/idem/grpcidem"
+	"github.com/idem-go/idem/redislock"
 )
 
 // grpcurlVersion is the grpcurl the test installs with go install.
@@ -68,9 +71,10 @@ func TestGrpcurl(t *testing.T) {
 
 // TestSeveralInstances starts three instances on the real Redis at
 // IDEM_REDIS_ADDR (default 127.0.0.1:6379), then on a PostgreSQL database
-// of the test's own (transactional, then IDEM_TX=0), and spreads duplicates
-// over them: each key creates exactly one order. Keys are fresh; orders are
-// counted by difference, as other runs share the Redis list.
+// of the test's own (transactional, then IDEM_TX=0), then on both (the
+// tiered store), and spreads duplicates over them: each key creates exactly
+// one order. Keys are fresh; orders are counted by difference, as other
+// runs share the Redis list.
 func TestSeveralInstances(t *testing.T) {
 	addr := os.Getenv("IDEM_REDIS_ADDR")
 	if addr == "" {
@@ -79,6 +83,23 @@ func TestSeveralInstances(t *testing.T) {
 	t.Run("redis", func(t *testing.T) { testSeveralInstances(t, "REDIS_URL=redis://"+addr+"/0") })
 	t.Run("postgres", func(t *testing.T) { testSeveralInstances(t, "DATABASE_URL="+database(t)) })
 	t.Run("postgres IDEM_TX=0", func(t *testing.T) { testSeveralInstances(t, "DATABASE_URL="+database(t), "IDEM_TX=0") })
+	t.Run("tiered", func(t *testing.T) {
+		env := []string{"REDIS_URL=redis://" + addr + "/0", "DATABASE_URL=" + database(t)}
+		testSeveralInstances(t, env...)
+		// The reply is in Redis too, where the tiered store serves replays
+		// from: REDIS_URL is not ignored beside DATABASE_URL.
+		k := newKey()
+		if r := start(t, env...).create("alice", k, req("book", 1)); r.err != nil {
+			t.Fatal(r.err)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		record := redislock.DefaultPrefix + ":{" + core.ID("alice", k, "") + "}"
+		if n, err := rdb.Exists(context.Background(), record).Result(); err != nil || n != 1 {
+			t.Fatalf("EXISTS %s: %d, %v; want the tiered store's copy in Redis", record, n, err)
+		}
+		rdb.Del(context.Background(), record) //nolint:errcheck // it expires anyway
+	})
 }
 
 // database creates a PostgreSQL database of the test's own on the server

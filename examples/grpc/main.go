@@ -3,7 +3,8 @@
 // grpcidem's interceptor. It listens on $ADDR (default 127.0.0.1:9090),
 // keeps keys and orders in memory, in Redis when REDIS_URL is set, or in
 // PostgreSQL when DATABASE_URL is set (there the order, the key and the
-// stored reply commit in one transaction; IDEM_TX=0: separate commits),
+// stored reply commit in one transaction; IDEM_TX=0: separate commits;
+// with both, keys in Redis in front of PostgreSQL, core.NewTiered),
 // scopes keys per user (metadata x-user-id), answers Unavailable rather
 // than run unprotected when the store fails with IDEM_FAIL_CLOSED=1, serves
 // the same handlers without idem with IDEM_OFF=1, and serves reflection,
@@ -69,6 +70,21 @@ func run(logger *slog.Logger) error {
 		defer pg.Close()
 		pool, cfg.Store = p, pg
 		logger.Info("store: postgres", "transactional", os.Getenv("IDEM_TX") != "0")
+		if url := os.Getenv("REDIS_URL"); url != "" {
+			// Redis may be down at start: the tiered store falls back to
+			// PostgreSQL, which holds every key and every order.
+			c, err := redislock.NewClient(url)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			fast, err := redislock.New(c, nil)
+			if err != nil {
+				return err
+			}
+			cfg.Store = core.NewTiered(fast, pg)
+			logger.Info("store: redis in front of postgres")
+		}
 	} else if url := os.Getenv("REDIS_URL"); url != "" {
 		c, err := redislock.NewClient(url)
 		if err != nil {
