@@ -373,9 +373,9 @@ func (l *Lease) setCode(code int) {
 // Complete stores rec as the call's result and releases the lock. Its Code,
 // Header, Body and omitted-body fields are the work's; Complete applies
 // Config's storage policy to them (Storable, DeniedHeaders, KeepHeaders,
-// MaxStoredBodyBytes) and fills the others. If the store
-// fails to take it, the lock is left to expire: the work ran, and a retry
-// gets ErrInFlight until then (see docs/design.md).
+// MaxStoredBodyBytes) and fills the others. If the store fails to take it,
+// the lock is left to expire: the work ran, and a retry gets ErrInFlight
+// until then (see docs/design.md).
 //
 // With a TxStore, Complete commits the record with the work's writes. If
 // that fails it returns an error wrapping ErrStoreUnavailable: nothing was

@@ -7,10 +7,9 @@
 // lock's owner token: a replay costs one round trip, a first request two.
 // The Store also implements core.Admin, core.Invalidator (a purge reaches
 // every process's replay cache over Pub/Sub, one subscription per Store
-// until Close), core.Checkpointer and
-// core.Config.Quota (EnforcesQuota). Failures are returned wrapped
-// ("redislock: <operation>: …") for the Engine's policy. Run Redis with
-// maxmemory-policy noeviction.
+// until Close), core.Checkpointer and core.Config.Quota (EnforcesQuota).
+// Failures are returned wrapped ("redislock: <operation>: …") for the
+// Engine's policy. Run Redis with maxmemory-policy noeviction.
 //
 // See Example; the key layout, scripts, failures, batching and URLs are in
 // docs/redis.md.
