@@ -7,7 +7,10 @@
 // operation and state are the labels, never the key or the scope, and
 // routes past Options.MaxRoutes count as route="_OTHER". One Collector
 // serves any number of Engines, and New on a registry that already holds
-// one returns it. NewStuckKeys reports the oldest lock in flight.
+// one returns it; its breaker gauge then shows the state that any of them
+// reported last, so Engines on stores of their own want a Collector each
+// (a registry each, or prometheus.WrapRegistererWith a label). NewStuckKeys
+// reports the oldest lock in flight.
 //
 // See Example. docs/metrics.md lists the metrics and their labels, maps
 // them to the names of the systems idem replaces, and explains the alert
