@@ -13,7 +13,7 @@
 // Event.Err as an exception event, and leaves the span's status to the
 // transport's instrumentation. The breaker gauge shows the state that any
 // Engine on the Telemetry reported last: Engines on stores of their own
-// want a Telemetry each (on meters told apart by their attributes).
+// want a Telemetry each, on MeterProviders of their own.
 //
 // See Example. docs/metrics.md lists the instruments and their attributes,
 // and maps them to idemprom's names through a Prometheus exporter, so that
