@@ -132,9 +132,10 @@ type Config struct {
 	// first one instead of a 409: it gets the replay, or runs the handler if
 	// nothing was stored (docs/contract.md). Default: 0, no waiting.
 	Wait time.Duration
-	// RetryAfter is the Retry-After of a 409 (key in flight), of a 503
-	// (store unavailable, with FailClosed, or busy) and of a 429 whose scope
-	// has too many keys in flight (Quota). Default: 1 second.
+	// RetryAfter is the Retry-After of a 409 (key in flight), of a 503 (the
+	// store failed, with FailClosed, is busy, holds a record this server
+	// cannot read, or did not commit) and of a 429 whose scope has too many
+	// keys in flight (Quota). Default: 1 second.
 	RetryAfter time.Duration
 	// ReplayTimestamp adds HeaderOriginalTimestamp to replays. Default: false.
 	ReplayTimestamp bool

@@ -277,16 +277,28 @@ func (s *Store) SetInvalidate(invalidate func(key string)) {
 		return
 	}
 	s.invalidateMu.Lock()
-	defer s.invalidateMu.Unlock()
 	if s.closed {
+		s.invalidateMu.Unlock()
 		return
 	}
 	s.invalidate = append(s.invalidate, invalidate)
-	if s.sub != nil {
+	first := !s.subscribed
+	s.subscribed = true
+	s.invalidateMu.Unlock()
+	if !first {
 		return
 	}
-	ps := sub.Subscribe(context.Background(), s.purged)
-	s.sub = ps
+	ps := sub.Subscribe(context.Background(), s.purged) // dials: not under the lock
+	s.invalidateMu.Lock()
+	closed := s.closed
+	if !closed {
+		s.sub = ps
+	}
+	s.invalidateMu.Unlock()
+	if closed {
+		ps.Close() //nolint:errcheck // Close ran while it subscribed
+		return
+	}
 	go func() {
 		for msg := range ps.Channel() {
 			s.invalidateMu.Lock()
@@ -301,8 +313,11 @@ func (s *Store) SetInvalidate(invalidate func(key string)) {
 
 // Close ends the subscription of SetInvalidate, if any, and drops the
 // functions it fed (the Engines' replay caches); later SetInvalidate calls
-// subscribe to nothing. It does not close the client, which the Store
-// never owns. A Store without ReplayCache Engines needs no Close.
+// subscribe to nothing. Call it once the Engines on the Store stop serving:
+// after it they hear of no purge (one being delivered may still reach
+// them), and replay a purged record until it expires. It does not close
+// the client, which the Store never owns. A Store without ReplayCache
+// Engines needs no Close.
 func (s *Store) Close() {
 	s.invalidateMu.Lock()
 	ps := s.sub

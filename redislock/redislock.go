@@ -98,6 +98,7 @@ type Store struct {
 
 	invalidateMu sync.Mutex
 	invalidate   []func(key string) // of SetInvalidate: fed by one subscription to purged
+	subscribed   bool               // the first SetInvalidate took (or is taking) the subscription
 	sub          *redis.PubSub      // that subscription, once taken
 	closed       bool               // Close was called: no subscription
 
