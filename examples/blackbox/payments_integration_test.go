@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -368,5 +369,64 @@ func TestPaymentsRedisDown(t *testing.T) {
 	}
 	if took := time.Since(start); err != nil || status != http.StatusInternalServerError || took > paymentsRedisDownWithin {
 		t.Errorf("GET /payments with Redis down: %d %v after %v, want 500 within %v", status, err, took, paymentsRedisDownWithin)
+	}
+}
+
+// A client that gives up while the provider is slow does not make
+// examples/payments charge twice: its hang-up used to cancel the charge
+// mid-flight (the provider charged anyway), the step failed, the key was
+// released, and the retry sent a second charge. Now the first request runs
+// to its end under the key's lock: the retry gets 409, then the payment.
+func TestPaymentsClientGivesUp(t *testing.T) {
+	server, providerBin := build(t, "payments"), build(t, "payments/provider")
+	rdb := startRedis(t)
+	r := &paymentsRun{t: t, client: &http.Client{Timeout: 30 * time.Second}}
+	t.Cleanup(r.client.CloseIdleConnections)
+	prov := &proc{bin: providerBin, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &lockedBuffer{}}
+	r.provider = "http://" + prov.addr
+	r.startProc(prov)
+	r.procs[0] = &proc{bin: server, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &lockedBuffer{},
+		env: []string{"PROVIDER_URL=" + r.provider, "REDIS_URL=" + rdb.url(), "DATABASE_URL=", "IDEM_FAIL_CLOSED=1"}}
+	r.startProc(r.procs[0])
+	signal := func(sig syscall.Signal) {
+		prov.mu.Lock()
+		defer prov.mu.Unlock()
+		if prov.cmd != nil {
+			prov.cmd.Process.Signal(sig) //nolint:errcheck
+		}
+	}
+	signal(syscall.SIGSTOP) // the provider hangs
+	t.Cleanup(func() { signal(syscall.SIGCONT) })
+
+	const body = `{"amount": 700, "account": "a"}`
+	for attempt := range 2 { // the client gives up after 1 s, twice
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		status, b, err := r.send(ctx, 0, "slow", body, false)
+		cancel()
+		if err == nil && status != http.StatusConflict {
+			t.Fatalf("attempt %d with the provider hung: %d %s, want the client's timeout or 409", attempt, status, b)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	signal(syscall.SIGCONT)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		status, b, err := r.send(ctx, 0, "slow", body, false)
+		if status == http.StatusCreated {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no 201 after the provider came back; the last: %d %s %v", status, b, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var charges struct {
+		Count   int `json:"count"`
+		Charges []any
+	}
+	getJSON(t, r.client, r.provider+"/charges", &charges)
+	if charges.Count != 1 {
+		t.Errorf("the provider charged %d times, want 1: %v", charges.Count, charges.Charges)
 	}
 }

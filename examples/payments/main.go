@@ -94,7 +94,13 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "an Idempotency-Key is required"})
 		return
 	}
-	ctx, user := r.Context(), r.Header.Get(exampleapp.UserHeader)
+	// A client that hangs up (a timeout of its own) does not cancel the
+	// payment: the charge, cut off mid-flight, would fail the step after the
+	// provider may have charged, release the key, and the client's retry
+	// would charge again (at a provider that does not honour our key). The
+	// work runs to its end under the key's lock (the provider call bounded
+	// by its client's timeout); the retry gets 409, then the stored answer.
+	ctx, user := context.WithoutCancel(r.Context()), r.Header.Get(exampleapp.UserHeader)
 
 	var ran bool // whether the last step ran here, not from its checkpoint
 	ch, err := core.Step(ctx, "charge", func(ctx context.Context) (charge, error) {
