@@ -331,6 +331,23 @@ func getJSON(t *testing.T, c *http.Client, url string, v any) {
 	}
 }
 
+// startPaymentsOnRedis starts a provider and one examples/payments instance
+// (r.procs[0]) on a Redis of the test's own, with env added to the
+// instance's environment; r's client times out after timeout.
+func startPaymentsOnRedis(t *testing.T, timeout time.Duration, env ...string) (*paymentsRun, *redisProc, *proc) {
+	server, providerBin := build(t, "payments"), build(t, "payments/provider")
+	rdb := startRedis(t)
+	r := &paymentsRun{t: t, client: &http.Client{Timeout: timeout}}
+	t.Cleanup(r.client.CloseIdleConnections)
+	prov := &proc{bin: providerBin, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &lockedBuffer{}}
+	r.provider = "http://" + prov.addr
+	r.startProc(prov)
+	r.procs[0] = &proc{bin: server, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &lockedBuffer{},
+		env: append([]string{"PROVIDER_URL=" + r.provider, "REDIS_URL=" + rdb.url(), "DATABASE_URL="}, env...)}
+	r.startProc(r.procs[0])
+	return r, rdb, prov
+}
+
 // paymentsRedisDownWithin bounds the answers of examples/payments on Redis
 // while Redis is down: the Engine's store call (Config.StoreTimeout, 1 s)
 // and the payments' own Redis calls (1 s), with room for a slow machine.
@@ -341,16 +358,7 @@ const paymentsRedisDownWithin = 5 * time.Second
 // payment's record fails (500); GET /payments fails. Before, both waited
 // 20 s for the Redis client (redislock.NewClient) to give up redialling.
 func TestPaymentsRedisDown(t *testing.T) {
-	server, providerBin := build(t, "payments"), build(t, "payments/provider")
-	rdb := startRedis(t)
-	r := &paymentsRun{t: t, client: &http.Client{Timeout: 4 * paymentsRedisDownWithin}}
-	t.Cleanup(r.client.CloseIdleConnections)
-	prov := &proc{bin: providerBin, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &lockedBuffer{}}
-	r.provider = "http://" + prov.addr
-	r.startProc(prov)
-	r.procs[0] = &proc{bin: server, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &lockedBuffer{},
-		env: []string{"PROVIDER_URL=" + r.provider, "REDIS_URL=" + rdb.url(), "DATABASE_URL=", "IDEM_FAIL_CLOSED="}}
-	r.startProc(r.procs[0])
+	r, rdb, _ := startPaymentsOnRedis(t, 4*paymentsRedisDownWithin, "IDEM_FAIL_CLOSED=")
 	if status, b, err := r.send(context.Background(), 0, "up", `{"amount": 1, "account": "a"}`, false); status != http.StatusCreated {
 		t.Fatalf("with Redis up: %d %s %v", status, b, err)
 	}
@@ -378,16 +386,7 @@ func TestPaymentsRedisDown(t *testing.T) {
 // released, and the retry sent a second charge. Now the first request runs
 // to its end under the key's lock: the retry gets 409, then the payment.
 func TestPaymentsClientGivesUp(t *testing.T) {
-	server, providerBin := build(t, "payments"), build(t, "payments/provider")
-	rdb := startRedis(t)
-	r := &paymentsRun{t: t, client: &http.Client{Timeout: 30 * time.Second}}
-	t.Cleanup(r.client.CloseIdleConnections)
-	prov := &proc{bin: providerBin, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &lockedBuffer{}}
-	r.provider = "http://" + prov.addr
-	r.startProc(prov)
-	r.procs[0] = &proc{bin: server, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &lockedBuffer{},
-		env: []string{"PROVIDER_URL=" + r.provider, "REDIS_URL=" + rdb.url(), "DATABASE_URL=", "IDEM_FAIL_CLOSED=1"}}
-	r.startProc(r.procs[0])
+	r, _, prov := startPaymentsOnRedis(t, 30*time.Second, "IDEM_FAIL_CLOSED=1")
 	signal := func(sig syscall.Signal) {
 		prov.mu.Lock()
 		defer prov.mu.Unlock()
