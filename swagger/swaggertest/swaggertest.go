@@ -13,12 +13,9 @@ import (
 	"github.com/idem-go/idem/swagger/route"
 )
 
-// Route is one route of a router's table: a method and a path in the
-// router's syntax (/orders/:id).
-type Route struct {
-	Method string
-	Path   string
-}
+// Route is one route of a router's table: a method (set) and a path in
+// the router's syntax (/orders/:id).
+type Route = route.Operation
 
 // Documented returns the operations ("POST /orders/{id}") that document
 // opts' key header once swagger.Inject has run, with opts, over a document
