@@ -2,10 +2,9 @@
 // operation of a Swagger 2.0 (swag) or OpenAPI 3 document gets the key
 // header parameter (required exactly when the Engine requires a key), the
 // 400, 409 (with Retry-After), 413, 422 and 503 responses, and the 429 of
-// an Engine with a quota, as RFC 9457 problem
-// details (ProblemSchema), and the X-Idempotency-Replay and
-// X-Idempotency-Body-Omitted headers on the responses whose status the
-// Engine stores.
+// an Engine with a quota, as RFC 9457 problem details (ProblemSchema), and
+// the X-Idempotency-Replay and X-Idempotency-Body-Omitted headers on the
+// responses whose status the Engine stores.
 //
 // OptionsFor derives the Options from an Engine's Config. An operation is
 // covered when its method is in Options.Methods and, if Options.Operations

@@ -16,8 +16,8 @@ import (
 
 // ProblemSchema is the name of the definition (Swagger 2.0) or component
 // schema (OpenAPI 3) of the problem details body of the 400, 409, 413, 422,
-// (with Options.Quota) 429 and 503 responses. It
-// is added once, unless the document already has one by that name.
+// (with Options.Quota) 429 and 503 responses. It is added once, unless the
+// document already has one by that name.
 const ProblemSchema = "idem.Problem"
 
 const problemJSON = "application/problem+json"
