@@ -13,7 +13,9 @@
 // crash) right after that step ran in it: a retry, served the step's
 // checkpoint, goes on. The environment is the other examples' (ADDR,
 // REDIS_URL, DATABASE_URL, ...), plus PROVIDER_URL (default
-// http://127.0.0.1:8091).
+// http://127.0.0.1:8091). Like every example it fails open by default; a
+// payment API in production runs fail-closed, here IDEM_FAIL_CLOSED=1
+// (README, "When the store fails").
 package main
 
 import (
