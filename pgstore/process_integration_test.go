@@ -46,6 +46,11 @@ func processSetup(t *testing.T) (pool *pgxpool.Pool, schema, effects, bin string
 	return pool, schema, effects, bin
 }
 
+// burstTimeout is the test servers' StoreTimeout under a burst of
+// duplicates: each waits for one of the pool's few connections, which on a
+// busy machine may take longer than the default second (a 503, fail-closed).
+const burstTimeout = 20 * time.Second
+
 // TestIntegrationExactlyOnceAcrossProcesses runs three API processes on
 // one PostgreSQL and sends each of 50 keys 20 times at once, spread over
 // the three: the handler's side effect (a row) happens exactly once per key.
@@ -55,7 +60,8 @@ func TestIntegrationExactlyOnceAcrossProcesses(t *testing.T) {
 	pool, schema, effects, bin := processSetup(t)
 	var urls []string
 	for i := range 3 {
-		urls = append(urls, startTestServer(t, bin, "-database", pgtest.URL(), "-schema", schema, "-name", "s"+strconv.Itoa(i)))
+		urls = append(urls, startTestServer(t, bin, "-store-timeout", burstTimeout.String(), "-database", pgtest.URL(), "-schema", schema,
+			"-name", "s"+strconv.Itoa(i)))
 	}
 
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: keys * dups}}
@@ -339,7 +345,8 @@ func TestIntegrationTxDuplicatesAcrossProcesses(t *testing.T) {
 	pool, schema, effects, bin := processSetup(t)
 	var urls []string
 	for i := range 3 {
-		urls = append(urls, startTestServer(t, bin, "-tx", "-delay", "200ms", "-database", pgtest.URL(), "-schema", schema, "-name", "s"+strconv.Itoa(i)))
+		urls = append(urls, startTestServer(t, bin, "-tx", "-delay", "200ms", "-store-timeout", burstTimeout.String(), "-database", pgtest.URL(),
+			"-schema", schema, "-name", "s"+strconv.Itoa(i)))
 	}
 	client := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: dups}}
 	t.Cleanup(client.CloseIdleConnections)

@@ -495,14 +495,26 @@ func window(ps []probe, ref time.Time) string {
 }
 
 // checkProbes fails the test if a probe sent bound after ref or later was
-// not protected.
-func checkProbes(t *testing.T, ps []probe, ref time.Time, bound time.Duration) {
+// not protected, beyond allowed of them: the store errors counted meanwhile
+// (a call that missed StoreTimeout on a busy machine; each unprotected
+// probe needs one).
+func checkProbes(t *testing.T, ps []probe, ref time.Time, bound time.Duration, allowed int) {
 	t.Helper()
+	var bad []probe
 	for _, p := range ps {
 		if !p.protected && !p.sent.Before(ref.Add(bound)) {
-			t.Errorf("probe sent %v after the store was back: unprotected (%d replay=%v %v)",
-				p.sent.Sub(ref).Round(time.Millisecond), p.first.status, p.first.replay, p.first.err)
+			bad = append(bad, p)
 		}
+	}
+	if len(bad) <= allowed {
+		if len(bad) > 0 {
+			t.Logf("%d probes unprotected after %v, with %d store errors meanwhile", len(bad), bound, allowed)
+		}
+		return
+	}
+	for _, p := range bad {
+		t.Errorf("probe sent %v after the store was back: unprotected (%d replay=%v %v)",
+			p.sent.Sub(ref).Round(time.Millisecond), p.first.status, p.first.replay, p.first.err)
 	}
 }
 
@@ -539,9 +551,9 @@ func checkLateLocks(t *testing.T, keys []*keyRun, ref time.Time, what string) {
 	}
 }
 
-// resend sends every key once more, 32 at a time, retrying a 409 every
-// 250 ms until deadline, and returns each key's last answer and how many
-// 409s came before.
+// resend sends every key once more, 32 at a time, retrying a 409 or a 503
+// every 250 ms until deadline, and returns each key's last answer and how
+// many 409s and 503s came before.
 func (tr *traffic) resend(deadline time.Time) (last []answer, conflicts int) {
 	tr.mu.Lock()
 	keys := slices.Clone(tr.keys)
@@ -556,7 +568,7 @@ func (tr *traffic) resend(deadline time.Time) (last []answer, conflicts int) {
 			defer func() { <-sem; wg.Done() }()
 			for i := n; ; i++ {
 				a := tr.send(k, i)
-				if a.status != http.StatusConflict || !time.Now().Before(deadline) {
+				if a.status != http.StatusConflict && a.status != http.StatusServiceUnavailable || !time.Now().Before(deadline) {
 					mu.Lock()
 					last = append(last, a)
 					mu.Unlock()

@@ -44,6 +44,7 @@ func main() {
 	delay := flag.Duration("delay", 20*time.Millisecond, "handler duration, so that duplicates overlap")
 	name := flag.String("name", "", "instance name, in every response")
 	transactional := flag.Bool("tx", false, "transactional mode")
+	storeTimeout := flag.Duration("store-timeout", 0, "Config.StoreTimeout (0: its default); a burst on a busy machine needs more")
 	flag.Parse()
 
 	ctx := context.Background()
@@ -74,8 +75,9 @@ func main() {
 		store = s
 	}
 	eng, err := core.New(core.Config{
-		Store:      store,
-		FailClosed: true, // a store error must not run the handler unprotected here
+		Store:        store,
+		StoreTimeout: *storeTimeout,
+		FailClosed:   true, // a store error must not run the handler unprotected here
 		Observer: func(ev core.Event) {
 			if ev.Outcome == core.OutcomeStoreError || ev.Outcome == core.OutcomeLockLost {
 				log.Printf("%s: %v", ev.Outcome, ev.Err)
