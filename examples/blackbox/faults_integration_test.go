@@ -277,7 +277,7 @@ func TestFaultTieredRedisDown(t *testing.T) {
 			down, stall := answers(keys, killed, ready), answers(keys, stalled, resumed)
 			t.Logf("Redis down for %v: %s; latency %s", sinceMS(ready, killed), statuses(down), latencies(down))
 			t.Logf("Redis stalled for %v: %s; latency %s", sinceMS(resumed, stalled), statuses(stall), latencies(stall))
-			t.Logf("every key sent again after SIGCONT: %s after %d answers 409 (retried)", statuses(again), conflicts)
+			t.Logf("every key sent again after SIGCONT: %s after %d answers 409 or 503 (retried)", statuses(again), conflicts)
 			t.Logf("all: %s; %s; idempotency_store_fallbacks_total %v",
 				statuses(answers(keys, time.Time{}, time.Time{})), runs(keys, orders), fallbacks)
 			checkLateLocks(t, keys, resumed, "SIGCONT")
