@@ -105,6 +105,25 @@ func TestMiddlewareBodySmuggling(t *testing.T) {
 	})
 }
 
+// TestMiddlewareRefusedLargeBody: a client still sending a large body that
+// the middleware refuses unread reads the answer (net/http waits for it
+// before it closes the connection).
+func TestMiddlewareRefusedLargeBody(t *testing.T) {
+	t.Parallel()
+	idemtest.TestRefusedLargeBody(t, func(t *testing.T, cfg core.Config, run func()) string {
+		eng, err := core.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			run()
+			w.WriteHeader(http.StatusCreated)
+		})))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	})
+}
+
 // TestMiddlewareTruncatedBody: a body cut short by the client is refused
 // (net/http reports it as io.ErrUnexpectedEOF), nothing stored.
 func TestMiddlewareTruncatedBody(t *testing.T) {

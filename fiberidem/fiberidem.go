@@ -46,6 +46,10 @@ func New(config ...Config) fiber.Handler {
 			ResponseHeader: st.Preset.Header,
 		}
 		f, resp := eng.Begin(&st.Req)
+		if resp != nil && st.Unread() {
+			c.Context().Hijack(httpadapt.Linger(res))
+			c.Context().HijackSetNoResponse(true)
+		}
 		switch {
 		case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
 			httpadapt.FastProblemHeaders(&res.Header, resp)

@@ -584,3 +584,21 @@ func TestFiberBuffered(t *testing.T) {
 	want(t, c.post("/orders", order, "Idempotency-Key", "buffered-1"), fiber.StatusCreated, first.body, true)
 	wantRuns(t, &runs, 3)
 }
+
+// TestFiberRefusedLargeBody: a client still sending a large body that
+// idem refuses unread reads the answer, with and without StreamRequestBody.
+func TestFiberRefusedLargeBody(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%t", stream), func(t *testing.T) {
+			t.Parallel()
+			idemtest.TestRefusedLargeBody(t, func(t *testing.T, cfg core.Config, run func()) string {
+				app := fiber.New(fiber.Config{DisableStartupMessage: true, StreamRequestBody: stream})
+				app.Post("/orders", fiberidem.New(fiberidem.Config{Engine: newEngine(t, cfg)}), func(c *fiber.Ctx) error {
+					run()
+					return c.Status(201).SendString("created")
+				})
+				return listen(t, app)
+			})
+		})
+	}
+}

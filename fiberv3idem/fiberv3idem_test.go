@@ -449,6 +449,24 @@ func TestStreamBodySmuggling(t *testing.T) {
 	})
 }
 
+// TestRefusedLargeBody: a client still sending a large body that idem
+// refuses unread reads the answer, with and without StreamRequestBody.
+func TestRefusedLargeBody(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%t", stream), func(t *testing.T) {
+			t.Parallel()
+			idemtest.TestRefusedLargeBody(t, func(t *testing.T, cfg core.Config, run func()) string {
+				app := fiber.New(fiber.Config{StreamRequestBody: stream})
+				app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, cfg)}), func(c fiber.Ctx) error {
+					run()
+					return c.Status(201).SendString("created")
+				})
+				return listen(t, app)
+			})
+		})
+	}
+}
+
 // TestStreamTruncatedBody: with StreamRequestBody the handlers read the body after
 // fasthttp, which takes a body cut short of its Content-Length for a
 // whole one: it is refused, nothing stored, and the whole body's retry runs.

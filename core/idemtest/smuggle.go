@@ -233,3 +233,53 @@ func chunks(s string, size int) string {
 	}
 	return b.String()
 }
+
+// TestRefusedLargeBody checks that a client still sending a large body
+// reads the answer to it when the Engine refuses the request before
+// reading the body whole: 1 MiB over a MaxBodyBytes of 64 KiB (413), or
+// 512 KiB with a bad key (400). It sends such requests with net/http's client,
+// which reads the response while it writes the body, and fails on a
+// connection reset instead of the answer: a server that closes a
+// connection with the body unread loses the answer it sent. serve is as
+// for TestSmuggling.
+func TestRefusedLargeBody(t *testing.T, serve func(t *testing.T, cfg core.Config, run func()) string) {
+	refuse := func(key string) error {
+		if strings.HasPrefix(key, "idemtest-bad-") {
+			return errors.New("refused")
+		}
+		return nil
+	}
+	var runs atomic.Int64
+	base := serve(t, core.Config{MaxBodyBytes: 64 << 10, ValidateKey: refuse}, func() { runs.Add(1) })
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	client := &http.Client{Transport: tr, Timeout: time.Minute} // a bound for a server that hangs; no pass depends on it
+	pad := func(n int) string { return `{"item":"book","qty":1,"pad":"` + strings.Repeat("x", n) + `"}` }
+	for _, tc := range []struct {
+		name, key, body string
+		status          int
+	}{
+		{"over MaxBodyBytes", "large", pad(1 << 20), http.StatusRequestEntityTooLarge},
+		{"a bad key", "bad", pad(512 << 10), http.StatusBadRequest},
+	} {
+		for i := range 10 {
+			req, err := http.NewRequest(http.MethodPost, base+"/orders", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Idempotency-Key", fmt.Sprintf("idemtest-%s-%d", tc.key, i))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatalf("%s, request %d: %v, want a %d", tc.name, i, err, tc.status)
+			}
+			drain(resp)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("%s, request %d: %d, want %d", tc.name, i, resp.StatusCode, tc.status)
+			}
+		}
+	}
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times", n)
+	}
+}

@@ -1,14 +1,17 @@
 package httpadapt
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"iter"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/idem-go/idem/core"
 )
@@ -365,17 +368,63 @@ type bodyStream struct {
 	r        io.Reader
 	n        int64
 	declared *int64 // the request's Content-Length, -1 if unknown
+	ended    bool   // a read returned an error: nothing more to read
 }
 
 func (b *bodyStream) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	b.n += int64(n)
+	b.ended = b.ended || err != nil
 	if err == io.EOF {
 		if b.n < *b.declared {
 			err = fmt.Errorf("the body ended after %d of its %d bytes: %w", b.n, *b.declared, io.ErrUnexpectedEOF)
 		}
 	}
 	return n, err
+}
+
+// maxDiscarded is how much of a streamed request body fasthttp reads and
+// discards after the handlers, to keep the connection (its
+// maxUnreadStreamBodySize); with more left, it closes the connection.
+const maxDiscarded = 256 << 10
+
+// Unread reports whether Begin, answering without running the handler,
+// left more of a streamed request body unread than fasthttp discards (a
+// body over MaxBodyBytes, a bad key): fasthttp would close the connection
+// as soon as the answer is written, and a client still sending the body
+// would meet a reset instead of the answer. The adapter then answers
+// through Linger.
+func (s *FastState) Unread() bool {
+	b := &s.stream
+	return b.r != nil && !b.ended && (*b.declared < 0 || *b.declared-b.n > maxDiscarded)
+}
+
+// FastWritable is what Linger writes of a *fasthttp.Response.
+type FastWritable interface {
+	SetConnectionClose()
+	Write(w *bufio.Writer) error
+}
+
+// lingerTimeout is how long Linger waits for the client: net/http's wait
+// before it closes a connection whose request body a handler left unread.
+const lingerTimeout = 500 * time.Millisecond
+
+// Linger returns a fasthttp HijackHandler, for a request whose body is
+// left unread (Unread), that writes res with Connection: close and then
+// reads and discards what the client sends, for up to half a second or
+// until it closes, so that the client reads the answer before the
+// connection closes, as net/http's server lets it. The adapter hijacks the
+// connection with HijackSetNoResponse: fasthttp would close it before a
+// hijack after an answer that says Connection: close.
+func Linger(res FastWritable) func(net.Conn) {
+	return func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(lingerTimeout)) //nolint:errcheck // a failed deadline fails the write or the read
+		res.SetConnectionClose()
+		w := bufio.NewWriter(c)
+		if res.Write(w) == nil && w.Flush() == nil {
+			io.Copy(io.Discard, c) //nolint:errcheck // the connection closes either way
+		}
+	}
 }
 
 // LocalsContext is a request's context whose Value reads Locals first, so
