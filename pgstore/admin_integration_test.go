@@ -155,9 +155,9 @@ func TestAdminTxHeldKey(t *testing.T) {
 	if !errors.Is(err, core.ErrInFlight) || !strings.Contains(err.Error(), fmt.Sprintf("pg_terminate_backend(%d)", pid)) {
 		t.Fatalf("Unlock: %v, want ErrInFlight naming session %d", err, pid)
 	}
-	// Inspect and Purge took the key's lock only for their own statement
-	// or transaction: the holder is undisturbed and a second Begin still
-	// finds the key in flight.
+	// Purge took the key's lock only for its own transaction, and Inspect
+	// took none: the holder is undisturbed and a second Begin still finds
+	// the key in flight.
 	if _, _, err := txs.Begin(ctx, key, time.Minute); !errors.Is(err, core.ErrInFlight) {
 		t.Fatalf("a duplicate's Begin: %v, want ErrInFlight", err)
 	}
@@ -175,5 +175,52 @@ func TestAdminTxHeldKey(t *testing.T) {
 	}
 	if _, err := admin.Inspect(ctx, free); !errors.Is(err, core.ErrNotFound) {
 		t.Errorf("Inspect of a free key: %v, want ErrNotFound", err)
+	}
+}
+
+// TestAdminInspectLeavesTheLock: Inspect never takes a key's lock, so a
+// request that begins while an operator or the tiered store inspects the
+// key is not refused as in flight. The tiered store inspects the durable
+// tier for every duplicate that meets the fast tier's lock: a probe by
+// trying the key's lock made the first request of a burst of duplicates
+// fail too now and then, and nobody ran the key.
+func TestAdminInspectLeavesTheLock(t *testing.T) {
+	ctx := context.Background()
+	admin, pool, schema := newStore(t, nil)
+	txs, err := pgstore.NewTx(pool, &pgstore.Options{Schema: schema, JanitorInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(txs.Close)
+	key := idemtest.Key(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := admin.Inspect(ctx, key); err != nil && !errors.Is(err, core.ErrNotFound) {
+					t.Errorf("Inspect: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer close(stop)
+	for i := range 300 {
+		_, tx, err := txs.Begin(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatalf("Begin %d, while the key is inspected: %v", i, err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

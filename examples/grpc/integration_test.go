@@ -130,10 +130,16 @@ func database(t *testing.T) string {
 	return u.String()
 }
 
+// testSeveralInstances starts three instances together, as a deployment
+// does: each creates its tables if needed, and none may fail for the others.
 func testSeveralInstances(t *testing.T, env ...string) {
-	var instances []*instance
+	var waits []func() *instance
 	for range 3 {
-		instances = append(instances, start(t, env...))
+		waits = append(waits, launch(t, env...))
+	}
+	var instances []*instance
+	for _, wait := range waits {
+		instances = append(instances, wait())
 	}
 	before := instances[0].count()
 	const keys, dups = 10, 15

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
@@ -208,7 +209,15 @@ func setupPostgres(url string) (*pgxpool.Pool, interface {
 		err = pgstore.Migrate(ctx, pool, nil)
 	}
 	if err == nil {
-		_, err = pool.Exec(ctx, ordersTable)
+		// Under an advisory lock: instances may start together, and
+		// CREATE TABLE IF NOT EXISTS is not safe against itself.
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('idem_example_grpc_orders', 0))"); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, ordersTable)
+			return err
+		})
 	}
 	if err != nil {
 		if pool != nil {

@@ -64,6 +64,14 @@ var listening = regexp.MustCompile(`msg=listening addr=(\S+)`)
 // with the extra environment, and stops it when the test ends.
 func start(t *testing.T, env ...string) *instance {
 	t.Helper()
+	return launch(t, env...)()
+}
+
+// launch starts the example as start does and returns a function that
+// waits until it listens: instances launched one after the other start
+// together.
+func launch(t *testing.T, env ...string) func() *instance {
+	t.Helper()
 	cmd := exec.Command(bin)
 	cmd.Env = append(append(os.Environ(), "ADDR=127.0.0.1:0"), env...)
 	stderr, err := cmd.StderrPipe()
@@ -99,6 +107,15 @@ func start(t *testing.T, env ...string) *instance {
 			mu.Unlock()
 		}
 	})
+	return func() *instance {
+		t.Helper()
+		return connect(t, addrc, done)
+	}
+}
+
+// connect waits for the address an example listens on and dials it.
+func connect(t *testing.T, addrc <-chan string, done <-chan struct{}) *instance {
+	t.Helper()
 	var in instance
 	select {
 	case in.addr = <-addrc:
@@ -108,6 +125,7 @@ func start(t *testing.T, env ...string) *instance {
 		t.Fatal("the example did not listen within 30s")
 	}
 	in.t = t
+	var err error
 	in.conn, err = grpc.NewClient(in.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
