@@ -92,8 +92,13 @@ func run(logger *slog.Logger) error {
 			return err
 		}
 		defer c.Close()
-		if err := c.Ping(context.Background()).Err(); err != nil {
-			return err
+		// One dial's time: with its only store down at start, the example
+		// exits with the error rather than redialling for ever.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = c.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("REDIS_URL: no answer within 5s: %w", err)
 		}
 		if cfg.Store, err = redislock.New(c, nil); err != nil {
 			return err

@@ -46,6 +46,12 @@ const UserHeader = "X-User-ID"
 // response as long as the client asks.
 const ReadTimeout = 30 * time.Second
 
+// RedisStartTimeout bounds the first call to REDIS_URL's Redis when it is
+// the only store: an example whose Redis is down at start exits with the
+// error after one dial's time, rather than redialling for ever. (With
+// DATABASE_URL too, the tiered store starts without Redis and falls back.)
+const RedisStartTimeout = 5 * time.Second
+
 // App is what an example server needs.
 type App struct {
 	Addr   string       // $ADDR, default 127.0.0.1:8080
@@ -116,9 +122,12 @@ func Setup() (*App, error) {
 		cfg.Store = core.NewTiered(cfg.Store, a.pg)
 		a.Logger.Info("store: redis in front of postgres", "redis", redacted(redisURL), "postgres", redacted(dbURL))
 	case redisURL != "":
-		if err := a.rdb.Ping(context.Background()).Err(); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), RedisStartTimeout)
+		err := a.rdb.Ping(ctx).Err()
+		cancel()
+		if err != nil {
 			a.Close()
-			return nil, fmt.Errorf("REDIS_URL: %w", err)
+			return nil, fmt.Errorf("REDIS_URL: no answer within %v: %w", RedisStartTimeout, err)
 		}
 		a.Logger.Info("store: redis", "url", redacted(redisURL))
 	case dbURL != "":
