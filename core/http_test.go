@@ -83,26 +83,30 @@ func TestMiddlewareOutsideMux(t *testing.T) {
 	}
 }
 
+// serveOrders serves POST /orders through an Engine of cfg's middleware to
+// a handler that calls run and answers 201, for the idemtest HTTP kits.
+func serveOrders(t *testing.T, cfg core.Config, run func()) string {
+	eng, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		run()
+		w.WriteHeader(http.StatusCreated)
+	})))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
 // TestMiddlewareBodySmuggling verifies that net/http leaves no refused body
 // on the connection: the middleware answers 413 or 400 without reading the
 // body, and the server discards what is left (up to 256 KiB) or closes the
 // connection, so the request inside the body never runs.
 func TestMiddlewareBodySmuggling(t *testing.T) {
 	t.Parallel()
-	idemtest.TestSmuggling(t, 0, func(t *testing.T, cfg core.Config, run func()) string {
-		eng, err := core.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("POST /orders", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			run()
-			w.WriteHeader(http.StatusCreated)
-		})))
-		srv := httptest.NewServer(mux)
-		t.Cleanup(srv.Close)
-		return srv.URL
-	})
+	idemtest.TestSmuggling(t, 0, serveOrders)
 }
 
 // TestMiddlewareRefusedLargeBody: a client still sending a large body that
@@ -110,36 +114,14 @@ func TestMiddlewareBodySmuggling(t *testing.T) {
 // before it closes the connection).
 func TestMiddlewareRefusedLargeBody(t *testing.T) {
 	t.Parallel()
-	idemtest.TestRefusedLargeBody(t, func(t *testing.T, cfg core.Config, run func()) string {
-		eng, err := core.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			run()
-			w.WriteHeader(http.StatusCreated)
-		})))
-		t.Cleanup(srv.Close)
-		return srv.URL
-	})
+	idemtest.TestRefusedLargeBody(t, serveOrders)
 }
 
 // TestMiddlewareTruncatedBody: a body cut short by the client is refused
 // (net/http reports it as io.ErrUnexpectedEOF), nothing stored.
 func TestMiddlewareTruncatedBody(t *testing.T) {
 	t.Parallel()
-	idemtest.TestTruncatedBody(t, func(t *testing.T, cfg core.Config, run func()) string {
-		eng, err := core.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			run()
-			w.WriteHeader(http.StatusCreated)
-		})))
-		t.Cleanup(srv.Close)
-		return srv.URL
-	})
+	idemtest.TestTruncatedBody(t, serveOrders)
 }
 
 // The headers a replay adds (the replay mark, Content-Length, the original

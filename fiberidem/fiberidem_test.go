@@ -466,14 +466,7 @@ func TestFiberConfigErrorHandler(t *testing.T) {
 // runs. fasthttp reads 8 KiB of a streamed body before the handlers.
 func TestFiberStreamBodySmuggling(t *testing.T) {
 	t.Parallel()
-	idemtest.TestSmuggling(t, 8<<10, func(t *testing.T, cfg core.Config, run func()) string {
-		app := fiber.New(fiber.Config{DisableStartupMessage: true, StreamRequestBody: true})
-		app.Post("/orders", fiberidem.New(fiberidem.Config{Engine: newEngine(t, cfg)}), func(c *fiber.Ctx) error {
-			run()
-			return c.Status(201).SendString("created")
-		})
-		return listen(t, app)
-	})
+	idemtest.TestSmuggling(t, 8<<10, serveOrders(true))
 }
 
 // TestFiberStreamTruncatedBody: with StreamRequestBody the handlers read the body after
@@ -481,14 +474,7 @@ func TestFiberStreamBodySmuggling(t *testing.T) {
 // whole one: it is refused, nothing stored, and the whole body's retry runs.
 func TestFiberStreamTruncatedBody(t *testing.T) {
 	t.Parallel()
-	idemtest.TestTruncatedBody(t, func(t *testing.T, cfg core.Config, run func()) string {
-		app := fiber.New(fiber.Config{DisableStartupMessage: true, StreamRequestBody: true})
-		app.Post("/orders", fiberidem.New(fiberidem.Config{Engine: newEngine(t, cfg)}), func(c *fiber.Ctx) error {
-			run()
-			return c.Status(201).SendString("created")
-		})
-		return listen(t, app)
-	})
+	idemtest.TestTruncatedBody(t, serveOrders(true))
 }
 
 // TestFiberReplayHeadersExact: a replay carries the headers the first
@@ -591,14 +577,21 @@ func TestFiberRefusedLargeBody(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%t", stream), func(t *testing.T) {
 			t.Parallel()
-			idemtest.TestRefusedLargeBody(t, func(t *testing.T, cfg core.Config, run func()) string {
-				app := fiber.New(fiber.Config{DisableStartupMessage: true, StreamRequestBody: stream})
-				app.Post("/orders", fiberidem.New(fiberidem.Config{Engine: newEngine(t, cfg)}), func(c *fiber.Ctx) error {
-					run()
-					return c.Status(201).SendString("created")
-				})
-				return listen(t, app)
-			})
+			idemtest.TestRefusedLargeBody(t, serveOrders(stream))
 		})
+	}
+}
+
+// serveOrders returns a server for the idemtest HTTP kits: POST /orders
+// through the middleware on an Engine of cfg to a handler that calls run
+// and answers 201, with StreamRequestBody if stream.
+func serveOrders(stream bool) func(t *testing.T, cfg core.Config, run func()) string {
+	return func(t *testing.T, cfg core.Config, run func()) string {
+		app := fiber.New(fiber.Config{DisableStartupMessage: true, StreamRequestBody: stream})
+		app.Post("/orders", fiberidem.New(fiberidem.Config{Engine: newEngine(t, cfg)}), func(c *fiber.Ctx) error {
+			run()
+			return c.Status(201).SendString("created")
+		})
+		return listen(t, app)
 	}
 }

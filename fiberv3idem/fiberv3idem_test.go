@@ -439,14 +439,7 @@ func TestConfigErrorHandler(t *testing.T) {
 // reads 8 KiB of a streamed body before the handlers.
 func TestStreamBodySmuggling(t *testing.T) {
 	t.Parallel()
-	idemtest.TestSmuggling(t, 8<<10, func(t *testing.T, cfg core.Config, run func()) string {
-		app := fiber.New(fiber.Config{StreamRequestBody: true})
-		app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, cfg)}), func(c fiber.Ctx) error {
-			run()
-			return c.Status(201).SendString("created")
-		})
-		return listen(t, app)
-	})
+	idemtest.TestSmuggling(t, 8<<10, serveOrders(true))
 }
 
 // TestRefusedLargeBody: a client still sending a large body that idem
@@ -455,15 +448,22 @@ func TestRefusedLargeBody(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%t", stream), func(t *testing.T) {
 			t.Parallel()
-			idemtest.TestRefusedLargeBody(t, func(t *testing.T, cfg core.Config, run func()) string {
-				app := fiber.New(fiber.Config{StreamRequestBody: stream})
-				app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, cfg)}), func(c fiber.Ctx) error {
-					run()
-					return c.Status(201).SendString("created")
-				})
-				return listen(t, app)
-			})
+			idemtest.TestRefusedLargeBody(t, serveOrders(stream))
 		})
+	}
+}
+
+// serveOrders returns a server for the idemtest HTTP kits: POST /orders
+// through the middleware on an Engine of cfg to a handler that calls run
+// and answers 201, with StreamRequestBody if stream.
+func serveOrders(stream bool) func(t *testing.T, cfg core.Config, run func()) string {
+	return func(t *testing.T, cfg core.Config, run func()) string {
+		app := fiber.New(fiber.Config{StreamRequestBody: stream})
+		app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, cfg)}), func(c fiber.Ctx) error {
+			run()
+			return c.Status(201).SendString("created")
+		})
+		return listen(t, app)
 	}
 }
 
@@ -472,14 +472,7 @@ func TestRefusedLargeBody(t *testing.T) {
 // whole one: it is refused, nothing stored, and the whole body's retry runs.
 func TestStreamTruncatedBody(t *testing.T) {
 	t.Parallel()
-	idemtest.TestTruncatedBody(t, func(t *testing.T, cfg core.Config, run func()) string {
-		app := fiber.New(fiber.Config{StreamRequestBody: true})
-		app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, cfg)}), func(c fiber.Ctx) error {
-			run()
-			return c.Status(201).SendString("created")
-		})
-		return listen(t, app)
-	})
+	idemtest.TestTruncatedBody(t, serveOrders(true))
 }
 
 // TestReplayHeadersExact: a replay carries the headers the first response
