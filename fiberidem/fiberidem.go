@@ -46,9 +46,13 @@ func New(config ...Config) fiber.Handler {
 			ResponseHeader: st.Preset.Header,
 		}
 		f, resp := eng.Begin(&st.Req)
-		if resp != nil && st.Unread() {
-			c.Context().Hijack(httpadapt.Linger(res))
-			c.Context().HijackSetNoResponse(true)
+		if resp != nil && st.LeftUnread() {
+			// Answer on the connection, then wait for the client to read it
+			// (docs/design.md, "fiberidem").
+			if linger := httpadapt.Linger(res, &res.Header, c.Context().Conn()); linger != nil {
+				c.Context().Hijack(linger)
+				c.Context().HijackSetNoResponse(true)
+			}
 		}
 		switch {
 		case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:

@@ -46,9 +46,13 @@ func New(config ...Config) fiber.Handler {
 			ResponseHeader: st.Preset.Header,
 		}
 		f, resp := eng.Begin(&st.Req)
-		if resp != nil && st.Unread() {
-			c.RequestCtx().Hijack(httpadapt.Linger(res))
-			c.RequestCtx().HijackSetNoResponse(true)
+		if resp != nil && st.LeftUnread() {
+			// Answer on the connection, then wait for the client to read it
+			// (docs/design.md, "fiberidem").
+			if linger := httpadapt.Linger(res, &res.Header, c.RequestCtx().Conn()); linger != nil {
+				c.RequestCtx().Hijack(linger)
+				c.RequestCtx().HijackSetNoResponse(true)
+			}
 		}
 		switch {
 		case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:

@@ -453,6 +453,27 @@ func TestRefusedLargeBody(t *testing.T) {
 	}
 }
 
+// TestRefusedLargeBodyAppTest: app.Test's connection cannot be
+// half-closed, so the adapter leaves it to fasthttp rather than answer
+// after app.Test has read the response: it gets the 413.
+func TestRefusedLargeBodyAppTest(t *testing.T) {
+	t.Parallel()
+	app := fiber.New(fiber.Config{StreamRequestBody: true})
+	app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, core.Config{MaxBodyBytes: 64 << 10})}), func(c fiber.Ctx) error {
+		return c.SendStatus(fiber.StatusCreated)
+	})
+	req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(strings.Repeat("x", 1<<20)))
+	req.Header.Set("Idempotency-Key", "app-test-large")
+	resp, err := app.Test(req, fiber.TestConfig{Timeout: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("%d, want 413", resp.StatusCode)
+	}
+}
+
 // serveOrders returns a server for the idemtest HTTP kits: POST /orders
 // through the middleware on an Engine of cfg to a handler that calls run
 // and answers 201, with StreamRequestBody if stream.

@@ -388,40 +388,58 @@ func (b *bodyStream) Read(p []byte) (int, error) {
 // maxUnreadStreamBodySize); with more left, it closes the connection.
 const maxDiscarded = 256 << 10
 
-// Unread reports whether Begin, answering without running the handler,
-// left more of a streamed request body unread than fasthttp discards (a
-// body over MaxBodyBytes, a bad key): fasthttp would close the connection
-// as soon as the answer is written, and a client still sending the body
-// would meet a reset instead of the answer. The adapter then answers
-// through Linger.
-func (s *FastState) Unread() bool {
+// LeftUnread reports whether Begin, answering without running the
+// handler, left more of a streamed request body unread than fasthttp
+// discards (a body over MaxBodyBytes, a bad key), or an unknown amount of a
+// chunked one: fasthttp would close the connection as soon as the answer is
+// written, and a client still sending the body would meet a reset instead
+// of the answer. The adapter then answers through Linger.
+func (s *FastState) LeftUnread() bool {
 	b := &s.stream
 	return b.r != nil && !b.ended && (*b.declared < 0 || *b.declared-b.n > maxDiscarded)
 }
 
-// FastWritable is what Linger writes of a *fasthttp.Response.
-type FastWritable interface {
-	SetConnectionClose()
-	Write(w *bufio.Writer) error
-}
+// FastWritable is what Linger writes of a *fasthttp.Response, and
+// FastConnectionHeader what it sets of its header.
+type (
+	FastWritable interface {
+		Write(w *bufio.Writer) error
+	}
+	FastConnectionHeader interface {
+		Del(key string)
+		SetConnectionClose()
+	}
+)
 
 // lingerTimeout is how long Linger waits for the client: net/http's wait
 // before it closes a connection whose request body a handler left unread.
 const lingerTimeout = 500 * time.Millisecond
 
-// Linger returns a fasthttp HijackHandler, for a request whose body is
-// left unread (Unread), that writes res with Connection: close and then
-// reads and discards what the client sends, for up to half a second or
-// until it closes, so that the client reads the answer before the
-// connection closes, as net/http's server lets it. The adapter hijacks the
-// connection with HijackSetNoResponse: fasthttp would close it before a
-// hijack after an answer that says Connection: close.
-func Linger(res FastWritable) func(net.Conn) {
+// Linger returns a fasthttp HijackHandler for a request whose body is left
+// unread (LeftUnread), on conn, the request's connection: it writes res
+// with Connection: close, closes the connection's write side, and reads and
+// discards what the client still sends, until the client closes or for
+// half a second, so that the client reads the answer before the connection
+// closes, as net/http's server lets it. The adapter hijacks the connection
+// with HijackSetNoResponse: fasthttp would close it before a hijack after
+// an answer that says Connection: close. Linger returns nil for a
+// connection that cannot be half-closed (Fiber's app.Test, a wrapper such
+// as Server.MaxConnsPerIP's), which the adapter leaves to fasthttp.
+//
+// The handler reads res after the adapter returned, as fasthttp allows: the
+// request's context is released only when the handler returns.
+func Linger(res FastWritable, h FastConnectionHeader, conn net.Conn) func(net.Conn) {
+	half, ok := conn.(interface{ CloseWrite() error })
+	if !ok {
+		return nil
+	}
 	return func(c net.Conn) {
+		defer c.Close()                              // fasthttp closes it too, unless Server.KeepHijackedConns
 		c.SetDeadline(time.Now().Add(lingerTimeout)) //nolint:errcheck // a failed deadline fails the write or the read
-		res.SetConnectionClose()
+		h.Del("Connection")                          // fasthttp's keep-alive for HTTP/1.0
+		h.SetConnectionClose()
 		w := bufio.NewWriter(c)
-		if res.Write(w) == nil && w.Flush() == nil {
+		if res.Write(w) == nil && w.Flush() == nil && half.CloseWrite() == nil {
 			io.Copy(io.Discard, c) //nolint:errcheck // the connection closes either way
 		}
 	}

@@ -11,6 +11,7 @@ package exampleapp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -48,8 +49,9 @@ const ReadTimeout = 30 * time.Second
 
 // RedisStartTimeout bounds the first call to REDIS_URL's Redis when it is
 // the only store: an example whose Redis is down at start exits with the
-// error after one dial's time, rather than redialling for ever. (With
-// DATABASE_URL too, the tiered store starts without Redis and falls back.)
+// error after one dial's time, not after go-redis's retries (about 20 s).
+// With DATABASE_URL too, the tiered store starts without Redis and falls
+// back.
 const RedisStartTimeout = 5 * time.Second
 
 // App is what an example server needs.
@@ -127,7 +129,10 @@ func Setup() (*App, error) {
 		cancel()
 		if err != nil {
 			a.Close()
-			return nil, fmt.Errorf("REDIS_URL: no answer within %v: %w", RedisStartTimeout, err)
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("no answer within %v: %w", RedisStartTimeout, err)
+			}
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
 		a.Logger.Info("store: redis", "url", redacted(redisURL))
 	case dbURL != "":
