@@ -2,6 +2,7 @@ package blackbox
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/idem-go/idem/core/idemtest"
@@ -11,6 +12,7 @@ import (
 // a keyed POST whose declared body is over 1 MiB (MaxBodyBytes) gets 413,
 // and the request that follows its headers in the body's bytes, a complete
 // POST /orders, never runs. Keyed requests within the bound still replay.
+// A client sending a body over the bound reads the 413.
 func TestExamplesStreamBodySmuggling(t *testing.T) {
 	for _, fw := range []string{"fiber", "fiberv3"} {
 		t.Run(fw, func(t *testing.T) {
@@ -29,6 +31,15 @@ func TestExamplesStreamBodySmuggling(t *testing.T) {
 			}
 			if n := s.count(); n != before {
 				t.Fatalf("%d orders after the smuggling attempt, want %d: the smuggled request ran", n, before)
+			}
+			// net/http's client reads the answer while it sends the body: it
+			// gets the 413, not a connection reset by a server that closed
+			// with the body unread.
+			large := `{"item": "pen", "qty": 1, "note": "` + strings.Repeat("x", 1<<20) + `"}`
+			for i := range 20 {
+				if r := s.post("erin", newKey(t), large); r.status != http.StatusRequestEntityTooLarge {
+					t.Fatalf("a body over 1 MiB, request %d: %d, want 413", i, r.status)
+				}
 			}
 		})
 	}
