@@ -19,13 +19,11 @@ var _ core.Admin = (*Store)(nil)
 // answer core.ErrNotFound for it, and InFlight leaves it out.
 //
 // A key that the transactional mode holds has no row until its
-// transaction commits, only the key's advisory lock: Inspect finds it in
-// pg_locks, never by trying the lock (the tiered store inspects the
+// transaction commits, only the key's advisory lock: Inspect and Purge find
+// it in pg_locks, never by trying the lock (the tiered store inspects the
 // durable tier for every duplicate that meets the fast tier's lock, and a
-// lock taken for a moment would refuse the request about to begin as in
-// flight); Purge tries it and holds it for its transaction, as the lease
-// mode's acquire does; Unlock names its session from pg_locks; InFlight
-// cannot list it.
+// lock taken for a moment would refuse a request beginning then as in
+// flight); Unlock names its session from pg_locks; InFlight cannot list it.
 type adminStatements struct {
 	inspect, lockForPurge, heldByTx, purge, unlock, inflight, holder string
 }
@@ -35,20 +33,15 @@ func (s *Store) adminSQL() adminStatements {
 	return adminStatements{
 		// The key's live row; without one, a row 'processing' with no
 		// times if the transactional mode holds the key ($2: keyLock and
-		// the key). CASE reads pg_locks only when there is no row. A
-		// bigint advisory lock shows in pg_locks as its high half in
-		// classid, its low half in objid, and objsubid 1.
+		// the key). CASE reads pg_locks only when there is no row.
 		inspect: `WITH r AS (SELECT status, record, created_at, COALESCE(locked_until, expires_at) AS until FROM ` + t + `
 	WHERE key = $1 AND ((status = 'processing' AND locked_until > now()) OR (status = 'completed' AND expires_at > now())))
 SELECT status, record, created_at, until FROM r
 UNION ALL
 SELECT 'processing', NULL, NULL, NULL
-WHERE CASE WHEN EXISTS (SELECT FROM r) THEN false ELSE EXISTS (SELECT FROM pg_locks l
-	WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-	AND (l.classid::bigint << 32 | l.objid::bigint) = hashtextextended($2, 0)) END`,
+WHERE CASE WHEN EXISTS (SELECT FROM r) THEN false ELSE EXISTS (SELECT FROM pg_locks l WHERE ` + advisoryLock("$2") + `) END`,
 		lockForPurge: `SELECT status, COALESCE(locked_until, expires_at) > now() FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
-		heldByTx:     `SELECT NOT pg_try_advisory_xact_lock(hashtextextended($1, 0))`,
+		heldByTx:     `SELECT EXISTS (SELECT FROM pg_locks l WHERE ` + advisoryLock("$1") + `)`,
 		purge:        `DELETE FROM ` + t + ` WHERE key = $1`,
 		unlock:       `DELETE FROM ` + t + ` WHERE key = $1 AND status = 'processing' AND locked_until > now()`,
 		// Through the partial index on locked_until of the 'processing' rows.
@@ -56,12 +49,20 @@ WHERE CASE WHEN EXISTS (SELECT FROM r) THEN false ELSE EXISTS (SELECT FROM pg_lo
 WHERE status = 'processing' AND locked_until > now() ORDER BY created_at, key LIMIT $1`,
 		// The session holding the key's advisory lock ($1: keyLock and the
 		// key), and since when its transaction runs (NULL when this role
-		// may not see it), read as inspect reads it.
+		// may not see it).
 		holder: `SELECT l.pid, a.xact_start FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-AND (l.classid::bigint << 32 | l.objid::bigint) = hashtextextended($1, 0) LIMIT 1`,
+WHERE ` + advisoryLock("$1") + ` LIMIT 1`,
 	}
+}
+
+// advisoryLock is the condition on pg_locks l of the granted advisory lock
+// of the bigint hashtextextended(param, 0) in this database: such a lock
+// shows as its high half in classid, its low half in objid, and objsubid 1.
+// pg_locks is a snapshot of the lock table, read without taking the lock.
+func advisoryLock(param string) string {
+	return `l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND (l.classid::bigint << 32 | l.objid::bigint) = hashtextextended(` + param + `, 0)`
 }
 
 // Inspect implements core.Admin in one statement. LockedAt is the row's
