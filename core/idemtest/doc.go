@@ -15,6 +15,11 @@
 //     so does every framework adapter. On a core.TxStore it also checks
 //     that a failed commit answers 503 and nothing of the handler's response
 //     reached the client (on NewTxStore, an in-memory TxStore, otherwise).
+//   - TestSmuggling, TestTruncatedBody and TestRefusedLargeBody check how
+//     an HTTP integration reads a request body it refuses or that ends
+//     short: nothing smuggled in a refused body runs, a cut body runs
+//     nothing, and a client still sending a refused large body reads the
+//     answer.
 //   - NewTxStore returns a TxStore, a core.TxStore in memory whose commits
 //     fail on demand, for an adapter's tests of Buffered flights without a
 //     database.
