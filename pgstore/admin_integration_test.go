@@ -120,18 +120,25 @@ func TestAdminInFlightUsesIndex(t *testing.T) {
 	}
 }
 
-// TestAdminTxHeldKey: a key that the transactional mode holds has no row,
-// only an advisory lock; the admin methods of a Store on the same table
-// (idemctl's) see it in flight, refuse to purge it, and do not unlock it
-// but name the session holding it; the transaction then commits as usual.
-func TestAdminTxHeldKey(t *testing.T) {
-	ctx := context.Background()
+// newAdminTx returns a Store (idemctl's) and a transactional Store on one
+// table of the test's own.
+func newAdminTx(t *testing.T) (*pgstore.Store, *pgstore.TxStore) {
 	admin, pool, schema := newStore(t, nil)
 	txs, err := pgstore.NewTx(pool, &pgstore.Options{Schema: schema, JanitorInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(txs.Close)
+	return admin, txs
+}
+
+// TestAdminTxHeldKey: a key that the transactional mode holds has no row,
+// only an advisory lock; the admin methods of a Store on the same table
+// (idemctl's) see it in flight, refuse to purge it, and do not unlock it
+// but name the session holding it; the transaction then commits as usual.
+func TestAdminTxHeldKey(t *testing.T) {
+	ctx := context.Background()
+	admin, txs := newAdminTx(t)
 	key := idemtest.Key(t)
 	_, tx, err := txs.Begin(ctx, key, time.Minute)
 	if err != nil || tx == nil {
@@ -186,12 +193,7 @@ func TestAdminTxHeldKey(t *testing.T) {
 // fail too now and then, and nobody ran the key.
 func TestAdminLeavesTheLock(t *testing.T) {
 	ctx := context.Background()
-	admin, pool, schema := newStore(t, nil)
-	txs, err := pgstore.NewTx(pool, &pgstore.Options{Schema: schema, JanitorInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(txs.Close)
+	admin, txs := newAdminTx(t)
 	key := idemtest.Key(t)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
