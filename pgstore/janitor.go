@@ -12,24 +12,15 @@ import (
 // janitor sweeps every JanitorInterval until Close.
 func (s *Store) janitor() {
 	defer close(s.done)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-s.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	t := time.NewTicker(s.opts.JanitorInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-ctx.Done():
+		case <-s.stop:
 			return
 		case <-t.C:
 		}
-		if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+		if n, err := s.sweep(context.Background(), s.stop); err != nil {
 			s.opts.Logger.Warn("pgstore: janitor", "table", s.opts.ident(s.opts.Table), "deleted", n, "err", err)
 		}
 	}
@@ -44,14 +35,40 @@ func (s *Store) janitor() {
 // session advisory lock); otherwise it returns 0 at once. The janitor
 // calls it; call it yourself with Options.JanitorInterval < 0.
 func (s *Store) Sweep(ctx context.Context) (deleted int64, err error) {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
+	return s.sweep(ctx, nil)
+}
+
+// sweep is Sweep for the janitor too: once stop is closed it ends between
+// two statements, never in one (PostgreSQL could still run a statement its
+// client gave up on, after Close returned), and with stop each statement
+// runs within Options.Timeout.
+func (s *Store) sweep(ctx context.Context, stop <-chan struct{}) (deleted int64, err error) {
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	}
+	bound := func() (context.Context, context.CancelFunc) {
+		if stop == nil || s.opts.Timeout <= 0 {
+			return ctx, func() {}
+		}
+		return context.WithTimeout(ctx, s.opts.Timeout)
+	}
+	cctx, cancel := bound()
+	conn, err := pgx.ConnectConfig(cctx, s.pool.Config().ConnConfig)
+	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: sweep: %w", err)
 	}
 	// Closing the connection releases the advisory lock.
 	defer conn.Close(context.WithoutCancel(ctx))
 	var locked bool
-	err = conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", s.sql.lockID).Scan(&locked)
+	cctx, cancel = bound()
+	err = conn.QueryRow(cctx, "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", s.sql.lockID).Scan(&locked)
+	cancel()
 	if err != nil || !locked {
 		return 0, wrapSweep(err)
 	}
@@ -66,7 +83,12 @@ func (s *Store) Sweep(ctx context.Context) (deleted int64, err error) {
 		{s.qsql.sweep, []any{batch}},
 	} {
 		for {
-			tag, err := conn.Exec(ctx, q.sql, q.args...)
+			if stopped() {
+				return deleted, nil
+			}
+			cctx, cancel := bound()
+			tag, err := conn.Exec(cctx, q.sql, q.args...)
+			cancel()
 			if err != nil {
 				return deleted, wrapSweep(err)
 			}

@@ -165,8 +165,8 @@ func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
 }
 
 // Close stops the janitor, waiting for a sweep in progress to end its
-// current batch, and the purge listener (SetInvalidate). It does not close
-// the pool.
+// current statement (at most Options.Timeout), and the purge listener
+// (SetInvalidate). It does not close the pool.
 func (s *Store) Close() {
 	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.done
