@@ -8,6 +8,7 @@ package blackbox
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -220,6 +221,7 @@ func TestExamples(t *testing.T) {
 			t.Parallel()
 			s := start(t, build(t, fw))
 			testContract(t, s)
+			testBodies(t, s)
 			testSpec(t, s)
 		})
 	}
@@ -347,6 +349,32 @@ func testContract(t *testing.T, s *server) {
 
 	if got := s.count() - before; got != 6 {
 		t.Fatalf("%d orders created, want 6 (alice's book, bob's book, the pen, the cup, two without a key)", got)
+	}
+}
+
+// testBodies: a handler reads at most 1 MiB of a body, with a key or
+// without, and reads it as received: a compressed body is not inflated.
+func testBodies(t *testing.T, s *server) {
+	before := s.count()
+	large := `{"item": "pen", "qty": 1, "note": "` + strings.Repeat("x", 1<<20) + `"}`
+	wantProblem(t, "a keyed body over 1 MiB", s.post("dave", newKey(t), large), http.StatusRequestEntityTooLarge, "body-too-large")
+	r := s.post("dave", "", large)
+	wantStatus(t, "a body over 1 MiB without a key", r, http.StatusRequestEntityTooLarge)
+	if strings.HasPrefix(r.header.Get("Content-Type"), "application/problem+json") {
+		t.Fatalf("the handler's 413 looks like idem's: %s", r.body)
+	}
+
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	w.Write([]byte(`{"item": "book", "qty": 1}`)) //nolint:errcheck // a bytes.Buffer
+	w.Close()                                     //nolint:errcheck
+	req, _ := http.NewRequest(http.MethodPost, s.url+"/orders", &gz)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Encoding", "gzip")
+	wantStatus(t, "a gzip body", s.do(req), http.StatusBadRequest)
+
+	if n := s.count(); n != before {
+		t.Fatalf("%d orders created, want none", n-before)
 	}
 }
 

@@ -40,6 +40,9 @@ func TestExamplesStreamBodySmuggling(t *testing.T) {
 				if r := s.post("erin", newKey(t), large); r.status != http.StatusRequestEntityTooLarge {
 					t.Fatalf("a body over 1 MiB, request %d: %d, want 413", i, r.status)
 				}
+				if r := s.post("erin", "", large); r.status != http.StatusRequestEntityTooLarge {
+					t.Fatalf("a body over 1 MiB without a key, request %d: %d, want 413", i, r.status)
+				}
 			}
 		})
 	}

@@ -10,7 +10,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/http"
@@ -78,6 +77,7 @@ type handlers struct{ svc *orders.Service }
 //	@Param		order		body		orders.CreateRequest	true	"the order"
 //	@Success	201			{object}	orders.Order
 //	@Failure	400			{object}	orders.Error
+//	@Failure	413			{object}	orders.Error
 //	@Failure	500			{object}	orders.Error
 //	@Router		/orders [post]
 func (h *handlers) create(c echo.Context) error {
@@ -85,9 +85,9 @@ func (h *handlers) create(c echo.Context) error {
 	// Content-Type says (c.Bind would pick a binder by Content-Type), and
 	// all of it (Echo's JSONSerializer decodes a stream, and would take
 	// {"item":"book","qty":1}xyz for an order).
-	body, err := io.ReadAll(c.Request().Body)
+	body, err := orders.ReadBody(c.Request().Body)
 	if err != nil {
-		return echo.NewHTTPError(http.StatusBadRequest, err.Error()).SetInternal(err)
+		return echo.NewHTTPError(orders.BodyStatus(err), err.Error()).SetInternal(err)
 	}
 	req, err := orders.Decode(body)
 	if err != nil {

@@ -9,7 +9,6 @@ package main
 
 import (
 	"errors"
-	"io"
 	"log"
 	"net/http"
 
@@ -78,14 +77,15 @@ type handlers struct{ svc *orders.Service }
 //	@Param		order		body		orders.CreateRequest	true	"the order"
 //	@Success	201			{object}	orders.Order
 //	@Failure	400			{object}	orders.Error
+//	@Failure	413			{object}	orders.Error
 //	@Failure	500			{object}	orders.Error
 //	@Router		/orders [post]
 func (h *handlers) create(c *echo.Context) error {
 	// orders.Decode, as in the other examples: JSON whatever the
 	// Content-Type says, and all of it.
-	body, err := io.ReadAll(c.Request().Body)
+	body, err := orders.ReadBody(c.Request().Body)
 	if err != nil {
-		return echo.NewHTTPError(http.StatusBadRequest, err.Error()).Wrap(err)
+		return echo.NewHTTPError(orders.BodyStatus(err), err.Error()).Wrap(err)
 	}
 	req, err := orders.Decode(body)
 	if err != nil {

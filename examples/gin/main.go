@@ -88,14 +88,15 @@ type handlers struct{ svc *orders.Service }
 //	@Param		order		body		orders.CreateRequest	true	"the order"
 //	@Success	201			{object}	orders.Order
 //	@Failure	400			{object}	orders.Error
+//	@Failure	413			{object}	orders.Error
 //	@Failure	500			{object}	orders.Error
 //	@Router		/orders [post]
 func (h *handlers) create(c *gin.Context) {
 	// orders.Decode, as in the other examples: c.ShouldBindJSON decodes a
 	// stream, and would take {"item":"book","qty":1}xyz for an order.
-	body, err := c.GetRawData()
+	body, err := orders.ReadBody(c.Request.Body)
 	if err != nil {
-		c.JSON(http.StatusBadRequest, orders.Error{Error: err.Error()})
+		c.JSON(orders.BodyStatus(err), orders.Error{Error: err.Error()})
 		return
 	}
 	req, err := orders.Decode(body)

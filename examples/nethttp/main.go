@@ -9,7 +9,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"log"
 	"net/http"
 
@@ -64,12 +63,13 @@ type handlers struct{ svc *orders.Service }
 //	@Param		order		body		orders.CreateRequest	true	"the order"
 //	@Success	201			{object}	orders.Order
 //	@Failure	400			{object}	orders.Error
+//	@Failure	413			{object}	orders.Error
 //	@Failure	500			{object}	orders.Error
 //	@Router		/orders [post]
 func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
+	body, err := orders.ReadBody(r.Body)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, orders.Error{Error: err.Error()})
+		writeJSON(w, orders.BodyStatus(err), orders.Error{Error: err.Error()})
 		return
 	}
 	req, err := orders.Decode(body)

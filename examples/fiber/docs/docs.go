@@ -74,6 +74,12 @@ const docTemplate = `{
                             "$ref": "#/definitions/orders.Error"
                         }
                     },
+                    "413": {
+                        "description": "Request Entity Too Large",
+                        "schema": {
+                            "$ref": "#/definitions/orders.Error"
+                        }
+                    },
                     "500": {
                         "description": "Internal Server Error",
                         "schema": {

@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -96,6 +98,34 @@ const (
 	// to a Redis that is down waits for it to come back (redislock.NewClient).
 	redisTimeout = time.Second
 )
+
+// MaxBodyBytes bounds a POST /orders body, with a key or without: idem
+// refuses a keyed body over its Config.MaxBodyBytes (the same 1 MiB by
+// default) before the handler runs, and ReadBody refuses the others.
+const MaxBodyBytes = 1 << 20
+
+// ErrTooLarge is ReadBody's error for a body over MaxBodyBytes.
+var ErrTooLarge = fmt.Errorf("request body over %d bytes", MaxBodyBytes)
+
+// ReadBody reads a request body as received, at most MaxBodyBytes of it.
+// The handlers read no more: a request without a key, which idem does not
+// read, could otherwise fill the process's memory.
+func ReadBody(r io.Reader) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r, MaxBodyBytes+1))
+	if err == nil && len(body) > MaxBodyBytes {
+		return nil, ErrTooLarge
+	}
+	return body, err
+}
+
+// BodyStatus is the status of a ReadBody error: 413 for ErrTooLarge, 400
+// for a body the client broke off.
+func BodyStatus(err error) int {
+	if errors.Is(err, ErrTooLarge) {
+		return http.StatusRequestEntityTooLarge
+	}
+	return http.StatusBadRequest
+}
 
 // Decode parses a POST /orders body; broken JSON or qty <= 0 is ErrInvalid.
 func Decode(body []byte) (CreateRequest, error) {
