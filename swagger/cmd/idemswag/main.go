@@ -1,9 +1,11 @@
 // Command idemswag documents the idempotency key in the swagger.json and
 // swagger.yaml files that swag init writes (or any Swagger 2.0 or OpenAPI 3
-// file), rewriting them in place. Run it after swag init:
+// file), rewriting them in place. Add it as a tool of your module
+// (go get -tool github.com/idem-go/idem/swagger/cmd/idemswag@latest) and run
+// it after swag init:
 //
 //	//go:generate swag init
-//	//go:generate go run github.com/idem-go/idem/swagger/cmd/idemswag -dir docs -required -op "POST /api/v1/orders"
+//	//go:generate go tool idemswag -dir docs -required -op "POST /api/v1/orders"
 //
 // Flags:
 //
