@@ -177,11 +177,16 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 		raw, token, tx, err := e.storeAcquire(sc.start(l.ctx, sent.Add(e.cfg.StoreTimeout)), l.id)
 		switch {
 		case err == nil && tx != nil:
-			l.tx = tx // held by its transaction: nothing to refresh
+			l.tx = tx                        // held by its transaction: nothing to refresh,
+			if lt, ok := tx.(leasedTx); ok { // unless a lock stands in for it
+				var lease time.Duration
+				l.token, lease = lt.lease()
+				l.startRefresh(sent, lease)
+			}
 			return l, nil, nil
 		case err == nil && token != "":
 			l.token = token
-			l.startRefresh(sent)
+			l.startRefresh(sent, e.initialLease)
 			return l, nil, nil
 		case err == nil:
 			return l.replay(raw)
@@ -215,6 +220,15 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 		l.observe(OutcomeConflict, a.conflict)
 		return nil, nil, ErrInFlight
 	}
+}
+
+// leasedTx is a Tx that holds its key by a lock that expires, refreshed as
+// a lease's: the tiered store's fast lock, the durable tier being down
+// (fastTxn). lease returns the lock's Store token and how long it was
+// taken for.
+type leasedTx interface {
+	Tx
+	lease() (token string, lease time.Duration)
 }
 
 // storeAcquire calls Store.Acquire, taking the initial lease, or
@@ -570,12 +584,12 @@ func (l *Lease) finish() bool {
 	return true
 }
 
-// startRefresh has an Engine's refresher extend the lock while the work
-// runs, so that slow work keeps its lock and is never run twice: a third
-// into the initial lease, then every LockTTL/3.
-func (l *Lease) startRefresh(taken time.Time) {
+// startRefresh has an Engine's refresher extend the lock, taken for lease,
+// while the work runs, so that slow work keeps its lock and is never run
+// twice: a third into the initial lease, then every LockTTL/3.
+func (l *Lease) startRefresh(taken time.Time, lease time.Duration) {
 	l.mu.Lock()
-	l.held, l.lease = taken, l.e.initialLease
+	l.held, l.lease = taken, lease
 	l.scheduleRefresh(taken.Add(l.lease / 3))
 	l.mu.Unlock()
 }

@@ -30,6 +30,9 @@ type tiered struct {
 // fast tier serves replays in one round trip and holds off duplicates.
 // When the fast tier fails, calls go to the durable tier alone
 // (OutcomeFallback); when it lost its data, records are written back to it.
+// When the durable tier fails to take a key, the fast tier's lock alone
+// holds it, and the record is written to the durable tier too if it
+// answers by the time the work completes.
 // The store implements Admin, Checkpointer and Invalidator, and
 // TxStore if durable does (pgstore.NewTx): the durable tier's transaction
 // then holds the key and commits the record, and the fast tier serves
@@ -211,6 +214,9 @@ func (t *tiered) Complete(ctx context.Context, key, token string, record []byte,
 	}
 	ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Complete(ctx, key, ft, record, ttl) })
 	switch {
+	case dt == "" && ferr == nil:
+		t.keepDurable(ctx, key, record, ttl)
+		return nil
 	case dt == "" || derr != nil && ferr == nil:
 		if derr != nil {
 			t.fallback(ctx, "durable", "complete", derr)
@@ -220,6 +226,26 @@ func (t *tiered) Complete(ctx context.Context, key, token string, record []byte,
 		t.fallback(ctx, "fast", "complete", ferr)
 	}
 	return derr
+}
+
+// keepDurable stores the record of a key that the fast tier alone held
+// (the durable tier was down, or slower than its share of the time, when
+// the key was taken) in the durable tier too, if it answers now: the
+// record then survives the fast tier losing its data. It takes the durable
+// tier's lock of the key first, outside any quota (the key was admitted
+// already), and leaves alone a key the durable tier holds or has a record
+// of. It gets what is left of ctx's time; a failure is a fallback event.
+func (t *tiered) keepDurable(ctx context.Context, key string, record []byte, ttl time.Duration) {
+	ctx = withoutQuota{ctx}
+	_, dt, err := t.durable.Acquire(ctx, key, fastLease)
+	if err == nil && dt != "" {
+		if err = t.durable.Complete(ctx, key, dt, record, ttl); err != nil {
+			t.durable.Release(ctx, key, dt) //nolint:errcheck // it expires
+		}
+	}
+	if err != nil && !errors.Is(err, ErrInFlight) {
+		t.fallback(ctx, "durable", "complete", err)
+	}
 }
 
 // Release implements Store.
@@ -453,15 +479,15 @@ type tieredTx struct {
 // lock, taken for the initial lease only (a crashed process's lock holds
 // off retries that long), is completed with the record after the commit.
 // With the durable tier down, the fast tier's lock alone holds the key, as
-// in Acquire: the work runs protected, without a transaction. A busy
-// durable tier (ErrStoreBusy) is no outage: the call is refused.
+// in Acquire: the work runs protected, without a transaction (fastTxn). A
+// busy durable tier (ErrStoreBusy) is no outage: the call is refused.
 func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, Tx, error) {
 	var (
 		rec []byte
 		ft  string
 	)
 	err := t.fastCall(ctx, func(ctx context.Context) (err error) {
-		rec, ft, err = t.fast.Acquire(ctx, key, min(idle, minInitialLease))
+		rec, ft, err = t.fast.Acquire(ctx, key, min(idle, fastLease))
 		return err
 	})
 	switch {
@@ -481,9 +507,9 @@ func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([
 	rec, tx, err := t.tx.Begin(dctx, key, idle)
 	cancel()
 	if err != nil && ft != "" && !errors.Is(err, ErrInFlight) && !errors.Is(err, ErrQuotaExceeded) && !errors.Is(err, ErrStoreBusy) {
-		// The fast lock alone holds the key, for idle as a transaction
-		// would: nothing refreshes it.
-		if ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Refresh(ctx, key, ft, idle) }); ferr == nil {
+		// The fast lock alone holds the key, if it still does: a lease,
+		// which the Engine refreshes (fastTxn.lease).
+		if ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Refresh(ctx, key, ft, fastLease) }); ferr == nil {
 			t.fallback(ctx, "durable", "begin", err)
 			return nil, &fastTxn{t: t, key: key, ft: ft}, nil
 		}
@@ -496,6 +522,10 @@ func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([
 	}
 	return rec, &tieredTxn{Tx: tx, t: t, key: key, ft: ft}, nil
 }
+
+// fastLease is how long tieredTx.Begin takes the fast tier's lock for: a
+// crashed process's lock holds off retries that long.
+const fastLease = minInitialLease
 
 // endFast completes the fast tier's lock ft with rec, the record of the
 // key, or releases it if there is none.
@@ -543,11 +573,12 @@ func (x *tieredTxn) endFast(ctx context.Context, record []byte) {
 }
 
 // fastTxn is a key held by the fast tier's lock alone, the durable tier
-// being down: no transaction, the record stored in the fast tier. The
-// work's effects happened whatever the store does, so a failed store is a
-// fallback event, not a failed commit (which would answer 503 and release
-// the lock for a retry to run the work again): the lock is left to expire,
-// as in the lease mode.
+// being down or slow: no transaction, a lease that the Engine refreshes,
+// and the record stored in the fast tier, then in the durable one if it
+// answers by then (keepDurable). The work's effects happened whatever the
+// store does, so a failed store is a fallback event, not a failed commit
+// (which would answer 503 and release the lock for a retry to run the work
+// again): the lock is left to expire, as in the lease mode.
 type fastTxn struct {
 	t   *tieredTx
 	key string
@@ -556,11 +587,15 @@ type fastTxn struct {
 
 func (x *fastTxn) Context(ctx context.Context) context.Context { return ctx }
 
+func (x *fastTxn) lease() (string, time.Duration) { return tieredToken(x.ft, ""), fastLease }
+
 func (x *fastTxn) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
 	err := x.t.fastCall(ctx, func(ctx context.Context) error { return x.t.fast.Complete(ctx, x.key, x.ft, record, ttl) })
 	if err != nil {
 		x.t.fallback(ctx, "fast", "complete", err)
+		return nil
 	}
+	x.t.keepDurable(ctx, x.key, record, ttl)
 	return nil
 }
 

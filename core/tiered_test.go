@@ -570,11 +570,18 @@ func TestTieredTxHTTPConformance(t *testing.T) {
 	})
 }
 
-// downTx is a TxStore whose Begin fails while down, and answers
-// ErrStoreBusy while busy.
+// downTx is a TxStore whose Begin and Acquire fail while down, and whose
+// Begin answers ErrStoreBusy while busy.
 type downTx struct {
 	core.TxStore
 	down, busy atomic.Bool
+}
+
+func (d *downTx) Acquire(ctx context.Context, key string, ttl time.Duration) ([]byte, string, error) {
+	if d.down.Load() {
+		return nil, "", errors.New("durable tier down")
+	}
+	return d.TxStore.Acquire(ctx, key, ttl)
 }
 
 func (d *downTx) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
@@ -614,6 +621,85 @@ func TestTieredTxDurableDown(t *testing.T) {
 	if ev.count(core.OutcomeFallback) == 0 {
 		t.Error("no fallback reported")
 	}
+}
+
+// A durable tier that failed to take a key (down, or slower than its share
+// of StoreTimeout) but answers by the time the work completes gets the
+// record too: the record survives the fast tier losing its data, and the
+// work does not run again. One that still fails then is a fallback event.
+func TestTieredFallbackRecordReachesDurable(t *testing.T) {
+	for _, mode := range []string{"lease", "transactional"} {
+		t.Run(mode, func(t *testing.T) {
+			fast := newTier()
+			var durable core.Store
+			var down func(bool)
+			if mode == "lease" {
+				d := newTier()
+				durable, down = d, func(b bool) { d.set(b, false) }
+			} else {
+				d := &downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}
+				durable, down = d, d.down.Store
+			}
+			var ev events
+			eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), Observer: ev.observe})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs atomic.Int32
+			for i, key := range []string{"kept", "lost"} {
+				down(true)
+				l, _, err := eng.Acquire(&core.Call{Key: key})
+				if err != nil || l == nil || !l.Protected() {
+					t.Fatalf("%s: %v, %v; want a protected lease", key, l, err)
+				}
+				runs.Add(1)
+				down(i == 1) // "kept": the durable tier is back when the work completes
+				if err := l.Complete(&core.Record{Code: 201, Body: []byte(key)}); err != nil {
+					t.Fatalf("%s: Complete: %v", key, err)
+				}
+			}
+			fallbacks := ev.count(core.OutcomeFallback)
+			if fallbacks != 3 {
+				t.Errorf("%d fallback events, want 3: two when the keys were taken, one when %q was not kept", fallbacks, "lost")
+			}
+			down(false)
+			fast.lose()
+			if rec, err := run(t, eng, "kept", &runs); err != nil || rec == nil || runs.Load() != 2 {
+				t.Fatalf("kept, after the fast tier lost its data: %v, %v, %d runs; want the replay, 2 runs", rec, err, runs.Load())
+			}
+			l, rec, err := eng.Acquire(&core.Call{Key: "lost"})
+			if l == nil || rec != nil || err != nil {
+				t.Fatalf("lost: %v, %v, %v; want a lease (the record is gone with the fast tier's data)", l, rec, err)
+			}
+			l.Release(0, nil)
+		})
+	}
+}
+
+// The record written to the durable tier after the fact does not count
+// against the scope's quota there a second time: the key was admitted when
+// it was taken.
+func TestTieredFallbackRecordOutsideQuota(t *testing.T) {
+	fast, durable := newTier(), newTier()
+	eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), Quota: core.Quota{PerWindow: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	durable.set(true, false)
+	l, _, err := eng.Acquire(&core.Call{Key: "a", Scope: "u"})
+	if err != nil || l == nil {
+		t.Fatalf("a: %v, %v", l, err)
+	}
+	durable.set(false, false)
+	if err := l.Complete(&core.Record{Code: 201}); err != nil {
+		t.Fatal(err)
+	}
+	fast.lose() // and its count of u's keys
+	l, _, err = eng.Acquire(&core.Call{Key: "b", Scope: "u"})
+	if err != nil || l == nil {
+		t.Fatalf("b, the first key the durable tier admits for u: %v, %v; want a lease", l, err)
+	}
+	l.Release(0, nil)
 }
 
 // A busy durable TxStore is no outage: the call is refused (the fast

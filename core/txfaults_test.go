@@ -117,9 +117,11 @@ func (failingTx) Begin(context.Context, string, time.Duration) ([]byte, core.Tx,
 	return nil, nil, errors.New("postgres down")
 }
 
-// tiered over a TxStore with the durable tier down: the fast lock is
-// taken for the initial lease only and never refreshed (l.tx != nil), so a
-// duplicate runs the work again after 10 s.
+// tiered over a TxStore with the durable tier down: the fast lock alone
+// holds the key, a lease the Engine refreshes while the work runs, so that
+// no duplicate runs it meanwhile; until the first refresh, the lock lives
+// 10 s, which is how long a crash in the first seconds holds the key
+// (not LockTTL).
 func TestTieredTxFallbackLockHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fast := core.NewMemoryStore(0)
@@ -131,6 +133,13 @@ func TestTieredTxFallbackLockHeld(t *testing.T) {
 		l1, _, err := e.Acquire(&core.Call{Key: "k", Scope: "s"})
 		if err != nil || l1 == nil || !l1.Protected() {
 			t.Fatalf("first: %v %v", l1, err)
+		}
+		lock, err := fast.Inspect(context.Background(), core.ID("s", "k", ""))
+		if err != nil || lock.Record != nil {
+			t.Fatalf("the fast tier's lock: %+v, %v", lock, err)
+		}
+		if left := time.Until(lock.Expires); left > 10*time.Second || left < 9*time.Second {
+			t.Fatalf("the fast tier's lock expires in %v, want 10 s (a crash holds the key that long)", left)
 		}
 		advance(15 * time.Second) // the first request's work is still running
 		l2, rec, err := e.Acquire(&core.Call{Key: "k", Scope: "s"})
@@ -177,6 +186,8 @@ func TestTieredTxSteps(t *testing.T) {
 	for name, s := range map[string]core.Store{
 		"durable alone": stepTxStore{core.NewMemoryStore(0)},
 		"tiered":        core.NewTiered(core.NewMemoryStore(0), stepTxStore{core.NewMemoryStore(0)}),
+		// the fast tier's lock alone, checkpoints in the fast tier
+		"tiered, durable down": core.NewTiered(core.NewMemoryStore(0), failingTx{core.NewMemoryStore(0)}),
 	} {
 		e, _ := core.New(core.Config{Store: s})
 		_, _, err := core.Do(context.Background(), e, "u", "k", func(ctx context.Context) (int, error) {
