@@ -84,7 +84,8 @@ type charge struct {
 
 func (s *server) create(w http.ResponseWriter, r *http.Request) {
 	var req createRequest
-	// At most 1 MiB, as idem reads of a keyed body: a keyless one is refused below, after its decoding.
+	// At most 1 MiB, idem's bound for a keyed body (a body without a key is
+	// refused below, but only once decoded).
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil || req.Amount <= 0 || req.Account == "" ||
 		req.FailAfter != "" && req.FailAfter != "charge" && req.FailAfter != "record" {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"amount": positive, "account": non-empty, "fail_after": "charge", "record" or ""}`})
