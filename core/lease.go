@@ -177,12 +177,15 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 		raw, token, tx, err := e.storeAcquire(sc.start(l.ctx, sent.Add(e.cfg.StoreTimeout)), l.id)
 		switch {
 		case err == nil && tx != nil:
-			l.tx = tx                        // held by its transaction: nothing to refresh,
-			if lt, ok := tx.(leasedTx); ok { // unless a lock stands in for it
+			// A lock standing in for the transaction is a lease, completed
+			// and released through the Store with its token.
+			if lt, ok := tx.(leasedTx); ok {
 				var lease time.Duration
 				l.token, lease = lt.lease()
 				l.startRefresh(sent, lease)
+				return l, nil, nil
 			}
+			l.tx = tx // held by its transaction: nothing to refresh
 			return l, nil, nil
 		case err == nil && token != "":
 			l.token = token
@@ -222,10 +225,10 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 	}
 }
 
-// leasedTx is a Tx that holds its key by a lock that expires, refreshed as
-// a lease's: the tiered store's fast lock, the durable tier being down
-// (fastTxn). lease returns the lock's Store token and how long it was
-// taken for.
+// leasedTx is a Tx that holds its key by a lock that expires: the tiered
+// store's fast lock, the durable tier being down (fastTxn). The Engine runs
+// it as a lease, with the lock's Store token and how long it was taken for,
+// which lease returns.
 type leasedTx interface {
 	Tx
 	lease() (token string, lease time.Duration)

@@ -81,16 +81,6 @@ func withQuota(ctx context.Context, scope string, q Quota) context.Context {
 	return context.WithValue(ctx, quotaKey{}, &quotaCall{scope: hex.EncodeToString(sum[:16]), q: q})
 }
 
-// withoutQuota is a context without the quota of the context it wraps.
-type withoutQuota struct{ context.Context }
-
-func (c withoutQuota) Value(key any) any {
-	if key == (quotaKey{}) {
-		return nil
-	}
-	return c.Context.Value(key)
-}
-
 func (q Quota) set() bool { return q.InFlight > 0 || q.PerWindow > 0 }
 
 // setDefaults checks q and fills its Window.

@@ -49,7 +49,7 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 	}
 	cp := l.e.checkpointer()
 	st := stepTx(l.tx)
-	if cp == nil || l.tx != nil && st == nil && l.token == "" { // a leasedTx's lock has a token
+	if cp == nil || l.tx != nil && st == nil {
 		return zero, fmt.Errorf("%w: step %q", errNoCheckpoints, name)
 	}
 	data, found, err := l.checkpoint(cp, name)

@@ -214,8 +214,18 @@ func (t *tiered) Complete(ctx context.Context, key, token string, record []byte,
 	}
 	ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Complete(ctx, key, ft, record, ttl) })
 	switch {
-	case dt == "" && ferr == nil:
-		t.keepDurable(ctx, key, record, ttl)
+	case dt == "" && !errors.Is(ferr, ErrLockLost):
+		// The fast tier alone held the key: the durable tier gets the
+		// record too if it answers now, and is the one that holds it if
+		// the fast tier failed to (a duplicate meeting the fast tier's
+		// lock reads it there).
+		if kerr := t.keepDurable(ctx, key, record, ttl); kerr != nil {
+			t.fallback(ctx, "durable", "complete", kerr)
+			return ferr
+		}
+		if ferr != nil {
+			t.fallback(ctx, "fast", "complete", ferr)
+		}
 		return nil
 	case dt == "" || derr != nil && ferr == nil:
 		if derr != nil {
@@ -230,22 +240,23 @@ func (t *tiered) Complete(ctx context.Context, key, token string, record []byte,
 
 // keepDurable stores the record of a key that the fast tier alone held
 // (the durable tier was down, or slower than its share of the time, when
-// the key was taken) in the durable tier too, if it answers now: the
-// record then survives the fast tier losing its data. It takes the durable
-// tier's lock of the key first, outside any quota (the key was admitted
-// already), and leaves alone a key the durable tier holds or has a record
-// of. It gets what is left of ctx's time; a failure is a fallback event.
-func (t *tiered) keepDurable(ctx context.Context, key string, record []byte, ttl time.Duration) {
-	ctx = withoutQuota{ctx}
+// the key was taken) in the durable tier, within what is left of ctx's
+// time. It takes the durable tier's lock of the key first, outside any
+// quota (the key was admitted when it was taken). It returns nil if the
+// durable tier now holds a record of the key, and ErrInFlight if another
+// call holds its lock there (a call that ran the key while the fast tier
+// was down, or this call's own lock, taken by a durable call whose answer
+// was lost).
+func (t *tiered) keepDurable(ctx context.Context, key string, record []byte, ttl time.Duration) error {
+	ctx = context.WithValue(ctx, quotaKey{}, nil)
 	_, dt, err := t.durable.Acquire(ctx, key, fastLease)
-	if err == nil && dt != "" {
-		if err = t.durable.Complete(ctx, key, dt, record, ttl); err != nil {
-			t.durable.Release(ctx, key, dt) //nolint:errcheck // it expires
-		}
+	if err != nil || dt == "" {
+		return err
 	}
-	if err != nil && !errors.Is(err, ErrInFlight) {
-		t.fallback(ctx, "durable", "complete", err)
+	if err = t.durable.Complete(ctx, key, dt, record, ttl); err != nil {
+		t.durable.Release(ctx, key, dt) //nolint:errcheck // it expires
 	}
+	return err
 }
 
 // Release implements Store.
@@ -573,32 +584,25 @@ func (x *tieredTxn) endFast(ctx context.Context, record []byte) {
 }
 
 // fastTxn is a key held by the fast tier's lock alone, the durable tier
-// being down or slow: no transaction, a lease that the Engine refreshes,
-// and the record stored in the fast tier, then in the durable one if it
-// answers by then (keepDurable). The work's effects happened whatever the
-// store does, so a failed store is a fallback event, not a failed commit
-// (which would answer 503 and release the lock for a retry to run the work
-// again): the lock is left to expire, as in the lease mode.
+// being down or slow: no transaction. The Engine runs it as a lease of the
+// tiered store (leasedTx): refreshed, then completed (the record in the
+// fast tier, and in the durable one if it answers by then) or released
+// through the Store with its token, as in the lease mode. Commit and
+// Rollback do the same for any other caller.
 type fastTxn struct {
 	t   *tieredTx
 	key string
 	ft  string
 }
 
-func (x *fastTxn) Context(ctx context.Context) context.Context { return ctx }
-
 func (x *fastTxn) lease() (string, time.Duration) { return tieredToken(x.ft, ""), fastLease }
 
+func (x *fastTxn) Context(ctx context.Context) context.Context { return ctx }
+
 func (x *fastTxn) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
-	err := x.t.fastCall(ctx, func(ctx context.Context) error { return x.t.fast.Complete(ctx, x.key, x.ft, record, ttl) })
-	if err != nil {
-		x.t.fallback(ctx, "fast", "complete", err)
-		return nil
-	}
-	x.t.keepDurable(ctx, x.key, record, ttl)
-	return nil
+	return x.t.Complete(ctx, x.key, tieredToken(x.ft, ""), record, ttl)
 }
 
 func (x *fastTxn) Rollback(ctx context.Context) error {
-	return x.t.fastCall(ctx, func(ctx context.Context) error { return x.t.fast.Release(ctx, x.key, x.ft) })
+	return x.t.Release(ctx, x.key, tieredToken(x.ft, ""))
 }

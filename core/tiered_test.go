@@ -676,6 +676,112 @@ func TestTieredFallbackRecordReachesDurable(t *testing.T) {
 	}
 }
 
+// A fallback lease whose lock was lost (unlocked, then taken by another
+// call) is reported as lost when it completes, not as stored.
+func TestTieredTxFallbackLockLost(t *testing.T) {
+	fast := newTier()
+	var ev events
+	eng, err := core.New(core.Config{Store: core.NewTiered(fast, failingTx{core.NewMemoryStore(0)}), Observer: ev.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _, err := eng.Acquire(&core.Call{Key: "k"})
+	if err != nil || l == nil || !l.Protected() {
+		t.Fatalf("first: %v, %v", l, err)
+	}
+	if err := fast.Unlock(context.Background(), core.ID("", "k", "")); err != nil {
+		t.Fatal(err)
+	}
+	l2, _, err := eng.Acquire(&core.Call{Key: "k"})
+	if err != nil || l2 == nil {
+		t.Fatalf("second, after the unlock: %v, %v", l2, err)
+	}
+	l.Complete(&core.Record{Code: 201}) //nolint:errcheck // nil outside a transaction
+	if ev.count(core.OutcomeLockLost) != 1 || ev.count(core.OutcomeStored) != 0 {
+		t.Fatalf("events %v: want one lock lost, none stored", ev.all)
+	}
+	l2.Release(0, nil)
+}
+
+// lostReply is a tier whose Acquire takes the lock, then fails as if its
+// answer had been lost on the way, while lost is set.
+type lostReply struct {
+	*tier
+	lost atomic.Bool
+}
+
+func (d *lostReply) Acquire(ctx context.Context, key string, ttl time.Duration) ([]byte, string, error) {
+	rec, token, err := d.tier.Acquire(ctx, key, ttl)
+	if d.lost.Load() {
+		return nil, "", context.DeadlineExceeded
+	}
+	return rec, token, err
+}
+
+// A durable tier that took the lock but whose answer was lost holds the
+// key against the record's second chance: that is a fallback event too,
+// the record left in the fast tier alone.
+func TestTieredFallbackDurableLockOrphaned(t *testing.T) {
+	fast, durable := newTier(), &lostReply{tier: newTier()}
+	var ev events
+	eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), Observer: ev.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	durable.lost.Store(true)
+	l, _, err := eng.Acquire(&core.Call{Key: "k"})
+	if err != nil || l == nil || !l.Protected() {
+		t.Fatalf("first: %v, %v", l, err)
+	}
+	durable.lost.Store(false)
+	if err := l.Complete(&core.Record{Code: 201}); err != nil {
+		t.Fatal(err)
+	}
+	var errs []error
+	for _, e := range ev.all {
+		if e.Outcome == core.OutcomeFallback {
+			errs = append(errs, e.Err)
+		}
+	}
+	if len(errs) != 2 || !errors.Is(errs[0], context.DeadlineExceeded) || !errors.Is(errs[1], core.ErrInFlight) {
+		t.Fatalf("fallback events with %v; want the acquire's lost answer, then the orphaned lock", errs)
+	}
+	if ev.count(core.OutcomeStored) != 1 {
+		t.Fatalf("events %v: want the record stored (in the fast tier)", ev.all)
+	}
+}
+
+// The fast tier alone held the key and fails to take the record, the
+// durable tier answers: the record is there, and a duplicate meeting the
+// fast tier's lock replays it instead of running the work again.
+func TestTieredFallbackFastFailsAtCompletion(t *testing.T) {
+	fast, durable := newTier(), newTier()
+	var ev events
+	eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), Observer: ev.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	durable.set(true, false)
+	var runs atomic.Int32
+	l, _, err := eng.Acquire(&core.Call{Key: "k"})
+	if err != nil || l == nil {
+		t.Fatalf("first: %v, %v", l, err)
+	}
+	runs.Add(1)
+	durable.set(false, false)
+	fast.set(true, false)
+	if err := l.Complete(&core.Record{Code: 200, Body: []byte("done")}); err != nil {
+		t.Fatal(err)
+	}
+	if ev.count(core.OutcomeStored) != 1 {
+		t.Fatalf("events %v: want the record stored (in the durable tier)", ev.all)
+	}
+	fast.set(false, false) // its lock of the key is still there
+	if rec, err := run(t, eng, "k", &runs); err != nil || rec == nil || string(rec.Body) != "done" || runs.Load() != 1 {
+		t.Fatalf("duplicate: %v, %v, %d runs; want the durable tier's record, 1 run", rec, err, runs.Load())
+	}
+}
+
 // The record written to the durable tier after the fact does not count
 // against the scope's quota there a second time: the key was admitted when
 // it was taken.

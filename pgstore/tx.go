@@ -73,7 +73,8 @@ func NewTx(pool *pgxpool.Pool, opts *Options) (*TxStore, error) {
 
 // Tx returns the transaction that holds the key of ctx's request, for the
 // handler's writes, or nil if the request runs without one (no key, a store
-// that is not a TxStore, or unprotected after a store failure). Its Commit
+// that is not a TxStore, unprotected after a store failure, or held by
+// Redis's lock alone behind a tiered store whose PostgreSQL was down). Its Commit
 // and Rollback return ErrTxManaged; a transaction begun in it (a savepoint)
 // is the handler's to commit or roll back. Once idem has ended it, its
 // statements return pgx.ErrTxClosed. Use it only from the handler's

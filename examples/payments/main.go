@@ -22,6 +22,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"net/http"
@@ -86,7 +87,12 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 	var req createRequest
 	// At most 1 MiB, idem's bound for a keyed body (a body without a key is
 	// refused below, but only once decoded).
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil || req.Amount <= 0 || req.Account == "" ||
+	err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req)
+	if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
+		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": err.Error()})
+		return
+	}
+	if err != nil || req.Amount <= 0 || req.Account == "" ||
 		req.FailAfter != "" && req.FailAfter != "charge" && req.FailAfter != "record" {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"amount": positive, "account": non-empty, "fail_after": "charge", "record" or ""}`})
 		return
