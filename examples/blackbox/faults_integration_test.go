@@ -4,12 +4,15 @@ package blackbox
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The store fault tests: three instances of the net/http example on a
@@ -352,6 +355,77 @@ func checkReplays(t *testing.T, what string, as []answer, unprotected float64) {
 			continue
 		}
 		t.Errorf("%s: %d replay=%v %v, want its replay", what, a.status, a.replay, a.err)
+	}
+}
+
+// PostgreSQL stalled (a lock on idem's table) under the tiered store in the
+// transactional mode: the keys taken meanwhile fall back to Redis's lock
+// alone and run protected; PostgreSQL answering again by the time they
+// complete, their records reach it too, and survive Redis losing its data:
+// after FLUSHALL each key replays its order, none runs again.
+func TestFaultTieredPostgresStall(t *testing.T) {
+	bin := build(t, "nethttp")
+	rds := startRedis(t)
+	dbURL := postgresSchema(t)
+	f := startFleet(t, bin, "REDIS_URL="+rds.url(), "DATABASE_URL="+dbURL)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	stall, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stall.Rollback(ctx) //nolint:errcheck // ended below
+	if _, err := stall.Exec(ctx, "LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	const fallbacks = "idempotency_store_fallbacks_total"
+	before := f.metric(fallbacks)
+	keys, first := make([]string, 9), make([]answer, 9)
+	var wg sync.WaitGroup
+	for i := range keys {
+		keys[i] = f.newKey("stall")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first[i] = postOrder(f.client, f.servers[i%3].url, i%3, "faults", keys[i], 4000)
+		}()
+	}
+	// Each key falls back to Redis's lock alone once PostgreSQL has missed
+	// its half of StoreTimeout (1 s), well before the lock goes; each
+	// handler runs for 4 s, and completes well after. (GET /metrics would
+	// wait for PostgreSQL meanwhile: its stuck-keys gauge reads the table.)
+	time.Sleep(1500 * time.Millisecond)
+	if err := stall.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, a := range first {
+		if a.status != http.StatusCreated || a.replay || a.err != nil {
+			t.Fatalf("key %s during the stall: %d replay=%v %v", keys[i], a.status, a.replay, a.err)
+		}
+	}
+	if n := f.metric(fallbacks) - before; n < float64(len(keys)) {
+		t.Fatalf("%v fallbacks, want at least %d: PostgreSQL's stall did not reach the keys", n, len(keys))
+	}
+	if err := rds.client.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	orders := f.orders()
+	for i, key := range keys {
+		a := postOrder(f.client, f.servers[(i+1)%3].url, (i+1)%3, "faults", key, 4000) // the same request
+		if a.status != http.StatusCreated || !a.replay || a.id != first[i].id {
+			t.Errorf("key %s after FLUSHALL: %d replay=%v order %s, want the replay of order %s", key, a.status, a.replay, a.id, first[i].id)
+		}
+		if n := len(orders[key]); n != 1 {
+			t.Errorf("key %s: %d orders, want 1", key, n)
+		}
+	}
+	if again := f.orders(); !maps.EqualFunc(again, orders, slices.Equal) {
+		t.Errorf("orders after the resends: %v, want %v (a key ran again)", again, orders)
 	}
 }
 
