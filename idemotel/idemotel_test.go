@@ -405,9 +405,7 @@ func TestStoreEvents(t *testing.T) {
 	} {
 		tel.Observe(e)
 	}
-	// Fast down: the acquire; durable down: the acquire, and the record's
-	// second chance there at completion.
-	wantPoints(t, reader, "idempotency.store.fallbacks", map[string]int64{"": 3})
+	wantPoints(t, reader, "idempotency.store.fallbacks", map[string]int64{"": 2})
 	wantPoints(t, reader, "idempotency.store.breaker.state", breakerStates(0, 1, 0))
 	wantPoints(t, reader, "idempotency.requests", map[string]int64{})
 }
