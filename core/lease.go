@@ -177,15 +177,13 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 		raw, token, tx, err := e.storeAcquire(sc.start(l.ctx, sent.Add(e.cfg.StoreTimeout)), l.id)
 		switch {
 		case err == nil && tx != nil:
-			// A lock standing in for the transaction is a lease, completed
-			// and released through the Store with its token.
-			if lt, ok := tx.(leasedTx); ok {
+			l.tx = tx // held by its transaction: nothing to refresh,
+			if lt, ok := asTx[leasedTx](tx); ok {
+				// but a lock standing in for one is refreshed as a lease's
 				var lease time.Duration
 				l.token, lease = lt.lease()
 				l.startRefresh(sent, lease)
-				return l, nil, nil
 			}
-			l.tx = tx // held by its transaction: nothing to refresh
 			return l, nil, nil
 		case err == nil && token != "":
 			l.token = token
@@ -226,12 +224,30 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 }
 
 // leasedTx is a Tx that holds its key by a lock that expires: the tiered
-// store's fast lock, the durable tier being down (fastTxn). The Engine runs
-// it as a lease, with the lock's Store token and how long it was taken for,
-// which lease returns.
+// store's fast lock, the durable tier being down (fastTxn). The Engine
+// refreshes it through Store.Refresh with the lock's token, from lease,
+// which also says how long the lock was taken for; Commit returns
+// ErrLockLost if the lock was lost, and no other error (the work ran
+// outside any transaction: its effects stand).
 type leasedTx interface {
 	Tx
 	lease() (token string, lease time.Duration)
+}
+
+// asTx returns tx, or the first transaction it wraps (Unwrap), as a T.
+func asTx[T any](tx Tx) (T, bool) {
+	for tx != nil {
+		if t, ok := tx.(T); ok {
+			return t, true
+		}
+		u, ok := tx.(interface{ Unwrap() Tx })
+		if !ok {
+			break
+		}
+		tx = u.Unwrap()
+	}
+	var zero T
+	return zero, false
 }
 
 // storeAcquire calls Store.Acquire, taking the initial lease, or
@@ -466,6 +482,11 @@ func (l *Lease) Complete(rec *Record) error {
 // commit is Complete with a TxStore.
 func (l *Lease) commit(ctx context.Context, data []byte, gen uint64) error {
 	err := l.tx.Commit(ctx, data, l.ttl)
+	if l.token != "" && errors.Is(err, ErrLockLost) { // a leasedTx: the work's effects stand
+		l.ev.Outcome, l.ev.Err = OutcomeLockLost, err
+		l.e.observe(l.ev, l.start)
+		return nil
+	}
 	if err != nil {
 		l.tx.Rollback(ctx) //nolint:errcheck // the commit's error says it
 		l.ev.Outcome, l.ev.Err = OutcomeStoreError, err

@@ -168,17 +168,8 @@ func (l *Lease) checkpoint(cp Checkpointer, step string) ([]byte, bool, error) {
 // stepTx returns tx as a StepTx, looking through transactions that wrap
 // another (Unwrap), or nil.
 func stepTx(tx Tx) StepTx {
-	for tx != nil {
-		if st, ok := tx.(StepTx); ok {
-			return st
-		}
-		u, ok := tx.(interface{ Unwrap() Tx })
-		if !ok {
-			return nil
-		}
-		tx = u.Unwrap()
-	}
-	return nil
+	st, _ := asTx[StepTx](tx)
+	return st
 }
 
 // checkpointer returns the Engine's store as a Checkpointer, looking

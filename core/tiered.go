@@ -243,21 +243,33 @@ func (t *tiered) Complete(ctx context.Context, key, token string, record []byte,
 // the key was taken) in the durable tier, within what is left of ctx's
 // time. It takes the durable tier's lock of the key first, outside any
 // quota (the key was admitted when it was taken). It returns nil if the
-// durable tier now holds a record of the key, and ErrInFlight if another
+// durable tier now holds the record, errDurableRecord if it held one
+// already, and ErrInFlight if another
 // call holds its lock there (a call that ran the key while the fast tier
 // was down, or this call's own lock, taken by a durable call whose answer
 // was lost).
 func (t *tiered) keepDurable(ctx context.Context, key string, record []byte, ttl time.Duration) error {
 	ctx = context.WithValue(ctx, quotaKey{}, nil)
 	_, dt, err := t.durable.Acquire(ctx, key, fastLease)
-	if err != nil || dt == "" {
+	switch {
+	case err != nil:
 		return err
+	case dt == "":
+		return errDurableRecord
 	}
 	if err = t.durable.Complete(ctx, key, dt, record, ttl); err != nil {
-		t.durable.Release(ctx, key, dt) //nolint:errcheck // it expires
+		// Its own time: ctx's may be what the Complete ran out of.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultStoreTimeout)
+		t.durable.Release(rctx, key, dt) //nolint:errcheck // it expires
+		cancel()
 	}
 	return err
 }
+
+// errDurableRecord is keepDurable's error for a key of which the durable
+// tier holds a record already: another call ran the key there, the fast
+// tier being out of its reach.
+var errDurableRecord = errors.New("idem: the durable tier holds another record of the key")
 
 // Release implements Store.
 func (t *tiered) Release(ctx context.Context, key, token string) error {
@@ -584,25 +596,43 @@ func (x *tieredTxn) endFast(ctx context.Context, record []byte) {
 }
 
 // fastTxn is a key held by the fast tier's lock alone, the durable tier
-// being down or slow: no transaction. The Engine runs it as a lease of the
-// tiered store (leasedTx): refreshed, then completed (the record in the
-// fast tier, and in the durable one if it answers by then) or released
-// through the Store with its token, as in the lease mode. Commit and
-// Rollback do the same for any other caller.
+// being down or slow: no transaction, a lock that the Engine refreshes
+// (leasedTx). Commit stores the record as the lease mode does (Complete:
+// the fast tier, then the durable one if it answers by then). The work's
+// effects happened whatever the store does, so a store that fails is a
+// fallback event, not a failed commit (which would answer 503 and release
+// the lock for a retry to run the work again): the lock is left to expire.
+// Steps checkpoint in the fast tier (RunStep).
 type fastTxn struct {
 	t   *tieredTx
 	key string
 	ft  string
 }
 
-func (x *fastTxn) lease() (string, time.Duration) { return tieredToken(x.ft, ""), fastLease }
+func (x *fastTxn) lease() (string, time.Duration) { return x.token(), fastLease }
+
+func (x *fastTxn) token() string { return tieredToken(x.ft, "") }
 
 func (x *fastTxn) Context(ctx context.Context) context.Context { return ctx }
 
 func (x *fastTxn) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
-	return x.t.Complete(ctx, x.key, tieredToken(x.ft, ""), record, ttl)
+	err := x.t.Complete(ctx, x.key, x.token(), record, ttl)
+	switch {
+	case errors.Is(err, ErrLockLost):
+		return err
+	case err != nil:
+		x.t.fallback(ctx, "fast", "complete", err)
+	}
+	return nil
 }
 
-func (x *fastTxn) Rollback(ctx context.Context) error {
-	return x.t.Release(ctx, x.key, tieredToken(x.ft, ""))
+func (x *fastTxn) Rollback(ctx context.Context) error { return x.t.Release(ctx, x.key, x.token()) }
+
+// RunStep implements StepTx: fn, then its checkpoint in the fast tier.
+func (x *fastTxn) RunStep(ctx context.Context, step string, ttl time.Duration, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+	result, err := fn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return result, x.t.SaveStep(ctx, x.key, x.token(), step, result, ttl)
 }

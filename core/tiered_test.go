@@ -12,6 +12,7 @@ import (
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/core/idemtest"
+	"github.com/idem-go/idem/instrument"
 )
 
 // tier is a store that can be taken down, emptied (data lost) or stalled,
@@ -679,9 +680,19 @@ func TestTieredFallbackRecordReachesDurable(t *testing.T) {
 // A fallback lease whose lock was lost (unlocked, then taken by another
 // call) is reported as lost when it completes, not as stored.
 func TestTieredTxFallbackLockLost(t *testing.T) {
+	for _, wrapped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "bare", true: "instrumented"}[wrapped], func(t *testing.T) { testTieredTxFallbackLockLost(t, wrapped) })
+	}
+}
+
+func testTieredTxFallbackLockLost(t *testing.T, wrapped bool) {
 	fast := newTier()
+	st := core.NewTiered(fast, failingTx{core.NewMemoryStore(0)})
+	if wrapped {
+		st = instrument.Store(st, nopObserve)
+	}
 	var ev events
-	eng, err := core.New(core.Config{Store: core.NewTiered(fast, failingTx{core.NewMemoryStore(0)}), Observer: ev.observe})
+	eng, err := core.New(core.Config{Store: st, Observer: ev.observe})
 	if err != nil {
 		t.Fatal(err)
 	}

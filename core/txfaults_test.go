@@ -14,6 +14,7 @@ import (
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/core/idemtest"
+	"github.com/idem-go/idem/instrument"
 	"github.com/idem-go/idem/seal"
 )
 
@@ -123,33 +124,55 @@ func (failingTx) Begin(context.Context, string, time.Duration) ([]byte, core.Tx,
 // 10 s, which is how long a crash in the first seconds holds the key
 // (not LockTTL).
 func TestTieredTxFallbackLockHeld(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		fast := core.NewMemoryStore(0)
-		st := core.NewTiered(fast, failingTx{core.NewMemoryStore(0)})
-		e, err := core.New(core.Config{Store: st, StoreTimeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l1, _, err := e.Acquire(&core.Call{Key: "k", Scope: "s"})
-		if err != nil || l1 == nil || !l1.Protected() {
-			t.Fatalf("first: %v %v", l1, err)
-		}
-		lock, err := fast.Inspect(context.Background(), core.ID("s", "k", ""))
-		if err != nil || lock.Record != nil {
-			t.Fatalf("the fast tier's lock: %+v, %v", lock, err)
-		}
-		if left := time.Until(lock.Expires); left > 10*time.Second || left < 9*time.Second {
-			t.Fatalf("the fast tier's lock expires in %v, want 10 s (a crash holds the key that long)", left)
-		}
-		advance(15 * time.Second) // the first request's work is still running
-		l2, rec, err := e.Acquire(&core.Call{Key: "k", Scope: "s"})
-		t.Logf("duplicate after 15 s: lease=%v protected=%v rec=%v err=%v", l2 != nil, l2 != nil && l2.Protected(), rec != nil, err)
+	for _, wrapped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "bare", true: "instrumented"}[wrapped], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testTieredTxFallbackLockHeld(t, wrapped) })
+		})
+	}
+}
+
+// testTieredTxFallbackLockHeld runs TestTieredTxFallbackLockHeld on the
+// store as it is, or behind instrument.Store (as idemprom's and idemotel's
+// InstrumentStore put it), which wraps each transaction: the locks it
+// counts as held must come back to none.
+func testTieredTxFallbackLockHeld(t *testing.T, wrapped bool) {
+	fast := core.NewMemoryStore(0)
+	st := core.NewTiered(fast, failingTx{core.NewMemoryStore(0)})
+	var held atomic.Int32
+	if wrapped {
+		st = instrument.Store(st, func(_ context.Context, _ instrument.Op, _ time.Duration, _ error, h int) { held.Add(int32(h)) })
+	}
+	e, err := core.New(core.Config{Store: st, StoreTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l1, _, err := e.Acquire(&core.Call{Key: "k", Scope: "s"})
+	if err != nil || l1 == nil || !l1.Protected() {
+		t.Fatalf("first: %v %v", l1, err)
+	}
+	lock, err := fast.Inspect(context.Background(), core.ID("s", "k", ""))
+	if err != nil || lock.Record != nil {
+		t.Fatalf("the fast tier's lock: %+v, %v", lock, err)
+	}
+	if left := time.Until(lock.Expires); left > 10*time.Second || left < 9*time.Second {
+		t.Fatalf("the fast tier's lock expires in %v, want 10 s (a crash holds the key that long)", left)
+	}
+	advance(15 * time.Second) // the first request's work is still running
+	if l2, _, err := e.Acquire(&core.Call{Key: "k", Scope: "s"}); l2 != nil || !errors.Is(err, core.ErrInFlight) {
+		t.Errorf("duplicate after 15 s: %v, %v; want ErrInFlight (the first still runs)", l2, err)
 		if l2 != nil {
-			t.Errorf("duplicate got a lease while the first still runs: double run")
 			l2.Release(0, nil)
 		}
-		l1.Release(0, nil)
-	})
+	}
+	if err := l1.Complete(&core.Record{Code: 201}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if _, rec, err := e.Acquire(&core.Call{Key: "k", Scope: "s"}); rec == nil || err != nil {
+		t.Fatalf("after Complete: %v, %v; want the record", rec, err)
+	}
+	if n := held.Load(); n != 0 {
+		t.Errorf("instrument counts %d locks held after Complete, want 0", n)
+	}
 }
 
 type stepTxStore struct{ memoryStore }
@@ -188,6 +211,8 @@ func TestTieredTxSteps(t *testing.T) {
 		"durable alone":        stepTxStore{core.NewMemoryStore(0)},
 		"tiered":               core.NewTiered(core.NewMemoryStore(0), stepTxStore{core.NewMemoryStore(0)}),
 		"tiered, durable down": core.NewTiered(core.NewMemoryStore(0), failingTx{core.NewMemoryStore(0)}),
+		"instrumented tiered, durable down": instrument.Store(core.NewTiered(core.NewMemoryStore(0), failingTx{core.NewMemoryStore(0)}),
+			nopObserve),
 	} {
 		e, err := core.New(core.Config{Store: s})
 		if err != nil {
