@@ -18,7 +18,6 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/cors"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	fiberSwagger "github.com/gofiber/swagger"
-	"github.com/valyala/fasthttp"
 
 	"github.com/idem-go/idem/examples/fiber/docs"
 	"github.com/idem-go/idem/examples/internal/exampleapp"
@@ -95,7 +94,7 @@ type handlers struct{ svc *orders.Service }
 //	@Failure	500			{object}	orders.Error
 //	@Router		/orders [post]
 func (h *handlers) create(c *fiber.Ctx) error {
-	body, err := requestBody(c.Request())
+	body, err := orders.ReadFastBody(c.Request())
 	if err != nil {
 		return fiber.NewError(orders.BodyStatus(err), err.Error())
 	}
@@ -124,20 +123,6 @@ func (h *handlers) list(c *fiber.Ctx) error {
 		return err
 	}
 	return c.JSON(l)
-}
-
-// requestBody returns the body as received, at most orders.MaxBodyBytes of
-// it: c.Body() would inflate a compressed body without bound (idem's limit
-// counts the bytes received: docs/design.md, "Compressed bodies"), and read
-// a streamed body to its end.
-func requestBody(r *fasthttp.Request) ([]byte, error) {
-	if r.IsBodyStream() {
-		return orders.ReadBody(r.BodyStream())
-	}
-	if len(r.Body()) > orders.MaxBodyBytes {
-		return nil, orders.ErrTooLarge
-	}
-	return r.Body(), nil
 }
 
 // renderError is the app's ErrorHandler: the status of a *fiber.Error (500

@@ -18,7 +18,6 @@ import (
 	"github.com/gofiber/fiber/v3/middleware/cors"
 	"github.com/gofiber/fiber/v3/middleware/recover"
 	httpSwagger "github.com/swaggo/http-swagger/v2"
-	"github.com/valyala/fasthttp"
 
 	"github.com/idem-go/idem/examples/fiberv3/docs"
 	"github.com/idem-go/idem/examples/internal/exampleapp"
@@ -98,7 +97,7 @@ type handlers struct{ svc *orders.Service }
 //	@Failure	500			{object}	orders.Error
 //	@Router		/orders [post]
 func (h *handlers) create(c fiber.Ctx) error {
-	body, err := requestBody(c.Request())
+	body, err := orders.ReadFastBody(c.Request())
 	if err != nil {
 		return fiber.NewError(orders.BodyStatus(err), err.Error())
 	}
@@ -127,20 +126,6 @@ func (h *handlers) list(c fiber.Ctx) error {
 		return err
 	}
 	return c.JSON(l)
-}
-
-// requestBody returns the body as received, at most orders.MaxBodyBytes of
-// it: c.Body() would inflate a compressed body without bound (idem's limit
-// counts the bytes received: docs/design.md, "Compressed bodies"), and read
-// a streamed body to its end.
-func requestBody(r *fasthttp.Request) ([]byte, error) {
-	if r.IsBodyStream() {
-		return orders.ReadBody(r.BodyStream())
-	}
-	if len(r.Body()) > orders.MaxBodyBytes {
-		return nil, orders.ErrTooLarge
-	}
-	return r.Body(), nil
 }
 
 // renderError is the app's ErrorHandler: the status of a *fiber.Error (500

@@ -118,6 +118,27 @@ func ReadBody(r io.Reader) ([]byte, error) {
 	return body, err
 }
 
+// FastRequest is what ReadFastBody needs of a *fasthttp.Request.
+type FastRequest interface {
+	IsBodyStream() bool
+	BodyStream() io.Reader
+	Body() []byte
+}
+
+// ReadFastBody is ReadBody for the Fiber examples: the body as received,
+// streamed (Fiber's StreamRequestBody) or not. Fiber's c.Body() would
+// inflate a compressed body without bound (idem bounds the bytes received:
+// docs/design.md, "Compressed bodies"), and read a streamed body to its end.
+func ReadFastBody(r FastRequest) ([]byte, error) {
+	if r.IsBodyStream() {
+		return ReadBody(r.BodyStream())
+	}
+	if len(r.Body()) > MaxBodyBytes {
+		return nil, ErrTooLarge
+	}
+	return r.Body(), nil
+}
+
 // BodyStatus is the status of a ReadBody error: 413 for ErrTooLarge, 400
 // for a body the client broke off.
 func BodyStatus(err error) int {
