@@ -177,9 +177,10 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 		raw, token, tx, err := e.storeAcquire(sc.start(l.ctx, sent.Add(e.cfg.StoreTimeout)), l.id)
 		switch {
 		case err == nil && tx != nil:
-			l.tx = tx // held by its transaction: nothing to refresh,
+			// Held by its transaction: nothing to refresh; a lock standing
+			// in for one (leasedTx) is refreshed as a lease's.
+			l.tx = tx
 			if lt, ok := asTx[leasedTx](tx); ok {
-				// but a lock standing in for one is refreshed as a lease's
 				var lease time.Duration
 				l.token, lease = lt.lease()
 				l.startRefresh(sent, lease)
