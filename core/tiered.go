@@ -244,10 +244,9 @@ func (t *tiered) Complete(ctx context.Context, key, token string, record []byte,
 // time. It takes the durable tier's lock of the key first, outside any
 // quota (the key was admitted when it was taken). It returns nil if the
 // durable tier now holds the record, errDurableRecord if it held one
-// already, and ErrInFlight if another
-// call holds its lock there (a call that ran the key while the fast tier
-// was down, or this call's own lock, taken by a durable call whose answer
-// was lost).
+// already, and ErrInFlight if another call holds its lock there (a call
+// that ran the key while the fast tier was down, or this call's own lock,
+// taken by a durable call whose answer was lost).
 func (t *tiered) keepDurable(ctx context.Context, key string, record []byte, ttl time.Duration) error {
 	ctx = context.WithValue(ctx, quotaKey{}, nil)
 	_, dt, err := t.durable.Acquire(ctx, key, fastLease)

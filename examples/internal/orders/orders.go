@@ -104,8 +104,9 @@ const (
 // default) before the handler runs, and ReadBody refuses the others.
 const MaxBodyBytes = 1 << 20
 
-// ErrTooLarge is ReadBody's error for a body over MaxBodyBytes.
-var ErrTooLarge = fmt.Errorf("request body over %d bytes", MaxBodyBytes)
+// ErrTooLarge is ReadBody's and ReadFastBody's error for a body over
+// MaxBodyBytes.
+var ErrTooLarge = errors.New("request body over 1 MiB")
 
 // ReadBody reads a request body as received, at most MaxBodyBytes of it.
 // The handlers read no more: a request without a key, which idem does not
@@ -139,7 +140,7 @@ func ReadFastBody(r FastRequest) ([]byte, error) {
 	return r.Body(), nil
 }
 
-// BodyStatus is the status of a ReadBody error: 413 for ErrTooLarge, 400
+// BodyStatus is the status of a ReadBody or ReadFastBody error: 413 for ErrTooLarge, 400
 // for a body the client broke off.
 func BodyStatus(err error) int {
 	if errors.Is(err, ErrTooLarge) {
