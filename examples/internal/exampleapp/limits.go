@@ -51,6 +51,12 @@ func (a *App) limits(cfg *core.Config) error {
 				return fmt.Errorf("IDEM_SEAL_CLEAR_UNTIL=%q: want an RFC 3339 time: %w", until, err)
 			}
 			a.Logger.Info("records stored in clear replay until", "until", cfg.ClearRecordsUntil)
+			if time.Until(cfg.ClearRecordsUntil) > 24*time.Hour {
+				// The records stored before sealing have expired by then
+				// (the examples keep core's 24 h ResponseTTL); until it, one
+				// planted in clear by whoever can write to the store replays.
+				a.Logger.Warn("IDEM_SEAL_CLEAR_UNTIL is more than the records' 24 h TTL away: records in clear are accepted longer than needed", "until", cfg.ClearRecordsUntil)
+			}
 		}
 	}
 	return nil
