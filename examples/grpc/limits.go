@@ -16,8 +16,7 @@ import (
 // at once) and IDEM_QUOTA_PER_MINUTE (new keys per minute), and its Sealer
 // from IDEM_SEAL_KEYS ("<id>:<base64 key>[,...]", the first primary), with
 // the records stored in clear before replaying until IDEM_SEAL_CLEAR_UNTIL
-// (RFC 3339), as
-// the HTTP examples do.
+// (RFC 3339), as the HTTP examples do.
 func limits(cfg *core.Config, logger *slog.Logger) error {
 	for _, v := range []struct {
 		name string
@@ -57,7 +56,8 @@ func limits(cfg *core.Config, logger *slog.Logger) error {
 				// The records stored before sealing have expired by then
 				// (the examples keep core's 24 h ResponseTTL); until it, one
 				// planted in clear by whoever can write to the store replays.
-				logger.Warn("IDEM_SEAL_CLEAR_UNTIL is more than the records' 24 h TTL away: records in clear are accepted longer than needed", "until", cfg.ClearRecordsUntil)
+				logger.Warn("IDEM_SEAL_CLEAR_UNTIL is more than the records' 24 h TTL away: records in clear are accepted longer than needed",
+					"until", cfg.ClearRecordsUntil)
 			}
 		}
 	}

@@ -55,7 +55,8 @@ func (a *App) limits(cfg *core.Config) error {
 				// The records stored before sealing have expired by then
 				// (the examples keep core's 24 h ResponseTTL); until it, one
 				// planted in clear by whoever can write to the store replays.
-				a.Logger.Warn("IDEM_SEAL_CLEAR_UNTIL is more than the records' 24 h TTL away: records in clear are accepted longer than needed", "until", cfg.ClearRecordsUntil)
+				a.Logger.Warn("IDEM_SEAL_CLEAR_UNTIL is more than the records' 24 h TTL away: records in clear are accepted longer than needed",
+					"until", cfg.ClearRecordsUntil)
 			}
 		}
 	}
