@@ -227,10 +227,11 @@ func (closedBatch) Tx() pgx.Tx                       { return nil }
 // to take (core.ErrInFlight) instead of waiting, and that PostgreSQL
 // releases when the transaction ends, even if the process dies; then it
 // reads the key's row. A completed record ends the transaction (a rollback: a
-// replay commits nothing), so that a first request costs one commit. If
-// every connection that may hold a key, or every connection of the pool,
-// stays in use until ctx's deadline, it returns an error wrapping
-// core.ErrStoreBusy.
+// replay commits nothing), so that a first request costs one commit. A
+// working PostgreSQL without capacity for the key before ctx's deadline
+// (every connection that may hold a key in use, the pool giving no
+// connection in time, no connection slot left) returns an error wrapping
+// core.ErrStoreBusy: refused, never run unprotected.
 func (s *TxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
 	if _, ok := ctx.Deadline(); !ok && s.opts.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -257,24 +258,45 @@ func (s *TxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]
 	}
 }
 
+// tooManyConnections is PostgreSQL's SQLSTATE for a server out of
+// connection slots (max_connections).
+const tooManyConnections = "53300"
+
 // errDead reports a connection that died under a statement: the pool is
 // reset and the statement run again on another (see Store.run).
 var errDead = errors.New("connection lost")
 
+// begin is one try of Begin. Busy (core.ErrStoreBusy, which the Engine
+// refuses whatever Config.FailClosed says: run unprotected, the work would
+// wait for a connection of the same pool for its writes, and a duplicate
+// of a running call would run again) are: every key's connection held by
+// a running handler until the deadline; no connection of the pool by
+// then, each in use or still opening (a burst on a pool that grows);
+// PostgreSQL out of connection slots; and a deadline met after waiting for
+// a key's connection, the wait having used up the time. A PostgreSQL that
+// refuses connections, or does not answer on a connection given at once,
+// is down: a store error.
 func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
+	queued := false
 	select {
 	case s.keys <- struct{}{}:
-	case <-ctx.Done():
-		// Every key's connection is held by a running handler: refused, not
-		// failed (core.ErrStoreBusy), so that no duplicate runs unprotected.
-		return nil, nil, fmt.Errorf("%w: waited for one of the %d connections that may hold a key: %w", core.ErrStoreBusy, cap(s.keys), context.Cause(ctx))
+	default:
+		queued = true
+		select {
+		case s.keys <- struct{}{}:
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("%w: waited for one of the %d connections that may hold a key: %w", core.ErrStoreBusy, cap(s.keys), context.Cause(ctx))
+		}
 	}
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		<-s.keys
-		if st := s.pool.Stat(); ctx.Err() != nil && st.AcquiredConns() >= st.MaxConns() {
-			// Steps, replays or the application hold the rest: busy too.
-			err = fmt.Errorf("%w: every connection of the pool is in use: %w", core.ErrStoreBusy, err)
+		var pgErr *pgconn.PgError
+		switch {
+		case ctx.Err() != nil:
+			err = fmt.Errorf("%w: no connection of the pool within the deadline (each in use or opening): %w", core.ErrStoreBusy, err)
+		case errors.As(err, &pgErr) && pgErr.Code == tooManyConnections:
+			err = fmt.Errorf("%w: %w", core.ErrStoreBusy, err)
 		}
 		return nil, nil, err
 	}
@@ -284,8 +306,11 @@ func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration) ([]
 		err = t.admit(ctx)
 	}
 	if err != nil || record != nil {
-		if t.c.Conn().IsClosed() && ctx.Err() == nil {
+		switch {
+		case t.c.Conn().IsClosed() && ctx.Err() == nil:
 			err = fmt.Errorf("%w: %w", errDead, err)
+		case queued && ctx.Err() != nil:
+			err = fmt.Errorf("%w: no answer in the time left after waiting for a key's connection: %w", core.ErrStoreBusy, err)
 		}
 		t.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // ending the transaction is all that is left
 		return record, nil, err
