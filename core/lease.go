@@ -181,14 +181,18 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 			// in for one (leasedTx) is refreshed as a lease's.
 			l.tx = tx
 			if lt, ok := asTx[leasedTx](tx); ok {
-				var lease time.Duration
-				l.token, lease = lt.lease()
-				l.startRefresh(sent, lease)
+				if token, lease, renew := lt.lease(); token != "" {
+					if renew <= 0 {
+						renew = e.cfg.LockTTL
+					}
+					l.token = token
+					l.startRefresh(sent, lease, renew)
+				}
 			}
 			return l, nil, nil
 		case err == nil && token != "":
 			l.token = token
-			l.startRefresh(sent, e.initialLease)
+			l.startRefresh(sent, e.initialLease, e.cfg.LockTTL)
 			return l, nil, nil
 		case err == nil:
 			return l.replay(raw)
@@ -224,15 +228,17 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 	}
 }
 
-// leasedTx is a Tx that holds its key by a lock that expires: the tiered
-// store's fast lock, the durable tier being down (fastTxn). The Engine
-// refreshes it through Store.Refresh with the lock's token, from lease,
-// which also says how long the lock was taken for; Commit returns
-// ErrLockLost if the lock was lost, and no other error (the work ran
-// outside any transaction: its effects stand).
+// leasedTx is a Tx beside which a lock that expires holds its key: the
+// tiered store's fast lock, alone while the durable tier is down (fastTxn)
+// or in front of the durable tier's transaction (tieredTxn). The Engine
+// refreshes it through Store.Refresh with the lock's token, from lease
+// (none if it is ""), which also says how long the lock was taken for and
+// what each refresh extends it to (0: Config.LockTTL). Commit returns ErrLockLost only if
+// the lock alone held the key and was lost (the work ran outside any
+// transaction: its effects stand).
 type leasedTx interface {
 	Tx
-	lease() (token string, lease time.Duration)
+	lease() (token string, lease, renew time.Duration)
 }
 
 // asTx returns tx, or the first transaction it wraps (Unwrap), as a T.
@@ -323,7 +329,8 @@ type Lease struct {
 	mu      sync.Mutex // guards done, held, lease and expired against the refresher
 	done    bool
 	held    time.Time     // when the lock was last known held for lease: taken or refreshed
-	lease   time.Duration // how long the lock lasts from held: the initial lease, then LockTTL
+	lease   time.Duration // how long the lock lasts from held: the initial lease, then renew
+	renew   time.Duration // what a refresh extends the lock to: LockTTL, or a leasedTx's own
 	expired bool          // a refresh found the lock gone
 
 	due   time.Time   // the next refresh, while the Engine's refresher holds the lease
@@ -610,11 +617,11 @@ func (l *Lease) finish() bool {
 }
 
 // startRefresh has an Engine's refresher extend the lock, taken for lease,
-// while the work runs, so that slow work keeps its lock and is never run
-// twice: a third into the initial lease, then every LockTTL/3.
-func (l *Lease) startRefresh(taken time.Time, lease time.Duration) {
+// to renew while the work runs, so that slow work keeps its lock and is
+// never run twice: a third into the initial lease, then every renew/3.
+func (l *Lease) startRefresh(taken time.Time, lease, renew time.Duration) {
 	l.mu.Lock()
-	l.held, l.lease = taken, lease
+	l.held, l.lease, l.renew = taken, lease, renew
 	l.scheduleRefresh(taken.Add(l.lease / 3))
 	l.mu.Unlock()
 }
@@ -622,18 +629,18 @@ func (l *Lease) startRefresh(taken time.Time, lease time.Duration) {
 // storeRefresh calls Store.Refresh, turning a panic of the store into an
 // error: it runs on a goroutine of its own, where a panic would end the
 // process rather than one call.
-func (l *Lease) storeRefresh(ctx context.Context) (err error) {
+func (l *Lease) storeRefresh(ctx context.Context, renew time.Duration) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("idem: Store.Refresh panicked: %v", r)
 		}
 	}()
-	return l.e.cfg.Store.Refresh(ctx, l.id, l.token, l.e.cfg.LockTTL)
+	return l.e.cfg.Store.Refresh(ctx, l.id, l.token, renew)
 }
 
 func (l *Lease) refresh() {
 	l.mu.Lock()
-	done := l.done
+	done, renew := l.done, l.renew
 	l.mu.Unlock()
 	if done {
 		return
@@ -644,17 +651,17 @@ func (l *Lease) refresh() {
 	// times out leaves time for another before the lock expires. Its
 	// context carries none of the call's values: the call may outlast the
 	// request, whose context a framework reuses once the adapter returns.
-	period := l.e.cfg.LockTTL / 3
+	period := renew / 3
 	ctx, cancel := context.WithTimeout(context.Background(), min(period/2, l.e.cfg.StoreTimeout))
 	sent := time.Now()
-	err := l.storeRefresh(ctx)
+	err := l.storeRefresh(ctx, renew)
 	cancel()
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
 	case err == nil:
-		l.held, l.lease = sent, l.e.cfg.LockTTL
+		l.held, l.lease = sent, renew
 	case errors.Is(err, ErrLockLost):
 		l.expired = true
 	}

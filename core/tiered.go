@@ -22,6 +22,11 @@ type tiered struct {
 	mu         sync.Mutex
 	observe    func(Event)    // the Engine's; nil until an Engine takes the store
 	invalidate []func(string) // the Engines' replay caches'; none without one
+
+	// The fallback locks (the fast tier's alone) in use, by fast token:
+	// "", or the durable tier's token once a Refresh took its lock too.
+	fallbackMu sync.Mutex
+	fallbacks  map[string]string
 }
 
 // NewTiered returns the Store of fast (Redis) in front of durable
@@ -40,7 +45,7 @@ type tiered struct {
 // circuit breaker of its own, with Config's default bounds. New refuses a
 // nil tier. See docs/design.md, "Tiered store".
 func NewTiered(fast, durable Store) Store {
-	t := &tiered{fast: fast, durable: durable,
+	t := &tiered{fast: fast, durable: durable, fallbacks: make(map[string]string),
 		brk: &breaker{failures: defaultBreakerFailures, cooldown: defaultBreakerCooldown,
 			probeFor: defaultBreakerCooldown + defaultStoreTimeout, now: time.Now, changed: func(breakerState) {}}}
 	if tx, ok := durable.(TxStore); ok {
@@ -190,13 +195,88 @@ func (t *tiered) Acquire(ctx context.Context, key string, lockTTL time.Duration)
 		return nil, "", err
 	}
 	t.fallback(ctx, "durable", "acquire", err)
-	return nil, tieredToken(ft, ""), nil
+	return nil, t.fallbackToken(ft), nil
+}
+
+// fallbackToken registers ft, a lock of the fast tier alone, and returns
+// its token.
+func (t *tiered) fallbackToken(ft string) string {
+	t.fallbackMu.Lock()
+	t.fallbacks[ft] = ""
+	t.fallbackMu.Unlock()
+	return tieredToken(ft, "")
+}
+
+// durableLock takes the durable tier's lock of a fallback lock's key once
+// the durable tier answers (Refresh), so that the fast tier losing its
+// data (a restart, FLUSHALL) no longer lets a duplicate run: it returns
+// the token with both tiers' locks, or token as it was.
+func (t *tiered) durableLock(ctx context.Context, key, token string, lockTTL time.Duration) string {
+	ft, dt := splitTieredToken(token)
+	if ft == "" || dt != "" {
+		return token
+	}
+	t.fallbackMu.Lock()
+	dt, live := t.fallbacks[ft]
+	t.fallbackMu.Unlock()
+	if !live || dt != "" {
+		return tieredToken(ft, dt)
+	}
+	dctx, cancel := durableCtx(context.WithValue(ctx, quotaKey{}, nil), ft) // admitted when taken
+	_, dt, err := t.durable.Acquire(dctx, key, lockTTL)
+	cancel()
+	if err != nil || dt == "" {
+		// Down still; or another call holds or ran the key there: this
+		// one keeps the fast lock alone, and its record is another's
+		// (keepDurable reports it).
+		return token
+	}
+	t.fallbackMu.Lock()
+	_, live = t.fallbacks[ft]
+	if live {
+		t.fallbacks[ft] = dt
+	}
+	t.fallbackMu.Unlock()
+	if !live { // the lease ended meanwhile
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultStoreTimeout)
+		t.durable.Release(rctx, key, dt) //nolint:errcheck // it expires
+		cancel()
+		return token
+	}
+	return tieredToken(ft, dt)
+}
+
+// fallbackLocks returns token with the durable tier's lock that a Refresh
+// took for it, if any.
+func (t *tiered) fallbackLocks(token string) string {
+	ft, dt := splitTieredToken(token)
+	if ft == "" || dt != "" {
+		return token
+	}
+	t.fallbackMu.Lock()
+	dt = t.fallbacks[ft]
+	t.fallbackMu.Unlock()
+	return tieredToken(ft, dt)
+}
+
+// endFallback returns token with the durable tier's lock that a Refresh
+// took for it, if any, and forgets the fallback lock: the lease ends.
+func (t *tiered) endFallback(token string) string {
+	ft, dt := splitTieredToken(token)
+	if ft == "" || dt != "" {
+		return token
+	}
+	t.fallbackMu.Lock()
+	dt = t.fallbacks[ft]
+	delete(t.fallbacks, ft)
+	t.fallbackMu.Unlock()
+	return tieredToken(ft, dt)
 }
 
 // Complete implements Store: the durable tier first, whose answer counts,
 // then the fast one.
 func (t *tiered) Complete(ctx context.Context, key, token string, record []byte, ttl time.Duration) error {
-	ft, dt := splitTieredToken(token)
+	ft, dt := splitTieredToken(t.endFallback(token))
 	var derr error
 	if dt != "" {
 		dctx, cancel := durableCtx(ctx, ft)
@@ -272,12 +352,14 @@ var errDurableRecord = errors.New("idem: the durable tier holds another record o
 
 // Release implements Store.
 func (t *tiered) Release(ctx context.Context, key, token string) error {
-	return t.both(ctx, token, "release", func(ctx context.Context, s Store, tok string) error { return s.Release(ctx, key, tok) })
+	return t.both(ctx, t.endFallback(token), "release", func(ctx context.Context, s Store, tok string) error { return s.Release(ctx, key, tok) })
 }
 
 // Refresh implements Store.
+// A fallback lock (the fast tier's alone) takes the durable tier's lock
+// too once the durable tier answers.
 func (t *tiered) Refresh(ctx context.Context, key, token string, lockTTL time.Duration) error {
-	return t.both(ctx, token, "refresh", func(ctx context.Context, s Store, tok string) error {
+	return t.both(ctx, t.durableLock(ctx, key, token, lockTTL), "refresh", func(ctx context.Context, s Store, tok string) error {
 		return s.Refresh(ctx, key, tok, lockTTL)
 	})
 }
@@ -286,6 +368,9 @@ func (t *tiered) Refresh(ctx context.Context, key, token string, lockTTL time.Du
 // first, whose answer counts when it holds one.
 func (t *tiered) both(ctx context.Context, token, name string, op func(context.Context, Store, string) error) error {
 	ft, dt := splitTieredToken(token)
+	if dt == heldByTx {
+		dt = ""
+	}
 	var derr error
 	if dt != "" {
 		dctx, cancel := durableCtx(ctx, ft)
@@ -446,7 +531,7 @@ func (t *tiered) SaveStep(ctx context.Context, key, token, step string, result [
 	if err != nil {
 		return err
 	}
-	ft, dt := splitTieredToken(token)
+	ft, dt := splitTieredToken(t.fallbackLocks(token))
 	switch {
 	case dt != "":
 		return d.SaveStep(ctx, key, dt, step, result, ttl)
@@ -533,6 +618,7 @@ func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([
 		// which the Engine refreshes (fastTxn.lease).
 		if ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Refresh(ctx, key, ft, fastLease) }); ferr == nil {
 			t.fallback(ctx, "durable", "begin", err)
+			t.fallbackToken(ft)
 			return nil, &fastTxn{t: t, key: key, ft: ft}, nil
 		}
 	}
@@ -559,13 +645,29 @@ func (t *tieredTx) endFast(ctx context.Context, key, ft string, rec []byte) {
 	t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Release(ctx, key, ft) }) //nolint:errcheck // it expires
 }
 
-// tieredTxn is the durable tier's transaction and the fast tier's lock.
+// tieredTxn is the durable tier's transaction and the fast tier's lock,
+// which the Engine refreshes (leasedTx) while the work runs, each time for
+// fastLease: a crashed process's lock holds off retries that long, and a
+// duplicate meets the lock while the durable tier stalls (its Begin timing
+// out would otherwise fall back to a fast lock of its own and run).
 type tieredTxn struct {
 	Tx
 	t   *tieredTx
 	key string
 	ft  string // the fast tier's lock; "" if this call has none or it ended
 }
+
+func (x *tieredTxn) lease() (string, time.Duration, time.Duration) {
+	if x.ft == "" {
+		return "", 0, 0
+	}
+	return tieredToken(x.ft, heldByTx), fastLease, fastLease
+}
+
+// heldByTx is the durable part of a tieredTxn's token: the durable tier's
+// transaction holds the key, and Refresh extends the fast tier's lock
+// alone. No store's token holds a NUL byte.
+const heldByTx = "\x00tx"
 
 // Unwrap returns the durable tier's transaction (Step finds a StepTx
 // behind it).
@@ -608,7 +710,7 @@ type fastTxn struct {
 	ft  string
 }
 
-func (x *fastTxn) lease() (string, time.Duration) { return x.token(), fastLease }
+func (x *fastTxn) lease() (string, time.Duration, time.Duration) { return x.token(), fastLease, 0 }
 
 func (x *fastTxn) token() string { return tieredToken(x.ft, "") }
 

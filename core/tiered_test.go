@@ -847,3 +847,51 @@ func TestNewRefusesNilTier(t *testing.T) {
 		}
 	}
 }
+
+// A key taken while the durable tier was down (the fast tier's lock alone)
+// takes the durable tier's lock at its first refresh once that tier
+// answers again: the fast tier losing its data while the work still runs
+// then lets no duplicate run, in both modes.
+func TestTieredFallbackTakesDurableLock(t *testing.T) {
+	for _, mode := range []string{"lease", "transactional"} {
+		t.Run(mode, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fast := newTier()
+				var durable core.Store
+				var down func(bool)
+				if mode == "lease" {
+					d := newTier()
+					durable, down = d, func(b bool) { d.set(b, false) }
+				} else {
+					d := &downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}
+					durable, down = d, d.down.Store
+				}
+				eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), Observer: func(core.Event) {}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				down(true)
+				l, _, err := eng.Acquire(&core.Call{Key: "k"})
+				if err != nil || l == nil || !l.Protected() {
+					t.Fatalf("with the durable tier down: %v, %v; want a protected lease", l, err)
+				}
+				down(false)
+				advance(5 * time.Second) // past the first refresh; the work still runs
+				fast.lose()
+				if l2, _, err := eng.Acquire(&core.Call{Key: "k"}); l2 != nil || !errors.Is(err, core.ErrInFlight) {
+					t.Errorf("duplicate after the fast tier lost its data: a lease %v, %v; want ErrInFlight", l2 != nil, err)
+					if l2 != nil {
+						l2.Release(0, nil)
+					}
+				}
+				if err := l.Complete(&core.Record{Code: 201, Body: []byte("done")}); err != nil {
+					t.Fatalf("Complete: %v", err)
+				}
+				fast.lose()
+				if _, rec, err := eng.Acquire(&core.Call{Key: "k"}); err != nil || rec == nil || string(rec.Body) != "done" {
+					t.Fatalf("after Complete, the fast tier's data lost: %v, %v; want the durable tier's record", rec, err)
+				}
+			})
+		})
+	}
+}

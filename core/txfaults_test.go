@@ -175,6 +175,60 @@ func testTieredTxFallbackLockHeld(t *testing.T, wrapped bool) {
 	}
 }
 
+// tiered over a TxStore in the transactional mode: the fast tier's lock
+// in front of the running transaction is refreshed while the work runs,
+// each time for 10 s (a crash holds the key no longer), so that a
+// duplicate coming after the first 10 s while the durable tier stalls
+// (its Begin fails) meets it and gets ErrInFlight, where it used to take a
+// fast lock of its own, fall back to it, and run.
+func TestTieredTxLockHeldWhileDurableStalls(t *testing.T) {
+	for _, wrapped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "bare", true: "instrumented"}[wrapped], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testTieredTxLockHeldWhileDurableStalls(t, wrapped) })
+		})
+	}
+}
+
+func testTieredTxLockHeldWhileDurableStalls(t *testing.T, wrapped bool) {
+	fast := core.NewMemoryStore(0)
+	durable := &downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}
+	st := core.NewTiered(fast, durable)
+	var held atomic.Int32
+	if wrapped {
+		st = instrument.Store(st, func(_ context.Context, _ instrument.Op, _ time.Duration, _ error, h int) { held.Add(int32(h)) })
+	}
+	e, err := core.New(core.Config{Store: st, StoreTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l1, _, err := e.Acquire(&core.Call{Key: "k", Scope: "s"})
+	if err != nil || l1 == nil || !l1.Buffered() {
+		t.Fatalf("first: %v %v; want a lease in a transaction", l1, err)
+	}
+	advance(15 * time.Second) // the first request's work is still running
+	lock, err := fast.Inspect(context.Background(), core.ID("s", "k", ""))
+	if err != nil || lock.Record != nil || time.Until(lock.Expires) <= 0 || time.Until(lock.Expires) > 10*time.Second {
+		t.Fatalf("the fast tier's lock at +15 s: %+v, %v; want it refreshed, expiring within 10 s", lock, err)
+	}
+	durable.down.Store(true)
+	if l2, _, err := e.Acquire(&core.Call{Key: "k", Scope: "s"}); l2 != nil || !errors.Is(err, core.ErrInFlight) {
+		t.Errorf("duplicate at +15 s, the durable tier stalled: a lease %v, %v; want ErrInFlight (the first still runs)", l2 != nil, err)
+		if l2 != nil {
+			l2.Release(0, nil)
+		}
+	}
+	durable.down.Store(false)
+	if err := l1.Complete(&core.Record{Code: 201}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if _, rec, err := e.Acquire(&core.Call{Key: "k", Scope: "s"}); rec == nil || err != nil {
+		t.Fatalf("after Complete: %v, %v; want the record", rec, err)
+	}
+	if n := held.Load(); n != 0 {
+		t.Errorf("instrument counts %d locks held after Complete, want 0", n)
+	}
+}
+
 type stepTxStore struct{ memoryStore }
 
 func (s stepTxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
