@@ -192,7 +192,8 @@ type Config struct {
 	// costs more than a refusal (payments).
 	FailClosed bool
 	// Observer receives every outcome, for logs and metrics (SlogObserver).
-	// Default: none.
+	// Default: none; store errors, lost locks, the breaker's changes and
+	// fallbacks are then logged to slog.Default.
 	Observer func(Event)
 }
 

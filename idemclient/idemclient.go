@@ -104,6 +104,19 @@ type Transport struct {
 	randN func(int64) int64
 }
 
+// CloseIdleConnections closes the idle connections of Base, or of
+// http.DefaultTransport, if it has such a method, so that
+// http.Client.CloseIdleConnections reaches them through the Transport.
+func (t *Transport) CloseIdleConnections() {
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if c, ok := base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // settings are a Transport's fields with the defaults filled in.
 type settings struct {
 	keyHeader, replayHeader string

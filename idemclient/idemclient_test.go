@@ -892,3 +892,22 @@ func TestRetryAfterOverMaxDelayNotRetried(t *testing.T) {
 		})
 	}
 }
+
+// closeIdleBase counts CloseIdleConnections calls.
+type closeIdleBase struct {
+	http.RoundTripper
+	closed int
+}
+
+func (b *closeIdleBase) CloseIdleConnections() { b.closed++ }
+
+// http.Client.CloseIdleConnections reaches the Transport's Base.
+func TestCloseIdleConnections(t *testing.T) {
+	base := &closeIdleBase{RoundTripper: http.DefaultTransport}
+	c := &http.Client{Transport: &Transport{Base: base}}
+	c.CloseIdleConnections()
+	if base.closed != 1 {
+		t.Fatalf("Base.CloseIdleConnections called %d times, want 1", base.closed)
+	}
+	(&Transport{Base: &tracked{base: http.DefaultTransport}}).CloseIdleConnections() // a Base without the method: nothing to do
+}
