@@ -258,3 +258,61 @@ func (c *consumer) stop() {
 		}
 	})
 }
+
+// TestConsumerDeadLetter: an event that PostgreSQL refuses for its data (a
+// balance past bigint's range) goes to the dead-letter stream with its
+// error and is acknowledged, once; the events around it apply.
+func TestConsumerDeadLetter(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "consumer")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx := context.Background()
+	addr := os.Getenv("IDEM_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	stream := "idemtest:consumer:" + strings.ToLower(rand.Text())
+	dead := stream + ":dead"
+	t.Cleanup(func() { rdb.Del(ctx, stream, dead) })
+	dbURL, conn := schema(t)
+	for _, e := range []map[string]any{
+		{"id": "ev-1", "account": "acct", "amount": "1"},
+		{"id": "ev-2", "account": "acct", "amount": "9223372036854775807"}, // 1 + this overflows
+		{"id": "ev-3", "account": "acct", "amount": "2"},
+	} {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: e}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := startConsumer(t, bin, nil, "REDIS_URL=redis://"+addr+"/0", "DATABASE_URL="+dbURL, "STREAM="+stream,
+		"GROUP=ledger", "CONSUMER=c1", "CLAIM_AFTER=200ms")
+	t.Cleanup(c.stop)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		groups, err := rdb.XInfoGroups(ctx, stream).Result()
+		if err == nil && len(groups) == 1 && groups[0].Pending == 0 && groups[0].EntriesRead == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream was not drained in 30 s: %+v, %v", groups, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var balance int64
+	var entries int
+	if err := conn.QueryRow(ctx, "SELECT balance, (SELECT count(*) FROM ledger_entries) FROM accounts WHERE account = 'acct'").
+		Scan(&balance, &entries); err != nil {
+		t.Fatal(err)
+	}
+	if balance != 3 || entries != 2 {
+		t.Errorf("balance %d, %d ledger entries; want 3, 2 (ev-1 and ev-3)", balance, entries)
+	}
+	letters, err := rdb.XRange(ctx, dead, "-", "+").Result()
+	if err != nil || len(letters) != 1 || letters[0].Values["id"] != "ev-2" ||
+		!strings.Contains(fmt.Sprint(letters[0].Values["error"]), "22003") {
+		t.Fatalf("dead letters: %+v, %v; want ev-2 once, with SQLSTATE 22003", letters, err)
+	}
+}

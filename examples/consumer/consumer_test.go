@@ -1,8 +1,12 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func TestParse(t *testing.T) {
@@ -20,6 +24,23 @@ func TestParse(t *testing.T) {
 	} {
 		if _, err := parse(values); err == nil {
 			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// A data or integrity error is a refusal, wrapped or not; a connection
+// error or another SQLSTATE is not.
+func TestRefused(t *testing.T) {
+	t.Parallel()
+	for err, want := range map[error]bool{
+		&pgconn.PgError{Code: "22003"}:                            true,
+		fmt.Errorf("credit: %w", &pgconn.PgError{Code: "23505"}):  true,
+		&pgconn.PgError{Code: "40001"}:                            false,
+		&pgconn.PgError{Code: "57P01"}:                            false,
+		errors.New("dial tcp 127.0.0.1:5432: connection refused"): false,
+	} {
+		if got := refused(err); got != want {
+			t.Errorf("refused(%v) = %v, want %v", err, got, want)
 		}
 	}
 }

@@ -16,12 +16,19 @@
 //	GROUP         ledger
 //	CONSUMER      <host>-<pid>
 //	CLAIM_AFTER   2s
+//	DEAD_STREAM   <STREAM>:dead
 //
 // An event is a stream entry with the fields id, account, amount (an
 // integer) and delay_ms (a pause before applying it); one event may be
 // published several times under one id. The consumer creates its tables on
 // start: accounts(account text primary key, balance bigint not null),
-// ledger_entries (one row per application) and the inbox's.
+// ledger_entries (one row per application) and the inbox's. An event that
+// PostgreSQL refuses for its data (a data or integrity error: an amount out
+// of bigint's range) can never apply: it goes to DEAD_STREAM with the
+// error, and is acknowledged, rather than claimed again for ever. Other
+// errors (PostgreSQL down) leave it pending, claimed again after
+// CLAIM_AFTER. An event published again under an id already applied is
+// skipped, whatever its fields (the inbox keeps ids, not payloads).
 //
 // With -generic it uses core.Engine.Once on the Redis store instead of the
 // inbox: the mark lives in Redis, apart from the effect, and a consumer
@@ -35,13 +42,16 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -51,11 +61,11 @@ import (
 )
 
 type config struct {
-	redisURL, dbURL, stream, group, consumer string
-	claimAfter                               time.Duration
-	generic                                  bool
-	lockTTL                                  time.Duration
-	prefix                                   string
+	redisURL, dbURL, stream, dead, group, consumer string
+	claimAfter                                     time.Duration
+	generic                                        bool
+	lockTTL                                        time.Duration
+	prefix                                         string
 }
 
 func main() {
@@ -67,6 +77,7 @@ func main() {
 		group:    env("GROUP", "ledger"),
 		consumer: os.Getenv("CONSUMER"),
 	}
+	cfg.dead = env("DEAD_STREAM", cfg.stream+":dead")
 	if cfg.consumer == "" {
 		host, _ := os.Hostname()
 		cfg.consumer = host + "-" + strconv.Itoa(os.Getpid())
@@ -201,6 +212,10 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 				}
 			}
 			applied, err := apply(ctx, ev)
+			if refused(err) {
+				deadLetter(ctx, rdb, cfg, log, m, err)
+				continue
+			}
 			if err != nil {
 				// Left pending: claimed again after CLAIM_AFTER.
 				log.Warn("event not applied", "id", ev.ID, "entry", m.ID, "err", err)
@@ -243,6 +258,32 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// refused reports whether PostgreSQL refused an event for its data (SQLSTATE
+// class 22, data exception, or 23, integrity constraint violation): it
+// never applies, however often it is tried.
+func refused(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
+}
+
+// deadLetter adds the entry m to the dead-letter stream, with its entry id
+// and the error, then acknowledges it. A consumer killed in between leaves
+// it pending, and the next adds it again: a dead letter may be there twice
+// (the two streams may live on different nodes of a cluster, where one
+// MULTI cannot hold both).
+func deadLetter(ctx context.Context, rdb redis.UniversalClient, cfg config, log *slog.Logger, m redis.XMessage, reason error) {
+	values := maps.Clone(m.Values)
+	values["entry"], values["error"] = m.ID, reason.Error()
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: cfg.dead, Values: values}).Err(); err != nil {
+		log.Warn("event not moved to the dead-letter stream: left pending", "entry", m.ID, "err", err)
+		return
+	}
+	log.Error("event refused by PostgreSQL: moved to the dead-letter stream", "entry", m.ID, "dead_stream", cfg.dead, "err", reason)
+	if err := rdb.XAck(ctx, cfg.stream, cfg.group, m.ID).Err(); err != nil {
+		log.Warn("XACK", "entry", m.ID, "err", err)
+	}
 }
 
 // setup creates the tables, under an advisory lock: consumers may start
