@@ -55,6 +55,7 @@ type Collector struct {
 
 	ops [instrument.NumOps]opMetrics // resolved once: the store wrapper does no label lookup
 
+	opts      Options // as New filled them in
 	maxRoutes int
 	mu        sync.RWMutex
 	series    map[seriesKey]series // resolved once per label set: one lookup per event, not two
@@ -77,8 +78,9 @@ type opMetrics struct {
 }
 
 // New returns a Collector registered on reg (none if reg is nil). If reg
-// already holds a Collector, New returns that one, with the Options it was
-// made with: Engines built apart can share a registry.
+// already holds a Collector made with the same Options, New returns that
+// one, so that Engines built apart can share a registry; made with other
+// Options, an error.
 func New(reg prometheus.Registerer, opts *Options) (*Collector, error) {
 	var o Options
 	if opts != nil {
@@ -131,6 +133,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Collector, error) {
 			Name: "idempotency_store_breaker_state",
 			Help: "State of the idempotency store's circuit breaker: 1 for the current state (closed, open, half_open), 0 for the others.",
 		}, []string{"state"}),
+		opts:      o,
 		maxRoutes: o.MaxRoutes,
 		series:    make(map[seriesKey]series),
 		routes:    make(map[string]struct{}),
@@ -149,6 +152,9 @@ func New(reg prometheus.Registerer, opts *Options) (*Collector, error) {
 		var are prometheus.AlreadyRegisteredError
 		if errors.As(err, &are) {
 			if prev, ok := are.ExistingCollector.(*Collector); ok {
+				if !sameOptions(prev.opts, o) {
+					return nil, errOtherOptions
+				}
 				return prev, nil
 			}
 		}
@@ -158,9 +164,14 @@ func New(reg prometheus.Registerer, opts *Options) (*Collector, error) {
 }
 
 var (
-	errBuckets   = errors.New("idemprom: buckets must be strictly increasing")
-	errMaxRoutes = errors.New("idemprom: negative MaxRoutes")
+	errBuckets      = errors.New("idemprom: buckets must be strictly increasing")
+	errMaxRoutes    = errors.New("idemprom: negative MaxRoutes")
+	errOtherOptions = errors.New("idemprom: the registry holds a Collector made with other Options")
 )
+
+func sameOptions(a, b Options) bool {
+	return slices.Equal(a.RequestBuckets, b.RequestBuckets) && slices.Equal(a.StoreBuckets, b.StoreBuckets) && a.MaxRoutes == b.MaxRoutes
+}
 
 func increasing(b []float64) bool {
 	for i := 1; i < len(b); i++ {

@@ -330,9 +330,12 @@ func TestNew(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := idemprom.New(reg, &idemprom.Options{RequestBuckets: []float64{1, 2}})
+		b, err := idemprom.New(reg, &idemprom.Options{MaxRoutes: idemprom.DefaultMaxRoutes}) // the defaults, spelt out
 		if err != nil || a != b {
 			t.Fatalf("second New on one registry = %p, %v; want the first Collector %p", b, err, a)
+		}
+		if c, err := idemprom.New(reg, &idemprom.Options{RequestBuckets: []float64{1, 2}}); c != nil || err == nil {
+			t.Fatalf("New on one registry with other buckets = %p, %v; want an error", c, err)
 		}
 		other, err := idemprom.New(prometheus.NewPedanticRegistry(), nil)
 		if err != nil || other == a {
