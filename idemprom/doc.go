@@ -7,7 +7,7 @@
 // operation and state are the labels, never the key or the scope, and
 // routes past Options.MaxRoutes count as route="_OTHER". One Collector
 // serves any number of Engines, and New on a registry that already holds
-// one returns it; its breaker gauge then shows the state that any of them
+// one made with the same Options returns it; its breaker gauge then shows the state that any of them
 // reported last, so Engines on stores of their own want a Collector each
 // (a registry each, or prometheus.WrapRegistererWith a label). NewStuckKeys
 // reports the oldest lock in flight.
