@@ -143,7 +143,7 @@ func (e *Engine) Key(h HeaderGetter) (key string, present bool, err error) {
 		return "", false, nil
 	case 1:
 	default:
-		return "", true, fmt.Errorf("%w: %d %s headers, want one", ErrInvalidKey, len(values), name)
+		return "", true, fmt.Errorf("%w: %d values of %s, want one", ErrInvalidKey, len(values), name)
 	}
 	raw := values[0]
 	key, err = parseKey(raw, e.cfg.MaxKeyLength)

@@ -100,7 +100,7 @@ func TestKeyErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.Key(header{"X-Idempotency-Key": {"a", "b"}}); err == nil || !strings.Contains(err.Error(), "2 X-Idempotency-Key headers") {
+	if _, _, err := e.Key(header{"X-Idempotency-Key": {"a", "b"}}); err == nil || !strings.Contains(err.Error(), "2 values of X-Idempotency-Key") {
 		t.Errorf("legacy header sent twice: %v, want an error naming X-Idempotency-Key", err)
 	}
 	_, resp := e.Begin(&Request{Method: http.MethodPost, Path: "/", Header: header{"Idempotency-Key": {"a\x01"}}})
