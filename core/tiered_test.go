@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -851,10 +852,21 @@ func TestNewRefusesNilTier(t *testing.T) {
 // A key taken while the durable tier was down (the fast tier's lock alone)
 // takes the durable tier's lock at its first refresh once that tier
 // answers again: the fast tier losing its data while the work still runs
-// then lets no duplicate run, in both modes.
+// then lets no duplicate run, in both modes. In the transactional mode the
+// lock is refreshed every few seconds, so a durable tier down past the
+// first refresh is caught up with at the next.
 func TestTieredFallbackTakesDurableLock(t *testing.T) {
-	for _, mode := range []string{"lease", "transactional"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, tc := range []struct {
+		mode    string
+		downFor time.Duration // after the key is taken
+		lossAt  time.Duration
+	}{
+		{"lease", 0, 5 * time.Second},
+		{"transactional", 0, 5 * time.Second},
+		{"transactional", 5 * time.Second, 9 * time.Second},
+	} {
+		mode := tc.mode
+		t.Run(fmt.Sprintf("%s/down %v", mode, tc.downFor), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fast := newTier()
 				var durable core.Store
@@ -875,8 +887,9 @@ func TestTieredFallbackTakesDurableLock(t *testing.T) {
 				if err != nil || l == nil || !l.Protected() {
 					t.Fatalf("with the durable tier down: %v, %v; want a protected lease", l, err)
 				}
+				advance(tc.downFor)
 				down(false)
-				advance(5 * time.Second) // past the first refresh; the work still runs
+				advance(tc.lossAt - tc.downFor) // past a refresh since; the work still runs
 				fast.lose()
 				if l2, _, err := eng.Acquire(&core.Call{Key: "k"}); l2 != nil || !errors.Is(err, core.ErrInFlight) {
 					t.Errorf("duplicate after the fast tier lost its data: a lease %v, %v; want ErrInFlight", l2 != nil, err)
