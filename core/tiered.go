@@ -713,7 +713,9 @@ type fastTxn struct {
 // lease: taken and refreshed for fastLease, so that the refresh that takes
 // the durable tier's lock too (durableLock) comes every few seconds until
 // it does, and a crash holds the key no longer.
-func (x *fastTxn) lease() (string, time.Duration, time.Duration) { return x.token(), fastLease, fastLease }
+func (x *fastTxn) lease() (string, time.Duration, time.Duration) {
+	return x.token(), fastLease, fastLease
+}
 
 func (x *fastTxn) token() string { return tieredToken(x.ft, "") }
 
