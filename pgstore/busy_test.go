@@ -15,26 +15,34 @@ import (
 	"github.com/idem-go/idem/pgstore"
 )
 
-// TestTxBeginBusy: a server that gives no connection before the deadline
-// (a burst on a pool still opening its connections; here a server that
-// never answers) or is out of connection slots (SQLSTATE 53300) makes
-// Begin busy, which the Engine refuses even when it fails open; a server
-// that refuses connections is down: an error that is not busy.
+// TestTxBeginBusy: PostgreSQL out of connection slots (SQLSTATE 53300), or
+// giving no connection before the deadline to a request that waited for a
+// key's connection first (a burst), is busy, which the Engine refuses even
+// when it fails open; a server that refuses connections, or never answers
+// a request that found room, is down: an error that is not busy, and the
+// tiered store falls back to the fast tier's lock.
 func TestTxBeginBusy(t *testing.T) {
 	t.Parallel()
+	silent := func(c net.Conn) { io.Copy(io.Discard, c) } //nolint:errcheck // until the client hangs up
 	for _, tc := range []struct {
-		name  string
-		serve func(net.Conn) // nil: nothing listens
-		busy  bool
+		name   string
+		serve  func(net.Conn) // nil: nothing listens
+		queued bool           // another Begin holds the only key's connection first
+		busy   bool
 	}{
-		{"never answers", func(c net.Conn) { io.Copy(io.Discard, c) }, true}, //nolint:errcheck // until the client hangs up
-		{"too many connections", tooManyConnections, true},
-		{"refuses connections", nil, false},
+		{"never answers", silent, false, false},
+		{"never answers, after waiting for a key's connection", silent, true, true},
+		{"too many connections", tooManyConnections, false, true},
+		{"refuses connections", nil, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			addr := fakeServer(t, tc.serve)
-			pool, err := pgxpool.New(context.Background(), "postgres://postgres@"+addr+"/test?sslmode=disable")
+			pc, err := pgxpool.ParseConfig("postgres://postgres@" + addr + "/test?sslmode=disable&pool_max_conns=2") // one key at once
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,7 +52,22 @@ func TestTxBeginBusy(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(store.Close)
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			timeout := 300 * time.Millisecond
+			if tc.queued {
+				first := make(chan error, 1)
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+					defer cancel()
+					_, _, err := store.Begin(ctx, "first", 10*time.Second)
+					first <- err
+				}()
+				for pool.Stat().ConstructingConns() == 0 { // the first holds the key's connection
+					time.Sleep(time.Millisecond)
+				}
+				t.Cleanup(func() { <-first })
+				timeout = 600 * time.Millisecond
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			_, tx, err := store.Begin(ctx, "k", 10*time.Second)
 			if tx != nil || err == nil {
@@ -53,6 +76,20 @@ func TestTxBeginBusy(t *testing.T) {
 			if got := errors.Is(err, core.ErrStoreBusy); got != tc.busy {
 				t.Fatalf("Begin: %v; busy = %v, want %v", err, got, tc.busy)
 			}
+			if tc.busy || tc.queued {
+				return
+			}
+			// Down: the tiered store holds the key by the fast tier's lock.
+			eng, err := core.New(core.Config{Store: core.NewTiered(core.NewMemoryStore(0), store), StoreTimeout: 300 * time.Millisecond,
+				Observer: func(core.Event) {}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, _, err := eng.Acquire(&core.Call{Key: "k"})
+			if l == nil || !l.Protected() {
+				t.Fatalf("tiered Acquire: %v, %v; want a protected lease (the fast tier's lock)", l, err)
+			}
+			l.Release(0, nil)
 		})
 	}
 }

@@ -229,9 +229,9 @@ func (closedBatch) Tx() pgx.Tx                       { return nil }
 // reads the key's row. A completed record ends the transaction (a rollback: a
 // replay commits nothing), so that a first request costs one commit. A
 // working PostgreSQL without capacity for the key before ctx's deadline
-// (every connection that may hold a key in use, the pool giving no
-// connection in time, no connection slot left) returns an error wrapping
-// core.ErrStoreBusy: refused, never run unprotected.
+// (every connection that may hold a key or of the pool in use, no
+// connection slot left, the time spent waiting for them) returns an error
+// wrapping core.ErrStoreBusy: refused, never run unprotected.
 func (s *TxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
 	if _, ok := ctx.Deadline(); !ok && s.opts.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -270,13 +270,15 @@ var errDead = errors.New("connection lost")
 // refuses whatever Config.FailClosed says: run unprotected, the work would
 // wait for a connection of the same pool for its writes, and a duplicate
 // of a running call would run again) are: every key's connection held by
-// a running handler until the deadline; no connection of the pool by
-// then, each in use or still opening (a burst on a pool that grows);
-// PostgreSQL out of connection slots; and a deadline met after waiting for
-// a key's connection, the wait having used up the time. A PostgreSQL that
-// refuses connections, or does not answer on a connection given at once,
-// is down: a store error.
+// a running handler until the deadline; no connection of the pool by then
+// after waiting for a key's connection, or with every connection in use;
+// PostgreSQL out of connection slots; and a deadline met after waiting
+// longer for a key's connection, or for the pool's, than the time it
+// left. A PostgreSQL that refuses connections, or does not answer a
+// request that found room, is down: a store error (the tiered store falls
+// back to Redis's lock).
 func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
+	start := time.Now()
 	queued := false
 	select {
 	case s.keys <- struct{}{}:
@@ -293,12 +295,16 @@ func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration) ([]
 		<-s.keys
 		var pgErr *pgconn.PgError
 		switch {
-		case ctx.Err() != nil:
-			err = fmt.Errorf("%w: no connection of the pool within the deadline (each in use or opening): %w", core.ErrStoreBusy, err)
+		case ctx.Err() != nil && (queued || s.poolInUse()):
+			err = fmt.Errorf("%w: no connection of the pool within the deadline: %w", core.ErrStoreBusy, err)
 		case errors.As(err, &pgErr) && pgErr.Code == tooManyConnections:
 			err = fmt.Errorf("%w: %w", core.ErrStoreBusy, err)
 		}
 		return nil, nil, err
+	}
+	waited := queued
+	if d, ok := ctx.Deadline(); ok && time.Since(start) > time.Until(d) {
+		waited = true
 	}
 	t := &txn{s: s, c: c, key: key}
 	record, err := t.take(ctx, idle)
@@ -307,15 +313,22 @@ func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration) ([]
 	}
 	if err != nil || record != nil {
 		switch {
+		case err == nil:
 		case t.c.Conn().IsClosed() && ctx.Err() == nil:
 			err = fmt.Errorf("%w: %w", errDead, err)
-		case queued && ctx.Err() != nil:
-			err = fmt.Errorf("%w: no answer in the time left after waiting for a key's connection: %w", core.ErrStoreBusy, err)
+		case waited && ctx.Err() != nil:
+			err = fmt.Errorf("%w: no answer in the time left after waiting for a connection: %w", core.ErrStoreBusy, err)
 		}
 		t.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // ending the transaction is all that is left
 		return record, nil, err
 	}
 	return nil, t, nil
+}
+
+// poolInUse reports whether every connection of the pool is in use.
+func (s *TxStore) poolInUse() bool {
+	st := s.pool.Stat()
+	return st.AcquiredConns() >= st.MaxConns()
 }
 
 // txn is a key held by a transaction. Commit and Rollback end it; only the
