@@ -23,10 +23,10 @@ type tiered struct {
 	observe    func(Event)    // the Engine's; nil until an Engine takes the store
 	invalidate []func(string) // the Engines' replay caches'; none without one
 
-	// The fallback locks (the fast tier's alone) in use, by fast token:
-	// "", or the durable tier's token once a Refresh took its lock too.
+	// The fallback locks (the fast tier's alone) in use, by key and fast
+	// token.
 	fallbackMu sync.Mutex
-	fallbacks  map[string]string
+	fallbacks  map[string]*fallbackLock
 }
 
 // NewTiered returns the Store of fast (Redis) in front of durable
@@ -45,7 +45,7 @@ type tiered struct {
 // circuit breaker of its own, with Config's default bounds. New refuses a
 // nil tier. See docs/design.md, "Tiered store".
 func NewTiered(fast, durable Store) Store {
-	t := &tiered{fast: fast, durable: durable, fallbacks: make(map[string]string),
+	t := &tiered{fast: fast, durable: durable, fallbacks: make(map[string]*fallbackLock),
 		brk: &breaker{failures: defaultBreakerFailures, cooldown: defaultBreakerCooldown,
 			probeFor: defaultBreakerCooldown + defaultStoreTimeout, now: time.Now, changed: func(breakerState) {}}}
 	if tx, ok := durable.(TxStore); ok {
@@ -195,14 +195,22 @@ func (t *tiered) Acquire(ctx context.Context, key string, lockTTL time.Duration)
 		return nil, "", err
 	}
 	t.fallback(ctx, "durable", "acquire", err)
-	return nil, t.fallbackToken(ft), nil
+	return nil, t.fallbackToken(key, ft), nil
 }
 
-// fallbackToken registers ft, a lock of the fast tier alone, and returns
-// its token.
-func (t *tiered) fallbackToken(ft string) string {
+// fallbackLock is a lock of the fast tier alone in use (tiered.fallbacks).
+type fallbackLock struct {
+	dt     string        // the durable tier's token, once durableLock took it
+	taking chan struct{} // closed when a durableLock under way ends; nil if none
+}
+
+// fallbackToken registers ft, key's lock in the fast tier alone, and
+// returns its token. Complete or Release forgets it (endFallback); a lease
+// that ends with neither (a record that could not be sealed, the lock left
+// to expire) leaves its entry.
+func (t *tiered) fallbackToken(key, ft string) string {
 	t.fallbackMu.Lock()
-	t.fallbacks[ft] = ""
+	t.fallbacks[key+"\x00"+ft] = &fallbackLock{}
 	t.fallbackMu.Unlock()
 	return tieredToken(ft, "")
 }
@@ -217,66 +225,77 @@ func (t *tiered) durableLock(ctx context.Context, key, token string, lockTTL tim
 		return token
 	}
 	t.fallbackMu.Lock()
-	dt, live := t.fallbacks[ft]
-	t.fallbackMu.Unlock()
-	if !live || dt != "" {
-		return tieredToken(ft, dt)
+	f := t.fallbacks[key+"\x00"+ft]
+	if f == nil || f.dt != "" || f.taking != nil {
+		t.fallbackMu.Unlock()
+		return t.fallbackLocks(key, token)
 	}
+	taking := make(chan struct{})
+	f.taking = taking
+	t.fallbackMu.Unlock()
+
 	dctx, cancel := durableCtx(context.WithValue(ctx, quotaKey{}, nil), ft) // admitted when taken
 	_, dt, err := t.durable.Acquire(dctx, key, lockTTL)
 	cancel()
-	if err != nil || dt == "" {
-		// Down still; or another call holds or ran the key there: this
-		// one keeps the fast lock alone, and its record is another's
-		// (keepDurable reports it).
-		return token
-	}
+	// Down still; or another call holds or ran the key there: this one
+	// keeps the fast lock alone, and its record is another's (keepDurable
+	// reports it).
 	t.fallbackMu.Lock()
-	_, live = t.fallbacks[ft]
-	if live {
-		t.fallbacks[ft] = dt
+	if err == nil {
+		f.dt = dt
 	}
+	dt = f.dt
+	f.taking = nil
+	close(taking)
 	t.fallbackMu.Unlock()
-	if !live { // the lease ended meanwhile
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultStoreTimeout)
-		t.durable.Release(rctx, key, dt) //nolint:errcheck // it expires
-		cancel()
-		return token
-	}
 	return tieredToken(ft, dt)
 }
 
-// fallbackLocks returns token with the durable tier's lock that a Refresh
+// fallbackLocks returns token with the durable tier's lock that durableLock
 // took for it, if any.
-func (t *tiered) fallbackLocks(token string) string {
+func (t *tiered) fallbackLocks(key, token string) string {
 	ft, dt := splitTieredToken(token)
 	if ft == "" || dt != "" {
 		return token
 	}
 	t.fallbackMu.Lock()
-	dt = t.fallbacks[ft]
+	if f := t.fallbacks[key+"\x00"+ft]; f != nil {
+		dt = f.dt
+	}
 	t.fallbackMu.Unlock()
 	return tieredToken(ft, dt)
 }
 
-// endFallback returns token with the durable tier's lock that a Refresh
-// took for it, if any, and forgets the fallback lock: the lease ends.
-func (t *tiered) endFallback(token string) string {
+// endFallback is fallbackLocks for a lease that ends, which forgets the
+// fallback lock; a durableLock under way is waited for (its lock is the
+// lease's to complete or release).
+func (t *tiered) endFallback(key, token string) string {
 	ft, dt := splitTieredToken(token)
 	if ft == "" || dt != "" {
 		return token
 	}
-	t.fallbackMu.Lock()
-	dt = t.fallbacks[ft]
-	delete(t.fallbacks, ft)
-	t.fallbackMu.Unlock()
-	return tieredToken(ft, dt)
+	for {
+		t.fallbackMu.Lock()
+		f := t.fallbacks[key+"\x00"+ft]
+		if f == nil {
+			t.fallbackMu.Unlock()
+			return token
+		}
+		if taking := f.taking; taking != nil {
+			t.fallbackMu.Unlock()
+			<-taking // bounded by the durable call's deadline
+			continue
+		}
+		delete(t.fallbacks, key+"\x00"+ft)
+		t.fallbackMu.Unlock()
+		return tieredToken(ft, f.dt)
+	}
 }
 
 // Complete implements Store: the durable tier first, whose answer counts,
 // then the fast one.
 func (t *tiered) Complete(ctx context.Context, key, token string, record []byte, ttl time.Duration) error {
-	ft, dt := splitTieredToken(t.endFallback(token))
+	ft, dt := splitTieredToken(t.endFallback(key, token))
 	var derr error
 	if dt != "" {
 		dctx, cancel := durableCtx(ctx, ft)
@@ -352,7 +371,7 @@ var errDurableRecord = errors.New("idem: the durable tier holds another record o
 
 // Release implements Store.
 func (t *tiered) Release(ctx context.Context, key, token string) error {
-	return t.both(ctx, t.endFallback(token), "release", func(ctx context.Context, s Store, tok string) error { return s.Release(ctx, key, tok) })
+	return t.both(ctx, t.endFallback(key, token), "release", func(ctx context.Context, s Store, tok string) error { return s.Release(ctx, key, tok) })
 }
 
 // Refresh implements Store.
@@ -531,7 +550,7 @@ func (t *tiered) SaveStep(ctx context.Context, key, token, step string, result [
 	if err != nil {
 		return err
 	}
-	ft, dt := splitTieredToken(t.fallbackLocks(token))
+	ft, dt := splitTieredToken(t.fallbackLocks(key, token))
 	switch {
 	case dt != "":
 		return d.SaveStep(ctx, key, dt, step, result, ttl)
@@ -618,7 +637,7 @@ func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([
 		// which the Engine refreshes (fastTxn.lease).
 		if ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Refresh(ctx, key, ft, fastLease) }); ferr == nil {
 			t.fallback(ctx, "durable", "begin", err)
-			t.fallbackToken(ft)
+			t.fallbackToken(key, ft)
 			return nil, &fastTxn{t: t, key: key, ft: ft}, nil
 		}
 	}
@@ -628,7 +647,7 @@ func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([
 		}
 		return rec, nil, err
 	}
-	return rec, &tieredTxn{Tx: tx, t: t, key: key, ft: ft}, nil
+	return rec, &tieredTxn{Tx: tx, t: t, key: key, ft: ft, taken: min(idle, fastLease)}, nil
 }
 
 // fastLease is how long tieredTx.Begin takes the fast tier's lock for: a
@@ -647,21 +666,23 @@ func (t *tieredTx) endFast(ctx context.Context, key, ft string, rec []byte) {
 
 // tieredTxn is the durable tier's transaction and the fast tier's lock,
 // which the Engine refreshes (leasedTx) while the work runs, each time for
-// fastLease: a crashed process's lock holds off retries that long, and a
+// what it was taken for (fastLease, or the Engine's initial lease if
+// shorter): a crashed process's lock holds off retries that long, and a
 // duplicate meets the lock while the durable tier stalls (its Begin timing
 // out would otherwise fall back to a fast lock of its own and run).
 type tieredTxn struct {
 	Tx
-	t   *tieredTx
-	key string
-	ft  string // the fast tier's lock; "" if this call has none or it ended
+	t     *tieredTx
+	key   string
+	ft    string        // the fast tier's lock; "" if this call has none or it ended
+	taken time.Duration // what the fast tier's lock was taken for
 }
 
 func (x *tieredTxn) lease() (string, time.Duration, time.Duration) {
 	if x.ft == "" {
 		return "", 0, 0
 	}
-	return tieredToken(x.ft, heldByTx), fastLease, fastLease
+	return tieredToken(x.ft, heldByTx), x.taken, x.taken
 }
 
 // heldByTx is the durable part of a tieredTxn's token: the durable tier's
@@ -673,12 +694,19 @@ const heldByTx = "\x00tx"
 // behind it).
 func (x *tieredTxn) Unwrap() Tx { return x.Tx }
 
+// Commit commits the durable tier's transaction, then completes the fast
+// tier's lock. A durable ErrLockLost is returned as a plain error: the
+// lease's token is the fast lock's, and the Engine takes ErrLockLost from
+// a leasedTx for its loss, whose work stands (leasedTx).
 func (x *tieredTxn) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
 	err := x.Tx.Commit(ctx, record, ttl)
 	if err != nil {
 		record = nil
 	}
 	x.endFast(ctx, record)
+	if errors.Is(err, ErrLockLost) {
+		return fmt.Errorf("idem: the durable tier's commit: %v", err)
+	}
 	return err
 }
 

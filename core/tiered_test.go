@@ -908,3 +908,104 @@ func TestTieredFallbackTakesDurableLock(t *testing.T) {
 		})
 	}
 }
+
+// gateTier holds the answer of its first Acquire after arm (the lock
+// taken) until release is closed.
+type gateTier struct {
+	*tier
+	armed            atomic.Bool
+	entered, release chan struct{}
+}
+
+func (g *gateTier) Acquire(ctx context.Context, key string, ttl time.Duration) ([]byte, string, error) {
+	rec, tok, err := g.tier.Acquire(ctx, key, ttl)
+	if g.armed.CompareAndSwap(true, false) {
+		close(g.entered)
+		<-g.release
+	}
+	return rec, tok, err
+}
+
+// A refresh taking the durable tier's lock for a fallback lock while the
+// lease completes: Complete waits for it and stores the record in both
+// tiers, so that the fast tier losing its data then replays it (Complete
+// used to meet that lock in keepDurable, leave the record in the fast tier
+// alone, and the refresh released the durable lock).
+func TestTieredFallbackDurableLockRacesComplete(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fast := newTier()
+		durable := &gateTier{tier: newTier(), entered: make(chan struct{}), release: make(chan struct{})}
+		eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), Observer: func(core.Event) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		durable.set(true, false)
+		l, _, err := eng.Acquire(&core.Call{Key: "k"})
+		if err != nil || l == nil || !l.Protected() {
+			t.Fatalf("with the durable tier down: %v, %v; want a protected lease", l != nil, err)
+		}
+		durable.set(false, false)
+		durable.armed.Store(true)
+		<-durable.entered // the first refresh is taking the durable tier's lock
+		done := make(chan error)
+		go func() { done <- l.Complete(&core.Record{Code: 201, Body: []byte("charged")}) }()
+		synctest.Wait()
+		close(durable.release)
+		if err := <-done; err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+		st, err := durable.s.Inspect(context.Background(), core.ID("", "k", ""))
+		if err != nil || st.Record == nil {
+			t.Fatalf("the durable tier after Complete: %+v, %v; want the record", st, err)
+		}
+		fast.lose()
+		if l2, rec, err := eng.Acquire(&core.Call{Key: "k"}); l2 != nil || rec == nil || string(rec.Body) != "charged" {
+			t.Errorf("after the fast tier lost its data: a lease %v, %v, %v; want the replay", l2 != nil, rec, err)
+		}
+	})
+}
+
+// lostTx's Commit rolls back and answers ErrLockLost, as a TxStore whose
+// key was lost may.
+type lostTx struct{ core.Tx }
+
+func (x lostTx) Commit(ctx context.Context, _ []byte, _ time.Duration) error {
+	x.Tx.Rollback(ctx) //nolint:errcheck // the test's answer is the point
+	return fmt.Errorf("rolled back: %w", core.ErrLockLost)
+}
+
+type lostTxStore struct{ core.TxStore }
+
+func (s lostTxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
+	rec, tx, err := s.TxStore.Begin(ctx, key, idle)
+	if tx != nil {
+		tx = lostTx{tx}
+	}
+	return rec, tx, err
+}
+
+// A durable transaction whose Commit fails with ErrLockLost committed
+// nothing: Complete answers ErrStoreUnavailable (the result must not be
+// delivered), behind the tiered store as alone (the fast lock's token
+// made the Engine take it for that lock's loss, whose work stands).
+func TestTieredTxCommitLockLost(t *testing.T) {
+	for _, tiered := range []bool{false, true} {
+		t.Run(fmt.Sprint("tiered=", tiered), func(t *testing.T) {
+			var st core.Store = lostTxStore{idemtest.NewTxStore(t).(core.TxStore)}
+			if tiered {
+				st = core.NewTiered(core.NewMemoryStore(0), st)
+			}
+			eng, err := core.New(core.Config{Store: st, Observer: func(core.Event) {}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, _, err := eng.Acquire(&core.Call{Key: "k"})
+			if err != nil || !l.Buffered() {
+				t.Fatalf("Acquire: %v, %v; want a lease in a transaction", l != nil, err)
+			}
+			if err := l.Complete(&core.Record{Code: 201}); !errors.Is(err, core.ErrStoreUnavailable) {
+				t.Errorf("Complete = %v; want ErrStoreUnavailable (the commit did not happen)", err)
+			}
+		})
+	}
+}
