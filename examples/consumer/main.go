@@ -23,9 +23,10 @@
 // published several times under one id. The consumer creates its tables on
 // start: accounts(account text primary key, balance bigint not null),
 // ledger_entries (one row per application) and the inbox's. An event that
-// PostgreSQL refuses for its data (a data or integrity error: an amount out
-// of bigint's range) can never apply: it goes to DEAD_STREAM with the
-// error, and is acknowledged, rather than claimed again for ever. Other
+// PostgreSQL refuses for its data (a data or integrity error: a balance
+// out of bigint's range) would fail again each time it is claimed: it goes
+// to DEAD_STREAM with the error, for an operator to look at and publish
+// again, and is acknowledged, rather than claimed again for ever. Other
 // errors (PostgreSQL down) leave it pending, claimed again after
 // CLAIM_AFTER. An event published again under an id already applied is
 // skipped, whatever its fields (the inbox keeps ids, not payloads).
@@ -261,8 +262,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 }
 
 // refused reports whether PostgreSQL refused an event for its data (SQLSTATE
-// class 22, data exception, or 23, integrity constraint violation): it
-// never applies, however often it is tried.
+// class 22, data exception, or 23, integrity constraint violation): trying
+// again fails again until the data it meets changes.
 func refused(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
