@@ -633,15 +633,7 @@ func TestTieredFallbackRecordReachesDurable(t *testing.T) {
 	for _, mode := range []string{"lease", "transactional"} {
 		t.Run(mode, func(t *testing.T) {
 			fast := newTier()
-			var durable core.Store
-			var down func(bool)
-			if mode == "lease" {
-				d := newTier()
-				durable, down = d, func(b bool) { d.set(b, false) }
-			} else {
-				d := &downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}
-				durable, down = d, d.down.Store
-			}
+			durable, down := durableOf(t, mode)
 			var ev events
 			eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), Observer: ev.observe})
 			if err != nil {
@@ -676,6 +668,18 @@ func TestTieredFallbackRecordReachesDurable(t *testing.T) {
 			l.Release(0, nil)
 		})
 	}
+}
+
+// durableOf returns a durable tier for mode, "lease" (a plain store) or
+// "transactional" (a TxStore), and the function that takes it down or
+// back.
+func durableOf(t *testing.T, mode string) (core.Store, func(down bool)) {
+	if mode == "lease" {
+		d := newTier()
+		return d, func(down bool) { d.set(down, false) }
+	}
+	d := &downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}
+	return d, d.down.Store
 }
 
 // A fallback lease whose lock was lost (unlocked, then taken by another
@@ -869,15 +873,7 @@ func TestTieredFallbackTakesDurableLock(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/down %v", mode, tc.downFor), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fast := newTier()
-				var durable core.Store
-				var down func(bool)
-				if mode == "lease" {
-					d := newTier()
-					durable, down = d, func(b bool) { d.set(b, false) }
-				} else {
-					d := &downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}
-					durable, down = d, d.down.Store
-				}
+				durable, down := durableOf(t, mode)
 				eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), Observer: func(core.Event) {}})
 				if err != nil {
 					t.Fatal(err)

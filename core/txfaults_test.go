@@ -137,15 +137,7 @@ func TestTieredTxFallbackLockHeld(t *testing.T) {
 // counts as held must come back to none.
 func testTieredTxFallbackLockHeld(t *testing.T, wrapped bool) {
 	fast := core.NewMemoryStore(0)
-	st := core.NewTiered(fast, failingTx{core.NewMemoryStore(0)})
-	var held atomic.Int32
-	if wrapped {
-		st = instrument.Store(st, func(_ context.Context, _ instrument.Op, _ time.Duration, _ error, h int) { held.Add(int32(h)) })
-	}
-	e, err := core.New(core.Config{Store: st, StoreTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, held := tieredTxEngine(t, fast, failingTx{core.NewMemoryStore(0)}, wrapped)
 	l1, _, err := e.Acquire(&core.Call{Key: "k", Scope: "s"})
 	if err != nil || l1 == nil || !l1.Protected() {
 		t.Fatalf("first: %v %v", l1, err)
@@ -192,15 +184,7 @@ func TestTieredTxLockHeldWhileDurableStalls(t *testing.T) {
 func testTieredTxLockHeldWhileDurableStalls(t *testing.T, wrapped bool) {
 	fast := core.NewMemoryStore(0)
 	durable := &downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}
-	st := core.NewTiered(fast, durable)
-	var held atomic.Int32
-	if wrapped {
-		st = instrument.Store(st, func(_ context.Context, _ instrument.Op, _ time.Duration, _ error, h int) { held.Add(int32(h)) })
-	}
-	e, err := core.New(core.Config{Store: st, StoreTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, held := tieredTxEngine(t, fast, durable, wrapped)
 	l1, _, err := e.Acquire(&core.Call{Key: "k", Scope: "s"})
 	if err != nil || l1 == nil || !l1.Buffered() {
 		t.Fatalf("first: %v %v; want a lease in a transaction", l1, err)
@@ -227,6 +211,23 @@ func testTieredTxLockHeldWhileDurableStalls(t *testing.T, wrapped bool) {
 	if n := held.Load(); n != 0 {
 		t.Errorf("instrument counts %d locks held after Complete, want 0", n)
 	}
+}
+
+// tieredTxEngine is an Engine on the tiered store of fast over durable,
+// behind instrument.Store if wrapped (as idemprom's and idemotel's
+// InstrumentStore put it), with the count of locks instrument sees held.
+func tieredTxEngine(t *testing.T, fast, durable core.Store, wrapped bool) (*core.Engine, *atomic.Int32) {
+	t.Helper()
+	st := core.NewTiered(fast, durable)
+	held := new(atomic.Int32)
+	if wrapped {
+		st = instrument.Store(st, func(_ context.Context, _ instrument.Op, _ time.Duration, _ error, h int) { held.Add(int32(h)) })
+	}
+	e, err := core.New(core.Config{Store: st, StoreTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, held
 }
 
 type stepTxStore struct{ memoryStore }

@@ -57,15 +57,7 @@ const (
 // inbox mode (no flags) it checks every balance exactly.
 func runKilled(t *testing.T, bin string, flags ...string) (doubled, kills int) {
 	ctx := context.Background()
-	addr := os.Getenv("IDEM_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { rdb.Close() })
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("Redis at %s: %v", addr, err)
-	}
+	rdb, addr := testRedis(t)
 	run := strings.ToLower(rand.Text())
 	stream, prefix := "idemtest:consumer:"+run, "idemtest:"+run
 	t.Cleanup(func() {
@@ -181,6 +173,22 @@ func runKilled(t *testing.T, bin string, flags ...string) (doubled, kills int) {
 	return applied - distinct, kills
 }
 
+// testRedis is a client of the Redis at $IDEM_REDIS_ADDR (127.0.0.1:6379),
+// closed when the test ends, and its address.
+func testRedis(t *testing.T) (*redis.Client, string) {
+	t.Helper()
+	addr := os.Getenv("IDEM_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("Redis at %s: %v", addr, err)
+	}
+	return rdb, addr
+}
+
 // schema creates a schema of the test's own, dropped after it, and returns
 // a DATABASE_URL whose connections use it, with a connection to it.
 func schema(t *testing.T) (string, *pgx.Conn) {
@@ -268,12 +276,7 @@ func TestConsumerDeadLetter(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	ctx := context.Background()
-	addr := os.Getenv("IDEM_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { rdb.Close() })
+	rdb, addr := testRedis(t)
 	stream := "idemtest:consumer:" + strings.ToLower(rand.Text())
 	dead := stream + ":dead"
 	t.Cleanup(func() { rdb.Del(ctx, stream, dead) })
