@@ -685,9 +685,7 @@ func durableOf(t *testing.T, mode string) (core.Store, func(down bool)) {
 // A fallback lease whose lock was lost (unlocked, then taken by another
 // call) is reported as lost when it completes, not as stored.
 func TestTieredTxFallbackLockLost(t *testing.T) {
-	for _, wrapped := range []bool{false, true} {
-		t.Run(map[bool]string{false: "bare", true: "instrumented"}[wrapped], func(t *testing.T) { testTieredTxFallbackLockLost(t, wrapped) })
-	}
+	bareAndInstrumented(t, testTieredTxFallbackLockLost)
 }
 
 func testTieredTxFallbackLockLost(t *testing.T, wrapped bool) {

@@ -124,11 +124,7 @@ func (failingTx) Begin(context.Context, string, time.Duration) ([]byte, core.Tx,
 // 10 s, which is how long a crash in the first seconds holds the key
 // (not LockTTL).
 func TestTieredTxFallbackLockHeld(t *testing.T) {
-	for _, wrapped := range []bool{false, true} {
-		t.Run(map[bool]string{false: "bare", true: "instrumented"}[wrapped], func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { testTieredTxFallbackLockHeld(t, wrapped) })
-		})
-	}
+	bareAndInstrumented(t, func(t *testing.T, wrapped bool) { synctest.Test(t, func(t *testing.T) { testTieredTxFallbackLockHeld(t, wrapped) }) })
 }
 
 // testTieredTxFallbackLockHeld runs TestTieredTxFallbackLockHeld on the
@@ -174,11 +170,7 @@ func testTieredTxFallbackLockHeld(t *testing.T, wrapped bool) {
 // (its Begin fails) meets it and gets ErrInFlight, where it used to take a
 // fast lock of its own, fall back to it, and run.
 func TestTieredTxLockHeldWhileDurableStalls(t *testing.T) {
-	for _, wrapped := range []bool{false, true} {
-		t.Run(map[bool]string{false: "bare", true: "instrumented"}[wrapped], func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { testTieredTxLockHeldWhileDurableStalls(t, wrapped) })
-		})
-	}
+	bareAndInstrumented(t, func(t *testing.T, wrapped bool) { synctest.Test(t, func(t *testing.T) { testTieredTxLockHeldWhileDurableStalls(t, wrapped) }) })
 }
 
 func testTieredTxLockHeldWhileDurableStalls(t *testing.T, wrapped bool) {
@@ -210,6 +202,14 @@ func testTieredTxLockHeldWhileDurableStalls(t *testing.T, wrapped bool) {
 	}
 	if n := held.Load(); n != 0 {
 		t.Errorf("instrument counts %d locks held after Complete, want 0", n)
+	}
+}
+
+// bareAndInstrumented runs test on the store as it is and behind
+// instrument.Store (wrapped).
+func bareAndInstrumented(t *testing.T, test func(t *testing.T, wrapped bool)) {
+	for _, wrapped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "bare", true: "instrumented"}[wrapped], func(t *testing.T) { test(t, wrapped) })
 	}
 }
 
