@@ -124,7 +124,9 @@ func (failingTx) Begin(context.Context, string, time.Duration) ([]byte, core.Tx,
 // 10 s, which is how long a crash in the first seconds holds the key
 // (not LockTTL).
 func TestTieredTxFallbackLockHeld(t *testing.T) {
-	bareAndInstrumented(t, func(t *testing.T, wrapped bool) { synctest.Test(t, func(t *testing.T) { testTieredTxFallbackLockHeld(t, wrapped) }) })
+	bareAndInstrumented(t, func(t *testing.T, wrapped bool) {
+		synctest.Test(t, func(t *testing.T) { testTieredTxFallbackLockHeld(t, wrapped) })
+	})
 }
 
 // testTieredTxFallbackLockHeld runs TestTieredTxFallbackLockHeld on the
@@ -170,7 +172,9 @@ func testTieredTxFallbackLockHeld(t *testing.T, wrapped bool) {
 // (its Begin fails) meets it and gets ErrInFlight, where it used to take a
 // fast lock of its own, fall back to it, and run.
 func TestTieredTxLockHeldWhileDurableStalls(t *testing.T) {
-	bareAndInstrumented(t, func(t *testing.T, wrapped bool) { synctest.Test(t, func(t *testing.T) { testTieredTxLockHeldWhileDurableStalls(t, wrapped) }) })
+	bareAndInstrumented(t, func(t *testing.T, wrapped bool) {
+		synctest.Test(t, func(t *testing.T) { testTieredTxLockHeldWhileDurableStalls(t, wrapped) })
+	})
 }
 
 func testTieredTxLockHeldWhileDurableStalls(t *testing.T, wrapped bool) {
