@@ -21,6 +21,7 @@ type Engine struct {
 	kept   map[string]bool // canonical names of Config.KeepHeaders; nil keeps all
 	tx     TxStore         // Config.Store if it is one
 	waiter Waiter          // Config.Store or a store it wraps, if one is
+	renews renewer         // likewise
 	brk    *breaker
 	// refreshers extend the locks of the leases whose work runs, by the
 	// first digit of the lease's store key: 16 locks rather than one for
@@ -63,6 +64,7 @@ func New(cfg Config) (*Engine, error) {
 		changed: func(s breakerState) { e.observe(Event{Outcome: OutcomeBreaker, Breaker: s.String()}, time.Now()) }}
 	e.tx, _ = cfg.Store.(TxStore)
 	e.waiter, _ = find[Waiter](cfg.Store)
+	e.renews, _ = find[renewer](cfg.Store)
 	if cfg.ReplayCache > 0 {
 		e.cache = newReplayCache(cfg.ReplayCache)
 	}

@@ -182,17 +182,18 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 			l.tx = tx
 			if lt, ok := asTx[leasedTx](tx); ok {
 				if token, lease, renew := lt.lease(); token != "" {
-					if renew <= 0 {
-						renew = e.cfg.LockTTL
-					}
 					l.token = token
-					l.startRefresh(sent, lease, renew)
+					l.startRefresh(sent, lease, e.renewal(renew))
 				}
 			}
 			return l, nil, nil
 		case err == nil && token != "":
 			l.token = token
-			l.startRefresh(sent, e.initialLease, e.cfg.LockTTL)
+			var renew time.Duration
+			if e.renews != nil {
+				renew = e.renews.renew(token)
+			}
+			l.startRefresh(sent, e.initialLease, e.renewal(renew))
 			return l, nil, nil
 		case err == nil:
 			return l.replay(raw)
@@ -239,6 +240,23 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 type leasedTx interface {
 	Tx
 	lease() (token string, lease, renew time.Duration)
+}
+
+// renewer is implemented by stores whose locks of some tokens a refresh
+// extends by less than LockTTL, and so refreshes more often: the tiered
+// store's fallback locks (the fast tier's alone), until they hold the
+// durable tier's lock too. renew returns 0 for the others.
+type renewer interface {
+	renew(token string) time.Duration
+}
+
+// renewal is what a refresh extends a lock to: renew if it is set and
+// shorter than LockTTL, else LockTTL.
+func (e *Engine) renewal(renew time.Duration) time.Duration {
+	if renew <= 0 || renew > e.cfg.LockTTL {
+		return e.cfg.LockTTL
+	}
+	return renew
 }
 
 // asTx returns tx, or the first transaction it wraps (Unwrap), as a T.

@@ -198,6 +198,17 @@ func (t *tiered) Acquire(ctx context.Context, key string, lockTTL time.Duration)
 	return nil, t.fallbackToken(key, ft), nil
 }
 
+// renew implements renewer: a fallback lock is refreshed for fastLease at
+// a time, every few seconds, so that it takes the durable tier's lock
+// (durableLock) soon after that tier answers again, and a crash holds the
+// key no longer.
+func (t *tiered) renew(token string) time.Duration {
+	if ft, dt := splitTieredToken(token); ft != "" && dt == "" {
+		return fastLease
+	}
+	return 0
+}
+
 // fallbackLock is a lock of the fast tier alone in use (tiered.fallbacks).
 type fallbackLock struct {
 	dt     string        // the durable tier's token, once durableLock took it

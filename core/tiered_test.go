@@ -854,9 +854,9 @@ func TestNewRefusesNilTier(t *testing.T) {
 // A key taken while the durable tier was down (the fast tier's lock alone)
 // takes the durable tier's lock at its first refresh once that tier
 // answers again: the fast tier losing its data while the work still runs
-// then lets no duplicate run, in both modes. In the transactional mode the
-// lock is refreshed every few seconds, so a durable tier down past the
-// first refresh is caught up with at the next.
+// then lets no duplicate run, in both modes. The lock is refreshed every
+// few seconds, so a durable tier down past the first refresh is caught up
+// with at the next.
 func TestTieredFallbackTakesDurableLock(t *testing.T) {
 	for _, tc := range []struct {
 		mode    string
@@ -864,6 +864,7 @@ func TestTieredFallbackTakesDurableLock(t *testing.T) {
 		lossAt  time.Duration
 	}{
 		{"lease", 0, 5 * time.Second},
+		{"lease", 5 * time.Second, 9 * time.Second},
 		{"transactional", 0, 5 * time.Second},
 		{"transactional", 5 * time.Second, 9 * time.Second},
 	} {
