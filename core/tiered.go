@@ -244,22 +244,25 @@ func (t *tiered) durableLock(ctx context.Context, key, token string, lockTTL tim
 	taking := make(chan struct{})
 	f.taking = taking
 	t.fallbackMu.Unlock()
-
+	var err error
+	defer func() { // even if the durable tier panics (Lease.storeRefresh recovers)
+		t.fallbackMu.Lock()
+		if err == nil {
+			f.dt = dt
+		}
+		f.taking = nil
+		close(taking)
+		t.fallbackMu.Unlock()
+	}()
 	dctx, cancel := durableCtx(context.WithValue(ctx, quotaKey{}, nil), ft) // admitted when taken
-	_, dt, err := t.durable.Acquire(dctx, key, lockTTL)
-	cancel()
-	// Down still; or another call holds or ran the key there: this one
-	// keeps the fast lock alone, and its record is another's (keepDurable
-	// reports it).
-	t.fallbackMu.Lock()
-	if err == nil {
-		f.dt = dt
+	defer cancel()
+	_, dt, err = t.durable.Acquire(dctx, key, lockTTL)
+	if err != nil {
+		// Down still, or another call holds the key there: this one keeps
+		// the fast lock alone (keepDurable reports it at completion).
+		return token
 	}
-	dt = f.dt
-	f.taking = nil
-	close(taking)
-	t.fallbackMu.Unlock()
-	return tieredToken(ft, dt)
+	return tieredToken(ft, dt) // dt "": another call ran the key there
 }
 
 // fallbackLocks returns token with the durable tier's lock that durableLock
@@ -279,8 +282,8 @@ func (t *tiered) fallbackLocks(key, token string) string {
 
 // endFallback is fallbackLocks for a lease that ends, which forgets the
 // fallback lock; a durableLock under way is waited for (its lock is the
-// lease's to complete or release).
-func (t *tiered) endFallback(key, token string) string {
+// lease's to complete or release) until ctx is done.
+func (t *tiered) endFallback(ctx context.Context, key, token string) string {
 	ft, dt := splitTieredToken(token)
 	if ft == "" || dt != "" {
 		return token
@@ -294,8 +297,16 @@ func (t *tiered) endFallback(key, token string) string {
 		}
 		if taking := f.taking; taking != nil {
 			t.fallbackMu.Unlock()
-			<-taking // bounded by the durable call's deadline
-			continue
+			select {
+			case <-taking: // bounded by the durable call's deadline
+				continue
+			case <-ctx.Done():
+				// Left to the durable lock's expiry.
+				t.fallbackMu.Lock()
+				delete(t.fallbacks, key+"\x00"+ft)
+				t.fallbackMu.Unlock()
+				return token
+			}
 		}
 		delete(t.fallbacks, key+"\x00"+ft)
 		t.fallbackMu.Unlock()
@@ -306,7 +317,7 @@ func (t *tiered) endFallback(key, token string) string {
 // Complete implements Store: the durable tier first, whose answer counts,
 // then the fast one.
 func (t *tiered) Complete(ctx context.Context, key, token string, record []byte, ttl time.Duration) error {
-	ft, dt := splitTieredToken(t.endFallback(key, token))
+	ft, dt := splitTieredToken(t.endFallback(ctx, key, token))
 	var derr error
 	if dt != "" {
 		dctx, cancel := durableCtx(ctx, ft)
@@ -382,7 +393,7 @@ var errDurableRecord = errors.New("idem: the durable tier holds another record o
 
 // Release implements Store.
 func (t *tiered) Release(ctx context.Context, key, token string) error {
-	return t.both(ctx, t.endFallback(key, token), "release", func(ctx context.Context, s Store, tok string) error { return s.Release(ctx, key, tok) })
+	return t.both(ctx, t.endFallback(ctx, key, token), "release", func(ctx context.Context, s Store, tok string) error { return s.Release(ctx, key, tok) })
 }
 
 // Refresh implements Store.

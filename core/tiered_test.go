@@ -1004,3 +1004,54 @@ func TestTieredTxCommitLockLost(t *testing.T) {
 		})
 	}
 }
+
+// panicTier's Acquire panics once armed.
+type panicTier struct {
+	*tier
+	armed, hit atomic.Bool
+}
+
+func (p *panicTier) Acquire(ctx context.Context, key string, ttl time.Duration) ([]byte, string, error) {
+	if p.armed.Load() {
+		p.hit.Store(true)
+		panic("durable tier bug")
+	}
+	return p.tier.Acquire(ctx, key, ttl)
+}
+
+// A durable tier that panics while a refresh takes its lock for a
+// fallback lock (the Engine recovers a panic of Store.Refresh) leaves the
+// lease able to complete: Complete does not wait for that refresh for
+// ever.
+func TestTieredFallbackDurableLockPanics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		durable := &panicTier{tier: newTier()}
+		eng, err := core.New(core.Config{Store: core.NewTiered(newTier(), durable), Observer: func(core.Event) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		durable.set(true, false)
+		l, _, err := eng.Acquire(&core.Call{Key: "k"})
+		if err != nil || l == nil || !l.Protected() {
+			t.Fatalf("with the durable tier down: %v, %v; want a protected lease", l != nil, err)
+		}
+		durable.set(false, false)
+		durable.armed.Store(true)
+		advance(4 * time.Second) // the first refresh panics in the durable tier
+		if !durable.hit.Load() {
+			t.Fatal("no refresh reached the durable tier")
+		}
+		durable.armed.Store(false)
+		done := make(chan error, 1)
+		go func() { done <- l.Complete(&core.Record{Code: 201}) }()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+		default:
+			t.Fatal("Complete blocked after a refresh panicked in the durable tier")
+		}
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,8 +20,9 @@ import (
 // giving no connection before the deadline to a request that waited for a
 // key's connection first (a burst), is busy, which the Engine refuses even
 // when it fails open; a server that refuses connections, or never answers
-// a request that found room, is down: an error that is not busy, and the
-// tiered store falls back to the fast tier's lock.
+// a request that found room (a new connection, or an idle one that the
+// pool pings while the other is held), is down: an error that is not
+// busy, and the tiered store falls back to the fast tier's lock.
 func TestTxBeginBusy(t *testing.T) {
 	t.Parallel()
 	silent := func(c net.Conn) { io.Copy(io.Discard, c) } //nolint:errcheck // until the client hangs up
@@ -28,12 +30,14 @@ func TestTxBeginBusy(t *testing.T) {
 		name   string
 		serve  func(net.Conn) // nil: nothing listens
 		queued bool           // another Begin holds the only key's connection first
+		idle   bool           // the pool holds one connection and has the other idle, pinged when acquired
 		busy   bool
 	}{
-		{"never answers", silent, false, false},
-		{"never answers, after waiting for a key's connection", silent, true, true},
-		{"too many connections", tooManyConnections, false, true},
-		{"refuses connections", nil, false, false},
+		{name: "never answers", serve: silent},
+		{name: "never answers, after waiting for a key's connection", serve: silent, queued: true, busy: true},
+		{name: "stops answering, on an idle connection", serve: silentAfterStartup, idle: true},
+		{name: "too many connections", serve: tooManyConnections, busy: true},
+		{name: "refuses connections"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -42,11 +46,26 @@ func TestTxBeginBusy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var ping atomic.Bool // as pgxpool does for a connection idle over a second
+			pc.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return ping.Load() }
 			pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(pool.Close)
+			if tc.idle {
+				held, err := pool.Acquire(context.Background()) // a running request's, hung
+				if err != nil {
+					t.Fatal(err)
+				}
+				idle, err := pool.Acquire(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				idle.Release()
+				t.Cleanup(held.Release)
+				ping.Store(true)
+			}
 			store, err := pgstore.NewTx(pool, &pgstore.Options{JanitorInterval: -1})
 			if err != nil {
 				t.Fatal(err)
@@ -76,7 +95,7 @@ func TestTxBeginBusy(t *testing.T) {
 			if got := errors.Is(err, core.ErrStoreBusy); got != tc.busy {
 				t.Fatalf("Begin: %v; busy = %v, want %v", err, got, tc.busy)
 			}
-			if tc.busy || tc.queued {
+			if tc.busy || tc.queued || tc.idle {
 				return
 			}
 			// Down: the tiered store holds the key by the fast tier's lock.
@@ -121,14 +140,34 @@ func fakeServer(t *testing.T, serve func(net.Conn)) string {
 	return l.Addr().String()
 }
 
+// silentAfterStartup completes the startup of a connection, then never
+// answers again.
+func silentAfterStartup(c net.Conn) {
+	if !readStartup(c) {
+		return
+	}
+	var msg []byte
+	msg = append(msg, 'R', 0, 0, 0, 8, 0, 0, 0, 0)              // AuthenticationOk
+	msg = append(msg, 'K', 0, 0, 0, 12, 0, 0, 0, 1, 0, 0, 0, 2) // BackendKeyData
+	msg = append(msg, 'Z', 0, 0, 0, 5, 'I')                     // ReadyForQuery
+	c.Write(msg)                                                //nolint:errcheck // the client reads it or not
+	io.Copy(io.Discard, c)                                      //nolint:errcheck // until the client hangs up
+}
+
+// readStartup reads a startup message.
+func readStartup(c net.Conn) bool {
+	var n [4]byte
+	if _, err := io.ReadFull(c, n[:]); err != nil {
+		return false
+	}
+	_, err := io.CopyN(io.Discard, c, int64(binary.BigEndian.Uint32(n[:]))-4)
+	return err == nil
+}
+
 // tooManyConnections reads a startup message and answers as a PostgreSQL
 // at max_connections does.
 func tooManyConnections(c net.Conn) {
-	var n [4]byte
-	if _, err := io.ReadFull(c, n[:]); err != nil {
-		return
-	}
-	if _, err := io.CopyN(io.Discard, c, int64(binary.BigEndian.Uint32(n[:]))-4); err != nil {
+	if !readStartup(c) {
 		return
 	}
 	fields := "SFATAL\x00VFATAL\x00C53300\x00Msorry, too many clients already\x00\x00"

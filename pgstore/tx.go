@@ -238,12 +238,13 @@ func (s *TxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]
 		ctx, cancel = context.WithTimeout(ctx, s.opts.Timeout)
 		defer cancel()
 	}
+	start, inUse := time.Now(), s.poolInUse()
 	record, undo, err := s.admitWindow(ctx, key)
 	if err != nil || record != nil {
-		return record, nil, err
+		return record, nil, busy(ctx, err, inUse || waitedLong(ctx, start))
 	}
 	for runs := 1; ; runs++ {
-		record, t, err := s.begin(ctx, key, idle)
+		record, t, err := s.begin(ctx, key, idle, start)
 		if errors.Is(err, errDead) && runs < maxRuns {
 			s.lost()
 			continue
@@ -266,19 +267,17 @@ const tooManyConnections = "53300"
 // reset and the statement run again on another (see Store.run).
 var errDead = errors.New("connection lost")
 
-// begin is one try of Begin. Busy (core.ErrStoreBusy, which the Engine
-// refuses whatever Config.FailClosed says: run unprotected, the work would
-// wait for a connection of the same pool for its writes, and a duplicate
-// of a running call would run again) are: every key's connection held by
-// a running handler until the deadline; no connection of the pool by then
-// after waiting for a key's connection, or with every connection in use;
-// PostgreSQL out of connection slots; and a deadline met after waiting
-// longer for a key's connection, or for the pool's, than the time it
-// left. A PostgreSQL that refuses connections, or does not answer a
-// request that found room, is down: a store error (the tiered store falls
-// back to Redis's lock).
-func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
-	start := time.Now()
+// begin is one try of Begin, which started at start. Busy
+// (core.ErrStoreBusy, which the Engine refuses whatever Config.FailClosed
+// says: run unprotected, the work would wait for a connection of the same
+// pool for its writes, and a duplicate of a running call would run again)
+// are: every key's connection held by a running handler until the
+// deadline; PostgreSQL out of connection slots; and a deadline met after
+// waiting, for a key's connection, for one of the pool with every one in
+// use, or longer than the time it left. A PostgreSQL that refuses
+// connections, or does not answer a request that found room, is down: a
+// store error (the tiered store falls back to Redis's lock).
+func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration, start time.Time) ([]byte, core.Tx, error) {
 	queued := false
 	select {
 	case s.keys <- struct{}{}:
@@ -290,22 +289,13 @@ func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration) ([]
 			return nil, nil, fmt.Errorf("%w: waited for one of the %d connections that may hold a key: %w", core.ErrStoreBusy, cap(s.keys), context.Cause(ctx))
 		}
 	}
+	waited := queued || s.poolInUse() // before Acquire, which counts a connection it pings as in use
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		<-s.keys
-		var pgErr *pgconn.PgError
-		switch {
-		case ctx.Err() != nil && (queued || s.poolInUse()):
-			err = fmt.Errorf("%w: no connection of the pool within the deadline: %w", core.ErrStoreBusy, err)
-		case errors.As(err, &pgErr) && pgErr.Code == tooManyConnections:
-			err = fmt.Errorf("%w: %w", core.ErrStoreBusy, err)
-		}
-		return nil, nil, err
+		return nil, nil, busy(ctx, err, waited)
 	}
-	waited := queued
-	if d, ok := ctx.Deadline(); ok && time.Since(start) > time.Until(d) {
-		waited = true
-	}
+	waited = waited || waitedLong(ctx, start)
 	t := &txn{s: s, c: c, key: key}
 	record, err := t.take(ctx, idle)
 	if err == nil && record == nil {
@@ -316,13 +306,42 @@ func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration) ([]
 		case err == nil:
 		case t.c.Conn().IsClosed() && ctx.Err() == nil:
 			err = fmt.Errorf("%w: %w", errDead, err)
-		case waited && ctx.Err() != nil:
-			err = fmt.Errorf("%w: no answer in the time left after waiting for a connection: %w", core.ErrStoreBusy, err)
+		default:
+			err = busy(ctx, err, waited)
 		}
-		t.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // ending the transaction is all that is left
+		// Bounded: PostgreSQL may stop answering between take and now.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		t.Rollback(rctx) //nolint:errcheck // ending the transaction is all that is left
+		cancel()
 		return record, nil, err
 	}
 	return nil, t, nil
+}
+
+// rollbackTimeout bounds the rollback of a transaction that takes no key.
+const rollbackTimeout = time.Second
+
+// busy returns err wrapped in core.ErrStoreBusy if it is PostgreSQL out of
+// connection slots, or the deadline met after the call waited for
+// capacity; a conflict or a quota refusal stays what it is.
+func busy(ctx context.Context, err error, waited bool) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil, errors.Is(err, core.ErrInFlight), errors.Is(err, core.ErrQuotaExceeded):
+		return err
+	case errors.As(err, &pgErr) && pgErr.Code == tooManyConnections:
+		return fmt.Errorf("%w: %w", core.ErrStoreBusy, err)
+	case waited && ctx.Err() != nil:
+		return fmt.Errorf("%w: the deadline met after waiting for a connection: %w", core.ErrStoreBusy, err)
+	}
+	return err
+}
+
+// waitedLong reports whether the call that started at start has waited
+// longer than the time ctx leaves it.
+func waitedLong(ctx context.Context, start time.Time) bool {
+	d, ok := ctx.Deadline()
+	return ok && time.Since(start) > time.Until(d)
 }
 
 // poolInUse reports whether every connection of the pool is in use.

@@ -281,11 +281,18 @@ func TestIntegrationTxPoolExhausted(t *testing.T) {
 
 // With a key's token free but every connection of the pool in use (steps,
 // replays, the application's own queries), a request also gets 503 in both
-// failure modes and nothing runs unprotected.
+// failure modes and nothing runs unprotected; with a quota per window too,
+// whose admission takes a connection before the key's.
 func TestIntegrationTxPoolInUse(t *testing.T) {
-	for _, failClosed := range []bool{false, true} {
-		t.Run(fmt.Sprintf("FailClosed=%v", failClosed), func(t *testing.T) {
-			a := newTxApp(t, core.Config{FailClosed: failClosed, StoreTimeout: 200 * time.Millisecond}, 2)
+	for _, tc := range []struct {
+		failClosed bool
+		quota      core.Quota
+	}{
+		{false, core.Quota{}}, {true, core.Quota{}},
+		{false, core.Quota{PerWindow: 1000, Window: time.Minute}},
+	} {
+		t.Run(fmt.Sprintf("FailClosed=%v/PerWindow=%d", tc.failClosed, tc.quota.PerWindow), func(t *testing.T) {
+			a := newTxApp(t, core.Config{FailClosed: tc.failClosed, StoreTimeout: 200 * time.Millisecond, Quota: tc.quota}, 2)
 			var held []*pgxpool.Conn
 			release := func() {
 				for _, c := range held {
