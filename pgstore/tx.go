@@ -238,13 +238,13 @@ func (s *TxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]
 		ctx, cancel = context.WithTimeout(ctx, s.opts.Timeout)
 		defer cancel()
 	}
-	start, inUse := time.Now(), s.poolInUse()
+	inUse := s.poolInUse() // before admitWindow takes a connection
 	record, undo, err := s.admitWindow(ctx, key)
 	if err != nil || record != nil {
-		return record, nil, busy(ctx, err, inUse || waitedLong(ctx, start))
+		return record, nil, busy(ctx, err, inUse)
 	}
 	for runs := 1; ; runs++ {
-		record, t, err := s.begin(ctx, key, idle, start)
+		record, t, err := s.begin(ctx, key, idle, inUse)
 		if errors.Is(err, errDead) && runs < maxRuns {
 			s.lost()
 			continue
@@ -267,17 +267,17 @@ const tooManyConnections = "53300"
 // reset and the statement run again on another (see Store.run).
 var errDead = errors.New("connection lost")
 
-// begin is one try of Begin, which started at start. Busy
-// (core.ErrStoreBusy, which the Engine refuses whatever Config.FailClosed
-// says: run unprotected, the work would wait for a connection of the same
-// pool for its writes, and a duplicate of a running call would run again)
-// are: every key's connection held by a running handler until the
-// deadline; PostgreSQL out of connection slots; and a deadline met after
-// waiting, for a key's connection, for one of the pool with every one in
-// use, or longer than the time it left. A PostgreSQL that refuses
+// begin is one try of Begin; waited reports that Begin found every
+// connection of the pool in use. Busy (core.ErrStoreBusy, which the Engine
+// refuses whatever Config.FailClosed says: run unprotected, the work would
+// wait for a connection of the same pool for its writes, and a duplicate
+// of a running call would run again) are: every key's connection held by
+// a running handler until the deadline; PostgreSQL out of connection
+// slots; and a deadline met after waiting for a key's connection, or with
+// every connection of the pool in use. A PostgreSQL that refuses
 // connections, or does not answer a request that found room, is down: a
 // store error (the tiered store falls back to Redis's lock).
-func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration, start time.Time) ([]byte, core.Tx, error) {
+func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration, waited bool) ([]byte, core.Tx, error) {
 	queued := false
 	select {
 	case s.keys <- struct{}{}:
@@ -289,13 +289,12 @@ func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration, sta
 			return nil, nil, fmt.Errorf("%w: waited for one of the %d connections that may hold a key: %w", core.ErrStoreBusy, cap(s.keys), context.Cause(ctx))
 		}
 	}
-	waited := queued || s.poolInUse() // before Acquire, which counts a connection it pings as in use
+	waited = waited || queued || s.poolInUse() // before Acquire, which counts a connection it pings as in use
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		<-s.keys
 		return nil, nil, busy(ctx, err, waited)
 	}
-	waited = waited || waitedLong(ctx, start)
 	t := &txn{s: s, c: c, key: key}
 	record, err := t.take(ctx, idle)
 	if err == nil && record == nil {
@@ -322,8 +321,8 @@ func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration, sta
 const rollbackTimeout = time.Second
 
 // busy returns err wrapped in core.ErrStoreBusy if it is PostgreSQL out of
-// connection slots, or the deadline met after the call waited for
-// capacity; a conflict or a quota refusal stays what it is.
+// connection slots, or the deadline met after the call waited for a
+// connection; a conflict or a quota refusal stays what it is.
 func busy(ctx context.Context, err error, waited bool) error {
 	var pgErr *pgconn.PgError
 	switch {
@@ -335,13 +334,6 @@ func busy(ctx context.Context, err error, waited bool) error {
 		return fmt.Errorf("%w: the deadline met after waiting for a connection: %w", core.ErrStoreBusy, err)
 	}
 	return err
-}
-
-// waitedLong reports whether the call that started at start has waited
-// longer than the time ctx leaves it.
-func waitedLong(ctx context.Context, start time.Time) bool {
-	d, ok := ctx.Deadline()
-	return ok && time.Since(start) > time.Until(d)
 }
 
 // poolInUse reports whether every connection of the pool is in use.
