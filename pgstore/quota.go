@@ -146,6 +146,9 @@ func (s *TxStore) admitWindow(ctx context.Context, key string) (record []byte, u
 	if !ok || q.PerWindow <= 0 {
 		return nil, func() {}, nil
 	}
+	// Each statement takes a connection of the pool: one that waits for it
+	// with every connection in use, and meets the deadline, is busy.
+	before := s.pool.Stat()
 	_, err = s.run(ctx, "quota", func(ctx context.Context, c *pgxpool.Conn, _ bool) error {
 		return c.QueryRow(ctx, s.qsql.record, key).Scan(&record)
 	})
@@ -153,14 +156,18 @@ func (s *TxStore) admitWindow(ctx context.Context, key string) (record []byte, u
 	case err == nil:
 		return record, nil, nil
 	case !errors.Is(err, pgx.ErrNoRows):
-		return nil, nil, err
+		return nil, nil, busy(ctx, err, s.saturated(before))
 	}
 	token := newToken()
+	before = s.pool.Stat()
 	if err := s.admit(ctx, key, token, scope, core.Quota{PerWindow: q.PerWindow, Window: q.Window}); err != nil {
-		return nil, nil, err
+		return nil, nil, busy(ctx, err, s.saturated(before))
 	}
 	return nil, func() {
-		s.run(context.WithoutCancel(ctx), "quota", func(ctx context.Context, c *pgxpool.Conn, _ bool) error { //nolint:errcheck // it leaves the window
+		// Bounded: with the pool in use, a refusal waits for it.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		s.run(ctx, "quota", func(ctx context.Context, c *pgxpool.Conn, _ bool) error { //nolint:errcheck // it leaves the window
 			_, err := c.Exec(ctx, s.qsql.unadmit, scope, token)
 			return err
 		})

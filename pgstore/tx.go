@@ -238,10 +238,10 @@ func (s *TxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]
 		ctx, cancel = context.WithTimeout(ctx, s.opts.Timeout)
 		defer cancel()
 	}
-	inUse := s.poolInUse() // before admitWindow takes a connection
+	inUse := s.pool.Stat().AcquiredConns() >= s.pool.Stat().MaxConns() // before admitWindow takes a connection
 	record, undo, err := s.admitWindow(ctx, key)
 	if err != nil || record != nil {
-		return record, nil, busy(ctx, err, inUse)
+		return record, nil, err
 	}
 	for runs := 1; ; runs++ {
 		record, t, err := s.begin(ctx, key, idle, inUse)
@@ -289,11 +289,12 @@ func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration, wai
 			return nil, nil, fmt.Errorf("%w: waited for one of the %d connections that may hold a key: %w", core.ErrStoreBusy, cap(s.keys), context.Cause(ctx))
 		}
 	}
-	waited = waited || queued || s.poolInUse() // before Acquire, which counts a connection it pings as in use
+	before := s.pool.Stat()
+	waited = waited || queued || before.AcquiredConns() >= before.MaxConns()
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		<-s.keys
-		return nil, nil, busy(ctx, err, waited)
+		return nil, nil, busy(ctx, err, waited || s.saturated(before))
 	}
 	t := &txn{s: s, c: c, key: key}
 	record, err := t.take(ctx, idle)
@@ -317,7 +318,8 @@ func (s *TxStore) begin(ctx context.Context, key string, idle time.Duration, wai
 	return nil, t, nil
 }
 
-// rollbackTimeout bounds the rollback of a transaction that takes no key.
+// rollbackTimeout bounds the rollback of a transaction that takes no key,
+// and taking an admission back.
 const rollbackTimeout = time.Second
 
 // busy returns err wrapped in core.ErrStoreBusy if it is PostgreSQL out of
@@ -336,10 +338,15 @@ func busy(ctx context.Context, err error, waited bool) error {
 	return err
 }
 
-// poolInUse reports whether every connection of the pool is in use.
-func (s *TxStore) poolInUse() bool {
-	st := s.pool.Stat()
-	return st.AcquiredConns() >= st.MaxConns()
+// saturated reports, after an Acquire that failed, whether it waited for a
+// pool whose every connection was in use: so before it, or after it if
+// the pool had no idle connection before (an idle one is health-checked
+// inside Acquire, and counts as in use until it is destroyed: a
+// PostgreSQL that stopped answering is not a pool in use). A connection
+// released to another waiter just as the snapshot was taken is missed.
+func (s *TxStore) saturated(before *pgxpool.Stat) bool {
+	inUse := func(st *pgxpool.Stat) bool { return st.AcquiredConns() >= st.MaxConns() }
+	return inUse(before) || before.IdleConns() == 0 && inUse(s.pool.Stat())
 }
 
 // txn is a key held by a transaction. Commit and Rollback end it; only the
