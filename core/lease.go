@@ -234,9 +234,9 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 // or in front of the durable tier's transaction (tieredTxn). The Engine
 // refreshes it through Store.Refresh with the lock's token, from lease
 // (none if it is ""), which also says how long the lock was taken for and
-// what each refresh extends it to (0: Config.LockTTL). Commit returns ErrLockLost only if
-// the lock alone held the key and was lost (the work ran outside any
-// transaction: its effects stand).
+// what each refresh extends it to (0: Config.LockTTL). Commit returns
+// ErrLockLost only if the lock alone held the key and was lost (the work
+// ran outside any transaction: its effects stand).
 type leasedTx interface {
 	Tx
 	lease() (token string, lease, renew time.Duration)
@@ -348,7 +348,7 @@ type Lease struct {
 	done    bool
 	held    time.Time     // when the lock was last known held for lease: taken or refreshed
 	lease   time.Duration // how long the lock lasts from held: the initial lease, then renew
-	renew   time.Duration // what a refresh extends the lock to: LockTTL, or a leasedTx's own
+	renew   time.Duration // what a refresh extends the lock to: LockTTL, or less (renewer, leasedTx)
 	expired bool          // a refresh found the lock gone
 
 	due   time.Time   // the next refresh, while the Engine's refresher holds the lease
