@@ -628,7 +628,8 @@ type tieredTx struct {
 // off retries that long), is completed with the record after the commit.
 // With the durable tier down, the fast tier's lock alone holds the key, as
 // in Acquire: the work runs protected, without a transaction (fastTxn). A
-// busy durable tier (ErrStoreBusy) is no outage: the call is refused.
+// busy durable tier (ErrStoreBusy) is treated the same way: the fast lock
+// holds the key; with the fast tier down too, the call is refused.
 func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, Tx, error) {
 	var (
 		rec []byte
@@ -654,7 +655,7 @@ func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([
 	dctx, cancel := durableCtx(ctx, ft)
 	rec, tx, err := t.tx.Begin(dctx, key, idle)
 	cancel()
-	if err != nil && ft != "" && !errors.Is(err, ErrInFlight) && !errors.Is(err, ErrQuotaExceeded) && !errors.Is(err, ErrStoreBusy) {
+	if err != nil && ft != "" && !errors.Is(err, ErrInFlight) && !errors.Is(err, ErrQuotaExceeded) {
 		// The fast lock alone holds the key, if it still does: a lease,
 		// which the Engine refreshes (fastTxn.lease).
 		if ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Refresh(ctx, key, ft, fastLease) }); ferr == nil {

@@ -827,18 +827,33 @@ func TestTieredFallbackRecordOutsideQuota(t *testing.T) {
 // the busy pool), whatever FailClosed says, and the fast tier's lock is
 // released, so that the key runs once the durable tier has room.
 func TestTieredTxDurableBusy(t *testing.T) {
+	fast := newTier()
 	durable := &downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}
 	durable.busy.Store(true)
-	eng, err := core.New(core.Config{Store: core.NewTiered(newTier(), durable)})
+	eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), Observer: func(core.Event) {}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var runs atomic.Int32
-	if _, err := run(t, eng, "k", &runs); !errors.Is(err, core.ErrStoreUnavailable) || !errors.Is(err, core.ErrStoreBusy) || runs.Load() != 0 {
-		t.Fatalf("durable tier busy: %v, %d runs; want ErrStoreUnavailable wrapping ErrStoreBusy, no run", err, runs.Load())
+	// The fast tier's lock holds the key: the call runs, protected, once.
+	l, _, err := eng.Acquire(&core.Call{Key: "k"})
+	if err != nil || l == nil || !l.Protected() {
+		t.Fatalf("durable tier busy: %v, %v; want a lease held by the fast tier's lock", l != nil, err)
 	}
+	if _, err := run(t, eng, "k", &runs); !errors.Is(err, core.ErrInFlight) || runs.Load() != 0 {
+		t.Fatalf("a duplicate meanwhile: %v, %d runs; want ErrInFlight", err, runs.Load())
+	}
+	if err := l.Complete(&core.Record{Code: 201}); err != nil {
+		t.Fatal(err)
+	}
+	// With the fast tier down too, a busy durable tier refuses the call.
+	fast.set(true, false)
+	if _, err := run(t, eng, "other", &runs); !errors.Is(err, core.ErrStoreUnavailable) || !errors.Is(err, core.ErrStoreBusy) || runs.Load() != 0 {
+		t.Fatalf("both tiers unavailable, the durable one busy: %v, %d runs; want ErrStoreUnavailable wrapping ErrStoreBusy, no run", err, runs.Load())
+	}
+	fast.set(false, false)
 	durable.busy.Store(false)
-	if _, err := run(t, eng, "k", &runs); err != nil || runs.Load() != 1 {
+	if _, err := run(t, eng, "other", &runs); err != nil || runs.Load() != 1 {
 		t.Fatalf("with room again: %v, %d runs; want a first run", err, runs.Load())
 	}
 }
