@@ -624,8 +624,9 @@ type tieredTx struct {
 // Begin implements TxStore: a record in the fast tier is a replay, and a
 // fast lock a conflict (or the durable tier's record, as in Acquire);
 // else the durable tier's transaction holds the key, and the fast tier's
-// lock, taken for the initial lease only (a crashed process's lock holds
-// off retries that long), is completed with the record after the commit.
+// lock, taken and refreshed for the initial lease at a time (a crashed
+// process's lock holds off retries that long: tieredTxn), is completed
+// with the record after the commit.
 // With the durable tier down, the fast tier's lock alone holds the key, as
 // in Acquire: the work runs protected, without a transaction (fastTxn). A
 // busy durable tier (ErrStoreBusy) is treated the same way: the fast lock
