@@ -936,6 +936,26 @@ func (g *gateTier) Acquire(ctx context.Context, key string, ttl time.Duration) (
 	return rec, tok, err
 }
 
+// fallbackLease takes key "k" through a tiered Engine while durable is
+// down (a fallback lock, on the fast tier alone), then brings durable back.
+func fallbackLease(t *testing.T, fast core.Store, durable interface {
+	core.Store
+	set(down, stall bool)
+}) (*core.Engine, *core.Lease) {
+	t.Helper()
+	eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), Observer: func(core.Event) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	durable.set(true, false)
+	l, _, err := eng.Acquire(&core.Call{Key: "k"})
+	if err != nil || l == nil || !l.Protected() {
+		t.Fatalf("with the durable tier down: %v, %v; want a protected lease", l != nil, err)
+	}
+	durable.set(false, false)
+	return eng, l
+}
+
 // A refresh taking the durable tier's lock for a fallback lock while the
 // lease completes: Complete waits for it and stores the record in both
 // tiers, so that the fast tier losing its data then replays it (Complete
@@ -945,16 +965,7 @@ func TestTieredFallbackDurableLockRacesComplete(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fast := newTier()
 		durable := &gateTier{tier: newTier(), entered: make(chan struct{}), release: make(chan struct{})}
-		eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), Observer: func(core.Event) {}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		durable.set(true, false)
-		l, _, err := eng.Acquire(&core.Call{Key: "k"})
-		if err != nil || l == nil || !l.Protected() {
-			t.Fatalf("with the durable tier down: %v, %v; want a protected lease", l != nil, err)
-		}
-		durable.set(false, false)
+		eng, l := fallbackLease(t, fast, durable)
 		durable.armed.Store(true)
 		<-durable.entered // the first refresh is taking the durable tier's lock
 		done := make(chan error)
@@ -1041,16 +1052,7 @@ func (p *panicTier) Acquire(ctx context.Context, key string, ttl time.Duration) 
 func TestTieredFallbackDurableLockPanics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		durable := &panicTier{tier: newTier()}
-		eng, err := core.New(core.Config{Store: core.NewTiered(newTier(), durable), Observer: func(core.Event) {}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		durable.set(true, false)
-		l, _, err := eng.Acquire(&core.Call{Key: "k"})
-		if err != nil || l == nil || !l.Protected() {
-			t.Fatalf("with the durable tier down: %v, %v; want a protected lease", l != nil, err)
-		}
-		durable.set(false, false)
+		_, l := fallbackLease(t, newTier(), durable)
 		durable.armed.Store(true)
 		advance(4 * time.Second) // the first refresh panics in the durable tier
 		if !durable.hit.Load() {
