@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"path"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -41,6 +44,13 @@ const migrateLock = "idem-go/idem migrate "
 // one transaction under an advisory lock of the schema's, and records the
 // version it reached in VersionTable of the same schema, which it creates
 // if needed (with the schema).
+//
+// It is safe to run while other instances serve requests: each of its
+// statements waits at most 100 ms for a lock (an upgrade that alters the
+// table needs it to itself, and the transactional mode holds it while
+// handlers run; statements queued behind the waiting migration wait that
+// long too), and Migrate then starts again, after a pause, until ctx is
+// done: give it a deadline.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, opts *Options) error {
 	if pool == nil {
 		return ErrNilPool
@@ -59,7 +69,42 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, o *Options, dir, def, tabl
 	if err != nil {
 		return err
 	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	for {
+		err = migrateOnce(ctx, pool, o, ups, def, table)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != lockNotAvailable {
+			break
+		}
+		// Another session holds a lock the migration needs: let the
+		// statements queued behind it run, then try again.
+		t := time.NewTimer(lockWait + rand.N(4*lockWait))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("pgstore: migrate: %w (waiting for a lock: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
+	return nil
+}
+
+// lockWait bounds how long each statement of Migrate and MigrateInbox
+// waits for a lock before the migration starts again (lock_timeout).
+const lockWait = 100 * time.Millisecond
+
+// lockNotAvailable is the SQLSTATE of a statement that waited lock_timeout.
+const lockNotAvailable = "55P03"
+
+// migrateOnce runs the migrations of ups past the table's version in one
+// transaction.
+func migrateOnce(ctx context.Context, pool *pgxpool.Pool, o *Options, ups []migration, def, table string) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(lockWait.Milliseconds(), 10)); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", migrateLock+o.Schema); err != nil {
 			return err
 		}
@@ -97,10 +142,6 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, o *Options, dir, def, tabl
 ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version, applied_at = now()`, table, applied)
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("pgstore: migrate: %w", err)
-	}
-	return nil
 }
 
 type migration struct {

@@ -4,13 +4,17 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io/fs"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-go/idem/core/idemtest"
 	"github.com/idem-go/idem/pgstore"
@@ -141,4 +145,92 @@ FROM information_schema.columns WHERE table_schema = $1 AND table_name IN ($2::t
 	if got := columns(); got != "" {
 		t.Fatalf("the tables are still there after the down files: %s", got)
 	}
+}
+
+// TestIntegrationMigrateWhileServing upgrades a table from version 2 while
+// a request of the transactional mode holds one of its keys, as a rolling
+// deploy does: the ALTER TABLE waits for that transaction, and requests
+// for other keys, queued behind it, must not wait with it. Migrate gives up
+// when its context is done, and succeeds once the request has finished.
+func TestIntegrationMigrateWhileServing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := pgtest.Pool(t)
+	opts := &pgstore.Options{Schema: schema, JanitorInterval: -1}
+	if err := pgstore.Migrate(ctx, pool, opts); err != nil {
+		t.Fatal(err)
+	}
+	downgrade := "DROP TABLE " + pgx.Identifier{schema, "idempotency_keys_quota"}.Sanitize() + "; ALTER TABLE " +
+		pgx.Identifier{schema, "idempotency_keys"}.Sanitize() + " DROP COLUMN quota_scope, DROP COLUMN quota_token; UPDATE " +
+		pgx.Identifier{schema, pgstore.VersionTable}.Sanitize() + " SET version = 2"
+	if _, err := pool.Exec(ctx, downgrade); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := pgstore.New(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Close()
+	txs, err := pgstore.NewTx(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txs.Close()
+	_, held, err := txs.Begin(ctx, "held", time.Minute) // a handler of the previous release, running
+	if err != nil || held == nil {
+		t.Fatalf("Begin: %v, %v", held, err)
+	}
+	defer held.Rollback(ctx) //nolint:errcheck // released below; this is for a failure on the way
+
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	err = pgstore.Migrate(short, pool, opts)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Migrate while the table is held, with a deadline: %v; want the deadline's error", err)
+	}
+
+	migrated := make(chan error, 1)
+	go func() {
+		mctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		migrated <- pgstore.Migrate(mctx, pool, opts)
+	}()
+	waitForWaitingAlter(t, pool, schema)
+	for i := range 5 {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, tok, err := lease.Acquire(actx, fmt.Sprint("other", i), 10*time.Second)
+		cancel()
+		if err != nil || tok == "" {
+			t.Fatalf("Acquire of another key while Migrate waits for the table: %q, %v; want a lock", tok, err)
+		}
+	}
+	if err := held.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-migrated; err != nil {
+		t.Fatalf("Migrate after the request finished: %v", err)
+	}
+	var version int
+	if err := pool.QueryRow(ctx, "SELECT version FROM "+pgx.Identifier{schema, pgstore.VersionTable}.Sanitize()).Scan(&version); err != nil || version != 3 {
+		t.Fatalf("version %d (%v), want 3", version, err)
+	}
+}
+
+// waitForWaitingAlter returns once a session is seen waiting for a lock
+// in an ALTER TABLE of schema's (Migrate's, behind a held key).
+func waitForWaitingAlter(t *testing.T, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		var n int
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query LIKE '%ALTER TABLE%' AND query LIKE '%' || $1 || '%'`, schema).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		runtime.Gosched()
+	}
+	t.Fatal("no ALTER TABLE of Migrate's seen waiting for the table")
 }

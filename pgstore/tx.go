@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"strconv"
 	"sync"
@@ -360,6 +361,17 @@ type txn struct {
 	ended atomic.Bool // the handler's view of done (handlerTx)
 }
 
+// idleTimeout is idle in whole milliseconds for
+// idle_in_transaction_session_timeout: rounded up (0 would mean no bound),
+// at most the 24.8 days PostgreSQL accepts (math.MaxInt32 ms).
+func idleTimeout(idle time.Duration) string {
+	ms := int64(idle / time.Millisecond)
+	if idle%time.Millisecond > 0 {
+		ms++
+	}
+	return strconv.FormatInt(min(max(ms, 1), math.MaxInt32), 10)
+}
+
 // take begins the transaction, takes the key's advisory lock, bounding the
 // transaction's idle time, then reads the key's row in a snapshot taken
 // after the lock (a record committed by the transaction that held it), and
@@ -374,8 +386,7 @@ func (t *txn) take(ctx context.Context, idle time.Duration) ([]byte, error) {
 		locked  bool
 		idleSet string
 	)
-	millis := max(1, int64((idle+time.Millisecond-1)/time.Millisecond)) // 0 would mean no bound
-	b.Queue(t.s.sql.lock, strconv.FormatInt(millis, 10), t.s.sql.keyLock+t.key).
+	b.Queue(t.s.sql.lock, idleTimeout(idle), t.s.sql.keyLock+t.key).
 		QueryRow(func(r pgx.Row) error { return r.Scan(&idleSet, &locked) })
 	var (
 		record []byte

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -369,26 +370,32 @@ func TestIntegrationTxConnectionLost(t *testing.T) {
 }
 
 // The idle_in_transaction_session_timeout of the key's transaction is
-// core.Config.LockTTL.
+// core.Config.LockTTL, at most the longest PostgreSQL accepts (24.8 days):
+// a LockTTL of math.MaxInt64 used to wrap around to 1 ms.
 func TestIntegrationTxIdleTimeout(t *testing.T) {
 	store := pgtest.TxStore(t, nil)
-	eng, err := core.New(core.Config{Store: store, LockTTL: 90 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got string
-	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := pgstore.Tx(r.Context()).QueryRow(r.Context(), "SHOW idle_in_transaction_session_timeout").Scan(&got); err != nil {
-			t.Error(err)
+	for _, tc := range []struct {
+		lockTTL time.Duration
+		want    string
+	}{{90 * time.Second, "90s"}, {30 * 24 * time.Hour, "2147483647ms"}, {math.MaxInt64, "2147483647ms"}} {
+		eng, err := core.New(core.Config{Store: store, LockTTL: tc.lockTTL})
+		if err != nil {
+			t.Fatal(err)
 		}
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	w := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, "/x", nil)
-	req.Header.Set("Idempotency-Key", idemtest.Key(t))
-	h.ServeHTTP(w, req)
-	if w.Code != http.StatusNoContent || got != "90s" {
-		t.Fatalf("status %d, idle_in_transaction_session_timeout %q; want 204, 90s", w.Code, got)
+		var got string
+		h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := pgstore.Tx(r.Context()).QueryRow(r.Context(), "SHOW idle_in_transaction_session_timeout").Scan(&got); err != nil {
+				t.Error(err)
+			}
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/x", nil)
+		req.Header.Set("Idempotency-Key", idemtest.Key(t))
+		h.ServeHTTP(w, req)
+		if w.Code != http.StatusNoContent || got != tc.want {
+			t.Errorf("LockTTL %v: status %d, idle_in_transaction_session_timeout %q; want 204, %s", tc.lockTTL, w.Code, got, tc.want)
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"math"
 	"math/big"
 	"net"
 	"net/http"
@@ -105,6 +106,30 @@ func TestIntegrationTTLs(t *testing.T) {
 	if len(keys) != 2 {
 		t.Errorf("%d records under the prefix, want 2", len(keys))
 	}
+
+	// The longest TTLs a Config accepts (math.MaxInt64, 292 years) do not
+	// wrap around to a millisecond.
+	long := idemtest.Key(t)
+	resp, lock, _ = s.Keys(long)
+	longest := int64(math.MaxInt64 / time.Millisecond)
+	pttl := func(what, key string) {
+		t.Helper()
+		if ms, err := c.Do(ctx, "PTTL", key).Int64(); err != nil || ms < longest-60_000 {
+			t.Errorf("%s PTTL = %d ms, %v; want about %d", what, ms, err, longest)
+		}
+	}
+	if _, token, err = s.Acquire(ctx, long, math.MaxInt64); err != nil || token == "" {
+		t.Fatalf("Acquire for math.MaxInt64 = %q, %v", token, err)
+	}
+	pttl("lock", lock)
+	if err := s.Refresh(ctx, long, token, math.MaxInt64); err != nil {
+		t.Fatal(err)
+	}
+	pttl("refreshed lock", lock)
+	if err := s.Complete(ctx, long, token, []byte("rec"), math.MaxInt64); err != nil {
+		t.Fatal(err)
+	}
+	pttl("record", resp)
 }
 
 // TestIntegrationTakeoverFenced takes a running request's lock over (its

@@ -380,10 +380,14 @@ func fenced(op string, cmd *redis.Cmd, runs int) error {
 	return fmt.Errorf("%w to %s: %d", ErrUnexpectedReply, op, n)
 }
 
-// millis converts d to whole milliseconds for PX and PEXPIRE, rounding up:
-// Redis refuses a TTL of zero.
+// millis converts d to whole milliseconds for PX and PEXPIRE, rounding up
+// (Redis refuses a TTL of zero) without overflowing near math.MaxInt64.
 func millis(d time.Duration) int64 {
-	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return max(ms, 1)
 }
 
 // tokenPrefix makes tokens unique across processes: 16 random bytes drawn
