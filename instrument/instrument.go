@@ -36,8 +36,10 @@ func (o Op) String() string {
 // An Observer receives each call of a store wrapped by Store:
 // its operation, duration and error, and held, the change it made to the
 // locks this process holds: +1 for an Acquire that took one, -1 for the
-// Complete or Release that ended it, else 0. Failed says whether err is a
-// failure of the store.
+// Complete or Release that ended it, else 0; less the locks that the
+// Engine left to expire (a record it could not seal) and whose last TTL
+// has passed, which the next call after that reports. Failed says whether
+// err is a failure of the store.
 type Observer func(ctx context.Context, op Op, d time.Duration, err error, held int)
 
 // Failed reports whether err, the error of a store call, is a failure of
@@ -59,7 +61,7 @@ func Store(s core.Store, observe Observer) core.Store {
 	if s == nil || observe == nil {
 		panic("instrument: Store with a nil store or Observer")
 	}
-	is := &instrumented{Store: s, observe: observe, held: make(map[heldLock]struct{})}
+	is := &instrumented{Store: s, observe: observe, held: make(map[heldLock]time.Time)}
 	w, waits := s.(core.Waiter)
 	a, admin := s.(core.Admin)
 	if ts, ok := s.(core.TxStore); ok {
@@ -111,9 +113,13 @@ type instrumented struct {
 	core.Store
 	observe Observer
 
-	mu   sync.Mutex
-	held map[heldLock]struct{} // so that a lock counts once, whatever is called twice
+	mu    sync.Mutex
+	held  map[heldLock]time.Time // when each expires; a lock counts once, whatever is called twice
+	swept time.Time              // when held was last searched for expired locks
 }
+
+// sweepEvery is how often held is searched for locks left to expire.
+const sweepEvery = time.Second
 
 // Unwrap returns the instrumented store.
 func (s *instrumented) Unwrap() core.Store { return s.Store }
@@ -121,17 +127,36 @@ func (s *instrumented) Unwrap() core.Store { return s.Store }
 func (s *instrumented) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
 	start := time.Now()
 	rec, token, err := s.Store.Acquire(ctx, key, lockTTL)
-	held := 0
+	now := time.Now()
+	s.mu.Lock()
+	held := s.sweep(now)
 	if err == nil && token != "" {
-		s.mu.Lock()
 		if _, ok := s.held[heldLock{key, token}]; !ok {
-			s.held[heldLock{key, token}] = struct{}{}
-			held = 1
+			held++
 		}
-		s.mu.Unlock()
+		s.held[heldLock{key, token}] = now.Add(lockTTL)
 	}
-	s.observe(ctx, Acquire, time.Since(start), err, held)
+	s.mu.Unlock()
+	s.observe(ctx, Acquire, now.Sub(start), err, held)
 	return rec, token, err
+}
+
+// sweep forgets the held locks whose TTL has passed: the Engine left them
+// to expire, neither completed nor released. It returns minus their count,
+// and searches at most every sweepEvery. s.mu is held.
+func (s *instrumented) sweep(now time.Time) int {
+	if now.Sub(s.swept) < sweepEvery {
+		return 0
+	}
+	s.swept = now
+	n := 0
+	for l, expires := range s.held {
+		if !now.Before(expires) {
+			delete(s.held, l)
+			n--
+		}
+	}
+	return n
 }
 
 // Complete and Release end the lock whatever they return: the Engine calls
@@ -153,19 +178,28 @@ func (s *instrumented) Release(ctx context.Context, key, token string) error {
 func (s *instrumented) Refresh(ctx context.Context, key, token string, lockTTL time.Duration) error {
 	start := time.Now()
 	err := s.Store.Refresh(ctx, key, token, lockTTL)
-	s.observe(ctx, Refresh, time.Since(start), err, 0)
+	now := time.Now()
+	s.mu.Lock()
+	held := s.sweep(now)
+	if _, ok := s.held[heldLock{key, token}]; ok && err == nil {
+		s.held[heldLock{key, token}] = now.Add(lockTTL)
+	}
+	s.mu.Unlock()
+	s.observe(ctx, Refresh, now.Sub(start), err, held)
 	return err
 }
 
-// drop forgets a held lock: -1 if it was held, else 0.
+// drop forgets a held lock: -1 if it was held, else 0, less the locks
+// sweep forgets.
 func (s *instrumented) drop(key, token string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	held := s.sweep(time.Now())
 	if _, ok := s.held[heldLock{key, token}]; ok {
 		delete(s.held, heldLock{key, token})
-		return -1
+		held--
 	}
-	return 0
+	return held
 }
 
 // instrumentedTx is an instrumented TxStore.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/idem-go/idem/core"
@@ -113,4 +114,56 @@ func TestStoreNilPanics(t *testing.T) {
 			call()
 		}()
 	}
+}
+
+// failingSealer cannot seal: its keys are out of reach.
+type failingSealer struct{}
+
+func (failingSealer) Seal(context.Context, []byte, []byte) (string, []byte, error) {
+	return "", nil, errors.New("keys out of reach")
+}
+
+func (failingSealer) Open(context.Context, string, []byte, []byte) ([]byte, error) {
+	return nil, errors.New("keys out of reach")
+}
+
+// A lock the Engine leaves to expire (a record it could not seal: neither
+// Complete nor Release is called) stops counting as held once its TTL has
+// passed, reported by the next call: the in-flight gauges of idemprom and
+// idemotel used to grow by one for each.
+func TestInstrumentLockLeftToExpire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var log opLog
+		eng, err := core.New(core.Config{
+			Store:    instrument.Store(core.NewMemoryStore(0), log.observe),
+			Sealer:   failingSealer{},
+			LockTTL:  time.Minute,
+			Observer: func(core.Event) {},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			l, _, err := eng.Acquire(&core.Call{Key: fmt.Sprint("k", i)})
+			if err != nil || l == nil {
+				t.Fatalf("Acquire: %v, %v", l, err)
+			}
+			l.Complete(&core.Record{Code: 201}) //nolint:errcheck // the seal fails: left to expire
+		}
+		if log.held != 3 {
+			t.Fatalf("held %d after 3 records that could not be sealed, want 3 (their locks have not expired)", log.held)
+		}
+		time.Sleep(time.Minute) // fake time: their locks expire
+		l, _, err := eng.Acquire(&core.Call{Key: "next"})
+		if err != nil || l == nil {
+			t.Fatalf("Acquire: %v, %v", l, err)
+		}
+		if log.held != 1 {
+			t.Errorf("held %d after the locks left to expire expired, and one more taken; want 1", log.held)
+		}
+		l.Release(0, nil)
+		if log.held != 0 {
+			t.Errorf("held %d at the end, want 0", log.held)
+		}
+	})
 }
