@@ -39,7 +39,8 @@ var (
 	ErrUnsupportedURL = errors.New("redislock: unsupported URL scheme")
 	// ErrNilClient reports New called without a client.
 	ErrNilClient = errors.New("redislock: nil client")
-	// ErrInvalidPrefix reports an Options.Prefix that holds a brace.
+	// ErrInvalidPrefix reports an Options.Prefix that holds a brace or ends
+	// in a suffix of the key layout's.
 	ErrInvalidPrefix = errors.New("redislock: invalid prefix")
 )
 
@@ -72,8 +73,10 @@ var (
 // Options configures a Store. A nil *Options means the defaults.
 type Options struct {
 	// Prefix starts the keys of a request, "<Prefix>:{id}" (the record) and
-	// others (docs/redis.md, "Key layout"); it must not hold a brace.
-	// Optional. Default: DefaultPrefix.
+	// others, such as "<Prefix>-lock:{id}" (docs/redis.md, "Key layout"); it
+	// must not hold a brace, nor end in one of those others' suffixes
+	// ("-lock", "-steps", "-quota", "-rate"), which would share keys with
+	// the store of the shorter prefix. Optional. Default: DefaultPrefix.
 	Prefix string
 
 	// DisableBatching sends every script alone, so that a go-redis hook sees
@@ -114,7 +117,8 @@ var (
 // failover client or any redis.UniversalClient (all of them implement
 // redis.Scripter, the only part the Store uses). opts may be nil. It returns
 // ErrNilClient without a client and ErrInvalidPrefix for a prefix that holds
-// a brace (which would move the Redis Cluster hash tag).
+// a brace (which would move the Redis Cluster hash tag) or ends in a suffix
+// of the key layout's.
 func New(client redis.Scripter, opts *Options) (*Store, error) {
 	prefix := DefaultPrefix
 	if opts != nil && opts.Prefix != "" {
@@ -125,6 +129,11 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 		return nil, ErrNilClient
 	case strings.ContainsAny(prefix, "{}"):
 		return nil, fmt.Errorf("%w: %q holds a brace", ErrInvalidPrefix, prefix)
+	}
+	for _, suffix := range []string{"-lock", "-steps", "-quota", "-rate"} {
+		if strings.HasSuffix(prefix, suffix) {
+			return nil, fmt.Errorf("%w: %q ends in %q, as the keys of prefix %q do", ErrInvalidPrefix, prefix, suffix, strings.TrimSuffix(prefix, suffix))
+		}
 	}
 	s := &Store{client: client, respPrefix: prefix + ":{", lockPrefix: prefix + "-lock:{", stepPrefix: prefix + "-steps:{", purged: prefix + ":purged",
 		quotaPrefix: prefix + "-quota:{", ratePrefix: prefix + "-rate:{"}

@@ -113,6 +113,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}{
 		{"prefix with {", c, &redislock.Options{Prefix: "a{b"}, redislock.ErrInvalidPrefix},
 		{"prefix with }", c, &redislock.Options{Prefix: "a}"}, redislock.ErrInvalidPrefix},
+		{"prefix of another's locks", c, &redislock.Options{Prefix: "idempotency-lock"}, redislock.ErrInvalidPrefix},
+		{"prefix of another's rate", c, &redislock.Options{Prefix: "x-rate"}, redislock.ErrInvalidPrefix},
 		{"nil client", nil, nil, redislock.ErrNilClient},
 	} {
 		if s, err := redislock.New(tt.client, tt.opts); !errors.Is(err, tt.want) || s != nil {
