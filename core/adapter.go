@@ -176,9 +176,13 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 	if err != nil {
 		var maxBytes *http.MaxBytesError // an http.MaxBytesReader around the body
 		if errors.Is(err, errBodyTooLarge) || errors.As(err, &maxBytes) {
+			limit := e.cfg.MaxBodyBytes
+			if maxBytes != nil {
+				limit = min(limit, maxBytes.Limit)
+			}
 			return fail(OutcomeTooLarge, &Problem{Type: problemBodyTooLarge, Title: "Request body too large",
 				Status: http.StatusRequestEntityTooLarge,
-				Detail: fmt.Sprintf("a request with an idempotency key may have at most %d bytes of body", e.cfg.MaxBodyBytes)}, err)
+				Detail: fmt.Sprintf("a request with an idempotency key may have at most %d bytes of body", limit)}, err)
 		}
 		if errors.Is(err, errBodyConsumed) {
 			return fail(OutcomeBadBody, &Problem{Type: problemBodyConsumed, Title: "Request body already read",

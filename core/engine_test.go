@@ -497,21 +497,22 @@ func TestBodyReadErrors(t *testing.T) {
 		body   func(w http.ResponseWriter) io.ReadCloser
 		status int
 		typ    string
+		detail string
 	}{
 		{"MaxBytesReader", func(w http.ResponseWriter) io.ReadCloser {
 			return http.MaxBytesReader(w, io.NopCloser(strings.NewReader(`{"a":"`+strings.Repeat("x", 100)+`"}`)), 10)
-		}, http.StatusRequestEntityTooLarge, problemType("body-too-large")},
+		}, http.StatusRequestEntityTooLarge, problemType("body-too-large"), "at most 10 bytes of body"}, // the reader's limit
 		{"broken connection", func(http.ResponseWriter) io.ReadCloser {
 			return io.NopCloser(readerFunc(func([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }))
-		}, http.StatusBadRequest, problemType("unreadable-body")},
+		}, http.StatusBadRequest, problemType("unreadable-body"), ""},
 	} {
 		r := httptest.NewRequest(http.MethodPost, "/orders", nil)
 		r.Header.Set("Idempotency-Key", "body-"+tc.name)
 		w := httptest.NewRecorder()
 		r.Body = tc.body(w)
 		h.ServeHTTP(w, r)
-		if w.Code != tc.status || !strings.Contains(w.Body.String(), tc.typ) {
-			t.Errorf("%s: %d %s, want %d %s", tc.name, w.Code, w.Body, tc.status, tc.typ)
+		if w.Code != tc.status || !strings.Contains(w.Body.String(), tc.typ) || !strings.Contains(w.Body.String(), tc.detail) {
+			t.Errorf("%s: %d %s, want %d %s %q", tc.name, w.Code, w.Body, tc.status, tc.typ, tc.detail)
 		}
 	}
 }

@@ -17,7 +17,11 @@
 // is released and nothing is stored; a body stream or a hijacked connection
 // is passed through and not stored. idem's refusals are RFC 9457 problem
 // details (Config.ErrorHandler renders them the app's way). The body is
-// fingerprinted as sent, before Fiber's decompression. Operations lists the
+// fingerprinted as sent, before Fiber's decompression. A body over
+// fiber.Config.BodyLimit (4 MiB by default) is refused by fasthttp before
+// any middleware runs, with the ErrorHandler's 413, not idem's
+// body-too-large problem (core.Config.MaxBodyBytes, 1 MiB, applies below
+// it; with StreamRequestBody, to any size). Operations lists the
 // covered routes for package swagger.
 //
 // See Example; the reasons and edge cases are in docs/design.md,
