@@ -133,6 +133,8 @@ func TestClientRetries(t *testing.T) {
 		{"no retry", []error{unavailable}, []grpcidem.Option{grpcidem.WithMaxAttempts(0)}, codes.Unavailable, 1, nil},
 		{"backoff", []error{unavailable, unavailable, unavailable},
 			[]grpcidem.Option{grpcidem.WithBackoff(10*time.Millisecond, 30*time.Millisecond)}, codes.OK, 4, ms(10, 20, 30)},
+		{"backoff of zeros: the defaults", []error{unavailable, retryErr(codes.Aborted, 2*time.Second)},
+			[]grpcidem.Option{grpcidem.WithBackoff(0, 0)}, codes.OK, 3, ms(100, 2000)},
 		{"invalid argument not retried", []error{status.Error(codes.InvalidArgument, "bad")}, nil, codes.InvalidArgument, 1, nil},
 		{"already exists not retried", []error{status.Error(codes.AlreadyExists, "reused")}, nil, codes.AlreadyExists, 1, nil},
 		{"internal not retried", []error{status.Error(codes.Internal, "bug")}, nil, codes.Internal, 1, nil},

@@ -1,6 +1,7 @@
 package grpcidem
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -120,8 +121,11 @@ func WithMaxAttempts(n int) Option {
 }
 
 // WithBackoff sets the client's wait before the first retry, doubled for
-// each next one, and the cap of any wait, the server's RetryInfo included.
-// Client only. Default: DefaultBaseDelay, DefaultMaxDelay.
+// each next one, and the cap of any wait, the server's RetryInfo included;
+// zero or less means the default, as in idemclient.Transport. Client only.
+// Default: DefaultBaseDelay, DefaultMaxDelay.
 func WithBackoff(base, maxDelay time.Duration) Option {
-	return func(o *options) { o.baseDelay, o.maxDelay = max(base, 0), max(maxDelay, 0) }
+	return func(o *options) {
+		o.baseDelay, o.maxDelay = cmp.Or(max(base, 0), DefaultBaseDelay), cmp.Or(max(maxDelay, 0), DefaultMaxDelay)
+	}
 }

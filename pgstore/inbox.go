@@ -82,9 +82,10 @@ func NewInbox(pool *pgxpool.Pool, opts *InboxOptions) (*Inbox, error) {
 // and commits both, unless the event was processed before: then it
 // returns false without running fn. A duplicate processed concurrently
 // waits for the first one's transaction (the mark's primary key), and is
-// skipped if it committed, run if it rolled back. An error of fn (or a
-// panic) rolls everything back and is returned with false; so is a
-// failure of PostgreSQL. fn must do its work through tx.
+// skipped if it committed, run if it rolled back. An error of fn rolls
+// everything back and is returned with false; so is a failure of
+// PostgreSQL. A panic of fn rolls everything back and goes on up. fn must
+// do its work through tx.
 func (in *Inbox) Process(ctx context.Context, eventID string, fn func(ctx context.Context, tx pgx.Tx) error) (applied bool, err error) {
 	if eventID == "" {
 		return false, ErrEmptyEventID

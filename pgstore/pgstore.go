@@ -33,8 +33,8 @@ const (
 var (
 	// ErrNilPool reports New or Migrate called without a pool.
 	ErrNilPool = errors.New("pgstore: nil pool")
-	// ErrInvalidOptions reports Options out of range, such as a negative
-	// interval or an empty name.
+	// ErrInvalidOptions reports Options out of range: a negative Timeout,
+	// JanitorBatch or StaleLockAge, or a name too long for PostgreSQL.
 	ErrInvalidOptions = errors.New("pgstore: invalid options")
 )
 

@@ -458,7 +458,8 @@ const defaultDialTimeout = 5 * time.Second
 // Three defaults differ from go-redis's (docs/redis.md, "URLs", says why):
 // ContextTimeoutEnabled is set (unless a sentinel URL sets
 // context_timeout_enabled); a refused dial is tried again every 10 ms until
-// the command's deadline, go-redis's own dial retries off (dialer_retries=1
+// the command's deadline or dial_timeout, whichever comes first, go-redis's
+// own dial retries off (dialer_retries=1
 // unless the URL sets it); and a sentinel URL without dial_timeout gives
 // the master's connections go-redis's default of 5 s too. Give your own
 // commands a deadline: against a Redis that is down, one without waits
