@@ -84,33 +84,30 @@ func (b *breaker) allow() bool {
 }
 
 // done reports the result of a store call: err is nil, a store failure, or
-// an answer of a working store (ErrInFlight, ErrLockLost, ...).
-func (b *breaker) done(err error) {
+// an answer of a working store (ErrInFlight, ErrLockLost, ...). It returns
+// the state the breaker changed to, if it changed, for the caller to report
+// once what the call took is safe (changed reports allow's changes).
+func (b *breaker) done(err error) (to breakerState, changed bool) {
 	if b.failures <= 0 {
-		return
+		return 0, false
 	}
 	failed := err != nil && storeFailure(err)
 	b.mu.Lock()
-	var to breakerState
+	defer b.mu.Unlock()
 	switch {
 	case !failed && b.state == breakerClosed:
 		b.count = 0
-		b.mu.Unlock()
-		return
 	case !failed:
-		b.state, b.count, to = breakerClosed, 0, breakerClosed
+		b.state, b.count = breakerClosed, 0
+		return breakerClosed, true
 	case b.state == breakerHalfOpen, b.state == breakerClosed && b.count+1 >= b.failures:
-		b.state, b.opened, to = breakerOpen, b.now(), breakerOpen
+		b.state, b.opened = breakerOpen, b.now()
+		return breakerOpen, true
 	case b.state == breakerClosed:
 		b.count++
-		b.mu.Unlock()
-		return
-	default: // open: a call made before it opened
-		b.mu.Unlock()
-		return
 	}
-	b.mu.Unlock()
-	b.changed(to)
+	// Open: a call made before it opened changes nothing.
+	return 0, false
 }
 
 // storeFailure reports whether err says the store is not working, as

@@ -12,13 +12,18 @@ func TestBreakerTransitions(t *testing.T) {
 	b := &breaker{failures: 3, cooldown: time.Second, probeFor: time.Hour, now: func() time.Time { return now },
 		changed: func(s breakerState) { states = append(states, s) }}
 	down := errors.New("dial tcp: connection refused")
+	done := func(err error) { // as the Engine reports done's changes
+		if to, changed := b.done(err); changed {
+			b.changed(to)
+		}
+	}
 	step := func(want bool, err error) {
 		t.Helper()
 		if got := b.allow(); got != want {
 			t.Fatalf("allow = %v, want %v (state %v)", got, want, b.state)
 		}
 		if want {
-			b.done(err)
+			done(err)
 		}
 	}
 	// Answers of a working store never count; a success resets the count.
@@ -46,7 +51,7 @@ func TestBreakerTransitions(t *testing.T) {
 		t.Fatalf("no probe after the cooldown: state %v", b.state)
 	}
 	step(false, nil)
-	b.done(down) // the probe failed: open again, for a new cooldown
+	done(down) // the probe failed: open again, for a new cooldown
 	if b.state != breakerOpen {
 		t.Fatalf("state %v after a failed probe, want open", b.state)
 	}
@@ -74,7 +79,9 @@ func TestBreakerDisabled(t *testing.T) {
 		if !b.allow() {
 			t.Fatal("a disabled breaker refused a call")
 		}
-		b.done(errors.New("down"))
+		if _, changed := b.done(errors.New("down")); changed {
+			t.Fatal("a disabled breaker changed")
+		}
 	}
 }
 

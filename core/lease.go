@@ -296,11 +296,32 @@ func (e *Engine) storeAcquire(sc *storeCtx, id string) (raw []byte, token string
 	} else {
 		raw, token, err = e.cfg.Store.Acquire(sc, id, e.initialLease)
 	}
-	e.brk.done(err)
+	if to, changed := e.brk.done(err); changed {
+		e.breakerChanged(sc, to, id, token, tx)
+	}
 	if err == nil && token == "" && tx == nil && e.cache != nil {
 		e.cache.put(id, raw, gen)
 	}
 	return raw, token, tx, err
+}
+
+// breakerChanged reports the breaker's change to to, which the call that
+// took token or tx (or neither) caused. If the Observer panics, that lock
+// is released before the panic goes on: no lease holds it yet.
+func (e *Engine) breakerChanged(ctx context.Context, to breakerState, id, token string, tx Tx) {
+	defer func() {
+		if p := recover(); p != nil {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StoreTimeout)
+			defer cancel()
+			if tx != nil {
+				tx.Rollback(ctx) //nolint:errcheck // the panic says what went wrong
+			} else if token != "" {
+				e.cfg.Store.Release(ctx, id, token) //nolint:errcheck // the panic says what went wrong
+			}
+			panic(p)
+		}
+	}()
+	e.brk.changed(to)
 }
 
 // wait blocks until the lock of id may have been released: through the
@@ -457,15 +478,6 @@ func (l *Lease) Complete(rec *Record) error {
 	rec.RequestedAt, rec.CompletedAt, rec.ExpiresAt = l.start, now, now.Add(l.ttl)
 	size, cost := rec.sizes()
 	data := rec.appendBinary(make([]byte, 0, size))
-	if cost > decodeBudget(len(data)) {
-		// DecodeRecord would refuse it. A transaction is rolled back: its
-		// result must not be delivered.
-		l.release(rec.Code, errHeadersTooMany)
-		if l.tx != nil {
-			return fmt.Errorf("%w: %w", ErrStoreUnavailable, errHeadersTooMany)
-		}
-		return nil
-	}
 	var gen uint64
 	if l.e.cache != nil {
 		gen = l.e.cache.generation()
@@ -473,9 +485,14 @@ func (l *Lease) Complete(rec *Record) error {
 	ctx := l.endContext(now)
 	defer ctx.cancel()
 	var err error
-	if l.e.cfg.Sealer != nil {
+	switch {
+	case rec.Code < 0 || rec.Code > maxCode:
+		return l.unstorable(ctx, errCodeRange)
+	case cost > decodeBudget(len(data)): // DecodeRecord would refuse it
+		return l.unstorable(ctx, errHeadersTooMany)
+	case l.e.cfg.Sealer != nil:
 		if data, err = sealRecord(ctx, l.e.cfg.Sealer, l.id, rec, data); err != nil {
-			return l.unsealable(ctx, err)
+			return l.unstorable(ctx, err)
 		}
 	}
 	if l.tx != nil {

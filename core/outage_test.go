@@ -254,3 +254,51 @@ func TestBusyStoreRefused(t *testing.T) {
 		}
 	}
 }
+
+// downAcquire fails Acquire while down is set.
+type downAcquire struct {
+	*core.MemoryStore
+	down atomic.Bool
+}
+
+func (s *downAcquire) Acquire(ctx context.Context, key string, ttl time.Duration) ([]byte, string, error) {
+	if s.down.Load() {
+		return nil, "", errors.New("dial tcp: connection refused")
+	}
+	return s.MemoryStore.Acquire(ctx, key, ttl)
+}
+
+// An Observer that panics on the breaker's closing, which the probe's
+// Acquire causes after it took the key's lock, leaves no lock behind: the
+// panic goes on, and a retry runs (the lock was held by nobody for the
+// initial lease's 10 s).
+func TestObserverPanicOnBreakerChangeReleasesLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &downAcquire{MemoryStore: core.NewMemoryStore(0)}
+		e, err := core.New(core.Config{Store: s, BreakerFailures: 1, Observer: func(ev core.Event) {
+			if ev.Outcome == core.OutcomeBreaker && ev.Breaker == "closed" {
+				panic("observer bug")
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		s.down.Store(true)
+		e.Once(ctx, "s", "other", func(context.Context) error { return nil }) //nolint:errcheck // opens the breaker
+		s.down.Store(false)
+		advance(time.Second) // the cooldown is over: the next call probes
+		panicked := func() (p any) {
+			defer func() { p = recover() }()
+			e.Once(ctx, "s", "k", func(context.Context) error { t.Error("ran during the panic"); return nil }) //nolint:errcheck
+			return nil
+		}()
+		if panicked == nil {
+			t.Fatal("the Observer's panic did not go on")
+		}
+		ran := 0
+		if _, err := e.Once(ctx, "s", "k", func(context.Context) error { ran++; return nil }); err != nil || ran != 1 {
+			t.Fatalf("retry after the Observer's panic: %v, ran %d; want a run (the probe's lock released)", err, ran)
+		}
+	})
+}

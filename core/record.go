@@ -115,7 +115,7 @@ func (rec *Record) decode(data []byte) error {
 	}
 	copy(rec.Fingerprint[:], d.bytes(32))
 	code := d.uvarint()
-	if d.err == nil && code > 999 {
+	if d.err == nil && code > maxCode {
 		return fmt.Errorf("%w: code %d", ErrCorruptRecord, code)
 	}
 	rec.Code = int(code)
@@ -262,6 +262,14 @@ func (r *Record) sizes() (encoded, decodeCost int) {
 
 // uvarintLen is the length of n as a uvarint.
 func uvarintLen(n int) int { return (bits.Len64(uint64(n)|1) + 6) / 7 }
+
+// maxCode is the largest code a record holds: an HTTP status has three
+// digits, a gRPC code fewer.
+const maxCode = 999
+
+// errCodeRange is why a result whose code is out of 0 to maxCode (a
+// transport's bug) is not stored.
+var errCodeRange = errors.New("idem: response not stored: code out of 0 to 999")
 
 // errHeadersTooMany is why a result whose record would cost more than its
 // decodeBudget is not stored: thousands of headers.

@@ -3,6 +3,7 @@ package core
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"runtime"
 	"strconv"
 	"testing"
@@ -71,7 +72,10 @@ func TestDecodeRecordAllocationBounded(t *testing.T) {
 
 // TestDecodeRecordManyHeaders: a record with hundreds of short headers
 // decodes; one with more than its allocation bound allows is not stored by
-// Lease.Complete (released, so that it is not a record no replay can read).
+// Lease.Complete (it would be a record no replay can read), nor one with a
+// code DecodeRecord refuses, and the lock is left to expire as when the
+// store fails to take a record: the work ran, and a retry must not run it
+// again (it used to be released).
 func TestDecodeRecordManyHeaders(t *testing.T) {
 	header := func(n int) map[string][]string {
 		h := make(map[string][]string, n)
@@ -92,15 +96,25 @@ func TestDecodeRecordManyHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, _, err := e.Acquire(&Call{Key: "k"})
-	if err != nil || l == nil {
-		t.Fatalf("Acquire: %v, %v", l, err)
-	}
-	l.Complete(&Record{Code: 200, Header: header(5000)})
-	if last := events[len(events)-1]; last.Outcome != OutcomeNotStored || !errors.Is(last.Err, errHeadersTooMany) {
-		t.Fatalf("event %+v, want OutcomeNotStored: too many headers", last)
-	}
-	if MemoryLen(store) != 0 {
-		t.Fatalf("store holds %d keys, want the lock released and nothing stored", MemoryLen(store))
+	for _, tc := range []struct {
+		rec  *Record
+		want error
+	}{
+		{&Record{Code: 200, Header: header(5000)}, errHeadersTooMany},
+		{&Record{Code: 1000}, errCodeRange},
+		{&Record{Code: -1}, errCodeRange},
+	} {
+		key := fmt.Sprint("k", tc.rec.Code)
+		l, _, err := e.Acquire(&Call{Key: key})
+		if err != nil || l == nil {
+			t.Fatalf("Acquire: %v, %v", l, err)
+		}
+		l.Complete(tc.rec)
+		if last := events[len(events)-1]; last.Outcome != OutcomeStoreError || !errors.Is(last.Err, tc.want) {
+			t.Fatalf("event %+v, want OutcomeStoreError: %v", last, tc.want)
+		}
+		if l, rec, err := e.Acquire(&Call{Key: key}); l != nil || rec != nil || !errors.Is(err, ErrInFlight) {
+			t.Fatalf("retry: a lease %v, record %v, %v; want ErrInFlight (the lock left to expire)", l != nil, rec, err)
+		}
 	}
 }

@@ -155,10 +155,12 @@ func (e *Engine) refuseClear(data []byte) error {
 	return errStoredInClear
 }
 
-// unsealable ends a lease whose record could not be sealed (its keys out of
-// reach) as if the store had failed to take it: the lock is left to expire,
-// or, with a TxStore, the transaction is rolled back.
-func (l *Lease) unsealable(ctx context.Context, err error) error {
+// unstorable ends a lease whose record cannot be stored (not sealed, its
+// keys out of reach; more headers than DecodeRecord takes; a code it
+// refuses) as if the store had failed to take it: the work ran, so the lock
+// is left to expire rather than let a retry run it again; with a TxStore,
+// the transaction is rolled back and the result must not be delivered.
+func (l *Lease) unstorable(ctx context.Context, err error) error {
 	l.ev.Outcome, l.ev.Err = OutcomeStoreError, err
 	if l.tx == nil {
 		l.e.observe(l.ev, l.start)
