@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -100,7 +101,11 @@ func Do[T any](ctx context.Context, e *Engine, scope, key string, fn func(contex
 	var p *permanentError
 	switch {
 	case errors.As(err, &p):
-		if cerr := l.Complete(&Record{Code: doPermanent, Body: []byte(err.Error())}); cerr != nil {
+		msg := err.Error()
+		if len(msg) > e.cfg.MaxStoredBodyBytes { // else stored as its hash
+			msg = strings.ToValidUTF8(msg[:e.cfg.MaxStoredBodyBytes], "")
+		}
+		if cerr := l.Complete(&Record{Code: doPermanent, Body: []byte(msg)}); cerr != nil {
 			return result, false, cerr
 		}
 		return result, false, err
@@ -133,9 +138,10 @@ func Do[T any](ctx context.Context, e *Engine, scope, key string, fn func(contex
 	return result, false, nil
 }
 
-// Permanent marks err as final for Do: its message is stored and returned
-// to later calls with the same key, which do not run fn again. It returns
-// nil for a nil err.
+// Permanent marks err as final for Do: its message (its first
+// Config.MaxStoredBodyBytes bytes) is stored and returned to later calls
+// with the same key, which do not run fn again. It returns nil for a nil
+// err.
 func Permanent(err error) error {
 	if err == nil {
 		return nil

@@ -95,6 +95,21 @@ func TestDoResultTooLargeNotStored(t *testing.T) {
 	}
 }
 
+// A permanent error's message over MaxStoredBodyBytes is stored cut to
+// that many bytes, not as its hash: the replay used to be an error with an
+// empty message.
+func TestDoPermanentMessageTooLong(t *testing.T) {
+	e := newDoEngine(t, core.Config{MaxStoredBodyBytes: 13})
+	fn := func(context.Context) (int, error) { return 0, core.Permanent(errors.New("card declined: insufficient funds")) }
+	if _, _, err := core.Do(context.Background(), e, "s", "k", fn); err == nil || err.Error() != "card declined: insufficient funds" {
+		t.Fatalf("first call: %v; want the whole error", err)
+	}
+	_, replayed, err := core.Do(context.Background(), e, "s", "k", func(context.Context) (int, error) { t.Error("ran again"); return 0, nil })
+	if !replayed || err == nil || err.Error() != "card declined" {
+		t.Fatalf("replay: %v, %q; want the message's first 13 bytes", replayed, err)
+	}
+}
+
 func TestDoFailClosed(t *testing.T) {
 	store := &faultyStore{Store: core.NewMemoryStore(0)}
 	store.acquires.Store(2) // every Acquire fails

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -57,10 +58,10 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg:    cfg,
 		denied: make(map[string]bool, len(baseDeniedHeaders)+len(cfg.DeniedHeaders)),
-		retry:  strconv.Itoa(int((cfg.RetryAfter + time.Second - 1) / time.Second)),
+		retry:  strconv.FormatInt(ceilSeconds(cfg.RetryAfter), 10),
 	}
 	e.initialLease = min(cfg.LockTTL, max(minInitialLease, 3*cfg.StoreTimeout))
-	e.brk = &breaker{failures: cfg.BreakerFailures, cooldown: cfg.BreakerCooldown, probeFor: cfg.BreakerCooldown + cfg.StoreTimeout, now: time.Now,
+	e.brk = &breaker{failures: cfg.BreakerFailures, cooldown: cfg.BreakerCooldown, probeFor: addSat(cfg.BreakerCooldown, cfg.StoreTimeout), now: time.Now,
 		changed: func(s breakerState) { e.observe(Event{Outcome: OutcomeBreaker, Breaker: s.String()}, time.Now()) }}
 	e.tx, _ = cfg.Store.(TxStore)
 	e.waiter, _ = find[Waiter](cfg.Store)
@@ -135,9 +136,11 @@ func (e *Engine) Key(h HeaderGetter) (key string, present bool, err error) {
 	name, values := e.cfg.KeyHeader, headerValues(h, e.cfg.KeyHeader)
 	var legacy []string
 	if e.cfg.LegacyKeyHeader != "" {
-		legacy = headerValues(h, e.cfg.LegacyKeyHeader)
+		if legacy = headerValues(h, e.cfg.LegacyKeyHeader); len(legacy) == 0 {
+			legacy = nil // not sent, even as an empty list
+		}
 	}
-	if values == nil {
+	if len(values) == 0 {
 		name, values, legacy = e.cfg.LegacyKeyHeader, legacy, nil
 	}
 	switch len(values) {
@@ -161,4 +164,21 @@ func (e *Engine) Key(h HeaderGetter) (key string, present bool, err error) {
 		return raw, true, fmt.Errorf("%w: %w", ErrInvalidKey, err) // the validator's error stays reachable with errors.Is and errors.As
 	}
 	return key, true, nil
+}
+
+// ceilSeconds is d in whole seconds, rounded up, without overflowing.
+func ceilSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return s
+}
+
+// addSat is a+b, at most math.MaxInt64 (both are at least 0).
+func addSat(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }

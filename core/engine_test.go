@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -310,6 +311,37 @@ func testPerRequestTTL(t *testing.T) {
 	send("/orders")   // an hour: replayed
 	if runs.Load() != 3 {
 		t.Fatalf("handler ran %d times, want 3", runs.Load())
+	}
+}
+
+// Durations of centuries (math.MaxInt64, 292 years) wrap around nowhere:
+// a record's ExpiresAt stays in the future (it was in 1734, and the
+// replay cache and the tiered store's refill took it for expired), and a
+// 409's Retry-After stays positive.
+func TestLongestDurations(t *testing.T) {
+	store := core.NewMemoryStore(0)
+	eng, err := core.New(core.Config{Store: store, TTL: func(*core.Request) time.Duration { return math.MaxInt64 },
+		RetryAfter: math.MaxInt64, BreakerCooldown: math.MaxInt64, StoreTimeout: math.MaxInt64, Observer: func(core.Event) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conflict *httptest.ResponseRecorder
+	var h http.Handler
+	h = eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conflict = post(t, h, "k", "")
+		w.WriteHeader(http.StatusCreated)
+	}))
+	post(t, h, "k", "")
+	if got := conflict.Header().Get("Retry-After"); conflict.Code != http.StatusConflict || strings.HasPrefix(got, "-") || got == "" {
+		t.Errorf("duplicate in flight: %d, Retry-After %q; want 409 with a positive one", conflict.Code, got)
+	}
+	st, err := store.Inspect(context.Background(), core.ID("", "k", ""))
+	if err != nil || st.Record == nil {
+		t.Fatalf("Inspect: %+v, %v", st, err)
+	}
+	rec, err := core.DecodeRecord(st.Record)
+	if err != nil || rec.ExpiresAt.Year() < 2262 {
+		t.Fatalf("record expires at %v (%v); want 2262, the latest a record holds", rec.ExpiresAt, err)
 	}
 }
 

@@ -74,6 +74,8 @@ func TestKeyHeaders(t *testing.T) {
 		{"both differ", header{"Idempotency-Key": {valid}, "X-Idempotency-Key": {valid + "x"}}, "", true, true},
 		{"both agree once unquoted", header{"Idempotency-Key": {`"` + valid + `"`}, "X-Idempotency-Key": {valid}}, valid, true, false},
 		{"legacy repeated", header{"Idempotency-Key": {valid}, "X-Idempotency-Key": {valid, valid}}, "", true, true},
+		{"legacy an empty list", header{"Idempotency-Key": {valid}, "X-Idempotency-Key": {}}, valid, true, false}, // it panicked
+		{"main an empty list", header{"Idempotency-Key": {}, "X-Idempotency-Key": {valid}}, valid, true, false},
 		{"legacy invalid", header{"Idempotency-Key": {valid}, "X-Idempotency-Key": {valid + "\x01"}}, "", true, true},
 		{"repeated", header{"Idempotency-Key": {valid, valid}}, "", true, true},
 		{"empty", header{"Idempotency-Key": {""}}, "", true, true},

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -113,7 +114,7 @@ func (l *Lease) overQuota(err error) (*Lease, *Record, error) {
 func (e *Engine) quotaRetryAfter(err error) string {
 	var qe *QuotaError
 	if errors.As(err, &qe) && qe.RetryAfter > 0 {
-		return fmt.Sprint(int64((qe.RetryAfter + time.Second - 1) / time.Second))
+		return strconv.FormatInt(ceilSeconds(qe.RetryAfter), 10)
 	}
 	return e.retry
 }

@@ -159,11 +159,17 @@ func appendString(b []byte, s string) []byte {
 }
 
 func unixNano(t time.Time) int64 {
-	if t.IsZero() {
+	switch {
+	case t.IsZero():
 		return 0
+	case t.After(maxUnixNano): // a TTL of centuries: UnixNano would wrap around
+		return math.MaxInt64
 	}
 	return t.UnixNano()
 }
+
+// maxUnixNano is the latest time a record holds, in 2262.
+var maxUnixNano = time.Unix(0, math.MaxInt64)
 
 func fromUnixNano(n int64) time.Time {
 	if n == 0 {
