@@ -100,7 +100,9 @@ func TestDoResultTooLargeNotStored(t *testing.T) {
 // empty message.
 func TestDoPermanentMessageTooLong(t *testing.T) {
 	e := newDoEngine(t, core.Config{MaxStoredBodyBytes: 13})
-	fn := func(context.Context) (int, error) { return 0, core.Permanent(errors.New("card declined: insufficient funds")) }
+	fn := func(context.Context) (int, error) {
+		return 0, core.Permanent(errors.New("card declined: insufficient funds"))
+	}
 	if _, _, err := core.Do(context.Background(), e, "s", "k", fn); err == nil || err.Error() != "card declined: insufficient funds" {
 		t.Fatalf("first call: %v; want the whole error", err)
 	}
