@@ -191,7 +191,7 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 			l.token = token
 			var renew time.Duration
 			if e.renews != nil {
-				renew = e.renews.renew(token)
+				renew = e.renews.renew(l.id, token)
 			}
 			l.startRefresh(sent, e.initialLease, e.renewal(renew))
 			return l, nil, nil
@@ -242,12 +242,13 @@ type leasedTx interface {
 	lease() (token string, lease, renew time.Duration)
 }
 
-// renewer is implemented by stores whose locks of some tokens a refresh
-// extends by less than LockTTL, and so refreshes more often: the tiered
-// store's fallback locks (the fast tier's alone), until they hold the
-// durable tier's lock too. renew returns 0 for the others.
+// renewer is implemented by stores whose locks of some keys and tokens a
+// refresh extends by less than LockTTL, and so refreshes more often: the
+// tiered store's locks held in one tier alone, or whose part in a tier
+// failed to refresh. The Engine asks again after each refresh. renew
+// returns 0 for the others.
 type renewer interface {
-	renew(token string) time.Duration
+	renew(key, token string) time.Duration
 }
 
 // renewal is what a refresh extends a lock to: renew if it is set and
@@ -704,6 +705,13 @@ func (l *Lease) refresh() {
 		// No use refreshing a lock someone else may hold. The loss is
 		// reported once, by Complete or Release, whose store call finds it.
 		return
+	}
+	if l.tx == nil && l.e.renews != nil {
+		// The tiered store refreshes a lock more often while a tier's part
+		// of it is missing or in doubt; a longer renewal applies from the
+		// next refresh, before what this one gave runs out.
+		l.renew = l.e.renewal(l.e.renews.renew(l.id, l.token))
+		period = min(period, l.renew/3)
 	}
 	// On another error, try again: the lock is still ours until it
 	// expires, so sooner than the next tick if it expires before then (the

@@ -198,21 +198,33 @@ func (t *tiered) Acquire(ctx context.Context, key string, lockTTL time.Duration)
 	return nil, t.fallbackToken(key, ft), nil
 }
 
-// renew implements renewer: a fallback lock is refreshed for fastLease at
-// a time, every few seconds, so that it takes the durable tier's lock
-// (durableLock) soon after that tier answers again, and a crash holds the
-// key no longer.
-func (t *tiered) renew(token string) time.Duration {
-	if ft, dt := splitTieredToken(token); ft != "" && dt == "" {
+// renew implements renewer: a lock taken in one tier alone (a fallback
+// lock, or the durable tier's taken while the fast one was down), or one
+// of whose parts is missing or failed to refresh, is refreshed for
+// fastLease at a time, every few seconds, so that it takes the other
+// tier's lock (relock) soon after that tier answers again, and a crash
+// holds the key no longer.
+func (t *tiered) renew(key, token string) time.Duration {
+	if ft, dt := splitTieredToken(token); (ft == "") != (dt == "") {
+		return fastLease
+	}
+	t.fallbackMu.Lock()
+	defer t.fallbackMu.Unlock()
+	if f := t.fallbacks[key+"\x00"+token]; f != nil && (f.doubt || f.ft == "" || f.dt == "") {
 		return fastLease
 	}
 	return 0
 }
 
-// fallbackLock is a lock of the fast tier alone in use (tiered.fallbacks).
+// fallbackLock is what a lease's locks are when its token no longer says
+// them (tiered.fallbacks): a fallback lock (the fast tier's alone) and the
+// durable tier's lock that durableLock took for it since; or a lock of
+// both tiers, or of the durable tier or its transaction alone, one of whose
+// parts was found lost or missing, and taken again since (relock).
 type fallbackLock struct {
-	dt     string        // the durable tier's token, once durableLock took it
-	taking chan struct{} // closed when a durableLock under way ends; nil if none
+	ft, dt string        // the tiers' locks now; "" for none
+	taking chan struct{} // closed when a relock under way ends; nil if none
+	doubt  bool          // a tier failed to refresh its part: refresh soon (renew)
 }
 
 // fallbackToken registers ft, key's lock in the fast tier alone, and
@@ -220,77 +232,111 @@ type fallbackLock struct {
 // that ends with neither (a record that could not be sealed, the lock left
 // to expire) leaves its entry.
 func (t *tiered) fallbackToken(key, ft string) string {
+	token := tieredToken(ft, "")
 	t.fallbackMu.Lock()
-	t.fallbacks[key+"\x00"+ft] = &fallbackLock{}
+	t.fallbacks[key+"\x00"+token] = &fallbackLock{ft: ft}
 	t.fallbackMu.Unlock()
-	return tieredToken(ft, "")
+	return token
 }
 
-// durableLock takes the durable tier's lock of a fallback lock's key once
-// the durable tier answers (Refresh), so that the fast tier losing its
-// data (a restart, FLUSHALL) no longer lets a duplicate run: it returns
-// the token with both tiers' locks, or token as it was.
-func (t *tiered) durableLock(ctx context.Context, key, token string, lockTTL time.Duration) string {
+// relock returns the locks that the lease of token holds now, taking a
+// missing part first if its tier answers: the durable tier's lock of a
+// fallback lock, so that the fast tier losing its data (a restart,
+// FLUSHALL) no longer lets a duplicate run; the fast tier's lock of a key
+// the durable tier (or its transaction) alone holds, so that a duplicate
+// meets it while the durable tier stalls, rather than fall back to a fast
+// lock of its own and run (Refresh).
+func (t *tiered) relock(ctx context.Context, key, token string, lockTTL time.Duration) string {
 	ft, dt := splitTieredToken(token)
-	if ft == "" || dt != "" {
-		return token
-	}
 	t.fallbackMu.Lock()
-	f := t.fallbacks[key+"\x00"+ft]
-	if f == nil || f.dt != "" || f.taking != nil {
+	f := t.fallbacks[key+"\x00"+token]
+	switch {
+	case f == nil && ft != "":
 		t.fallbackMu.Unlock()
-		return t.fallbackLocks(key, token)
+		return token // as its token says
+	case f == nil: // the durable tier alone holds the key: a fast lock to take
+		f = &fallbackLock{dt: dt}
+		t.fallbacks[key+"\x00"+token] = f
+	case f.taking != nil || (f.ft == "") == (f.dt == ""):
+		now := tieredToken(f.ft, f.dt)
+		t.fallbackMu.Unlock()
+		return now
 	}
 	taking := make(chan struct{})
 	f.taking = taking
+	missing, other := f.dt == "", f.ft
+	if !missing {
+		other = f.dt
+	}
 	t.fallbackMu.Unlock()
-	var err error
-	defer func() { // even if the durable tier panics (Lease.storeRefresh recovers)
+	var took string
+	defer func() { // even if a tier panics (Lease.storeRefresh recovers)
 		t.fallbackMu.Lock()
-		if err == nil {
-			f.dt = dt
+		if missing {
+			f.dt = took
+		} else {
+			f.ft = took
 		}
 		f.taking = nil
 		close(taking)
 		t.fallbackMu.Unlock()
 	}()
-	dctx, cancel := durableCtx(context.WithValue(ctx, quotaKey{}, nil), ft) // admitted when taken
-	defer cancel()
-	_, dt, err = t.durable.Acquire(dctx, key, lockTTL)
-	if err != nil {
-		// Down still, or another call holds the key there: this one keeps
-		// the fast lock alone (keepDurable reports it at completion).
-		return token
+	ctx = context.WithValue(ctx, quotaKey{}, nil) // admitted when taken
+	if missing {
+		dctx, cancel := durableCtx(ctx, other)
+		defer cancel()
+		if _, took, _ = t.durable.Acquire(dctx, key, lockTTL); took == "" {
+			// Down still, or another call holds the key there: the fast
+			// lock alone holds it (keepDurable reports it at completion).
+			return tieredToken(other, "")
+		}
+		return tieredToken(other, took)
 	}
-	return tieredToken(ft, dt) // dt "": another call ran the key there
+	t.fastCall(ctx, func(ctx context.Context) (err error) { //nolint:errcheck // down still, or held by a duplicate that will meet this one's durable lock
+		_, took, err = t.fast.Acquire(ctx, key, lockTTL)
+		return err
+	})
+	return tieredToken(took, other)
 }
 
-// fallbackLocks returns token with the durable tier's lock that durableLock
-// took for it, if any.
-func (t *tiered) fallbackLocks(key, token string) string {
-	ft, dt := splitTieredToken(token)
-	if ft == "" || dt != "" {
-		return token
+// lost notes that the part of token's locks in tier (fast or durable), as
+// relock returned them in now, was found lost while the other part holds
+// the key: the next relock takes it again.
+func (t *tiered) lost(key, token, now string, fast bool) {
+	ft, dt := splitTieredToken(now)
+	if fast {
+		ft = ""
+	} else {
+		dt = ""
 	}
 	t.fallbackMu.Lock()
-	if f := t.fallbacks[key+"\x00"+ft]; f != nil {
-		dt = f.dt
+	defer t.fallbackMu.Unlock()
+	if f := t.fallbacks[key+"\x00"+token]; f != nil {
+		if f.taking == nil {
+			f.ft, f.dt = ft, dt
+		}
+		return
 	}
-	t.fallbackMu.Unlock()
-	return tieredToken(ft, dt)
+	t.fallbacks[key+"\x00"+token] = &fallbackLock{ft: ft, dt: dt}
 }
 
-// endFallback is fallbackLocks for a lease that ends, which forgets the
-// fallback lock; a durableLock under way is waited for (its lock is the
-// lease's to complete or release) until ctx is done.
-func (t *tiered) endFallback(ctx context.Context, key, token string) string {
-	ft, dt := splitTieredToken(token)
-	if ft == "" || dt != "" {
-		return token
+// fallbackLocks returns the locks that the lease of token holds now.
+func (t *tiered) fallbackLocks(key, token string) string {
+	t.fallbackMu.Lock()
+	defer t.fallbackMu.Unlock()
+	if f := t.fallbacks[key+"\x00"+token]; f != nil {
+		return tieredToken(f.ft, f.dt)
 	}
+	return token
+}
+
+// endFallback is fallbackLocks for a lease that ends, which forgets its
+// entry; a relock under way is waited for (its lock is the lease's to
+// complete or release) until ctx is done.
+func (t *tiered) endFallback(ctx context.Context, key, token string) string {
 	for {
 		t.fallbackMu.Lock()
-		f := t.fallbacks[key+"\x00"+ft]
+		f := t.fallbacks[key+"\x00"+token]
 		if f == nil {
 			t.fallbackMu.Unlock()
 			return token
@@ -298,19 +344,19 @@ func (t *tiered) endFallback(ctx context.Context, key, token string) string {
 		if taking := f.taking; taking != nil {
 			t.fallbackMu.Unlock()
 			select {
-			case <-taking: // bounded by the durable call's deadline
+			case <-taking: // bounded by the tier's deadline
 				continue
 			case <-ctx.Done():
-				// Left to the durable lock's expiry.
+				// Left to the new lock's expiry.
 				t.fallbackMu.Lock()
-				delete(t.fallbacks, key+"\x00"+ft)
+				delete(t.fallbacks, key+"\x00"+token)
 				t.fallbackMu.Unlock()
 				return token
 			}
 		}
-		delete(t.fallbacks, key+"\x00"+ft)
+		delete(t.fallbacks, key+"\x00"+token)
 		t.fallbackMu.Unlock()
-		return tieredToken(ft, f.dt)
+		return tieredToken(f.ft, f.dt)
 	}
 }
 
@@ -396,13 +442,77 @@ func (t *tiered) Release(ctx context.Context, key, token string) error {
 	return t.both(ctx, t.endFallback(ctx, key, token), "release", func(ctx context.Context, s Store, tok string) error { return s.Release(ctx, key, tok) })
 }
 
-// Refresh implements Store.
-// A fallback lock (the fast tier's alone) takes the durable tier's lock
-// too once the durable tier answers.
+// Refresh implements Store. A missing part of the lease's locks is taken
+// again first (relock); a part found lost while the other holds the key is
+// taken again at the next refresh, and the lock holds meanwhile: it is
+// lost only when no tier holds it.
 func (t *tiered) Refresh(ctx context.Context, key, token string, lockTTL time.Duration) error {
-	return t.both(ctx, t.durableLock(ctx, key, token, lockTTL), "refresh", func(ctx context.Context, s Store, tok string) error {
-		return s.Refresh(ctx, key, tok, lockTTL)
-	})
+	now := t.relock(ctx, key, token, lockTTL)
+	ft, dt := splitTieredToken(now)
+	var derr error
+	if dt != "" && dt != heldByTx {
+		dctx, cancel := durableCtx(ctx, ft)
+		derr = t.durable.Refresh(dctx, key, dt, lockTTL)
+		cancel()
+	}
+	switch {
+	case ft == "" && dt == "":
+		return ErrLockLost
+	case ft == "":
+		return derr // the durable tier's lock, or its transaction, alone
+	}
+	ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Refresh(ctx, key, ft, lockTTL) })
+	switch {
+	case dt == "":
+		return ferr // a fallback lock
+	case dt == heldByTx && errors.Is(ferr, ErrLockLost):
+		// The fast tier lost its data, or the lock expired while it was
+		// down: the transaction holds the key, and the fast tier's lock is
+		// taken again.
+		t.lost(key, token, now, true)
+		t.relock(ctx, key, token, lockTTL)
+		return nil
+	case dt == heldByTx:
+		return ferr
+	case derr == nil && ferr == nil:
+		t.doubt(key, token, false)
+		return nil
+	case derr == nil && errors.Is(ferr, ErrLockLost), ferr == nil && errors.Is(derr, ErrLockLost):
+		// A tier lost its part (the fast tier its data, or either the lock
+		// while it was out of reach for longer than its TTL): the other
+		// holds the key, and the part is taken again.
+		t.lost(key, token, now, derr == nil)
+		t.relock(ctx, key, token, lockTTL)
+		return nil
+	case derr == nil || ferr == nil:
+		// A tier failed: the other holds the key. Its part may expire
+		// before a refresh of LockTTL/3 from now, and a duplicate take the
+		// key there and run if the other tier failed then: the lock is
+		// refreshed every few seconds until the tier answers (renew).
+		t.doubt(key, token, true)
+		if derr == nil {
+			t.fallback(ctx, "fast", "refresh", ferr)
+		} else {
+			t.fallback(ctx, "durable", "refresh", derr)
+		}
+		return nil
+	}
+	return derr
+}
+
+// doubt notes whether a tier failed to refresh its part of the locks of
+// token, held in both tiers (renew).
+func (t *tiered) doubt(key, token string, doubt bool) {
+	t.fallbackMu.Lock()
+	defer t.fallbackMu.Unlock()
+	f := t.fallbacks[key+"\x00"+token]
+	switch {
+	case f != nil:
+		f.doubt = doubt
+	case doubt:
+		ft, dt := splitTieredToken(token)
+		t.fallbacks[key+"\x00"+token] = &fallbackLock{ft: ft, dt: dt, doubt: true}
+	}
 }
 
 // both runs op on each tier that holds a part of token, the durable one
@@ -694,18 +804,18 @@ func (t *tieredTx) endFast(ctx context.Context, key, ft string, rec []byte) {
 // shorter): a crashed process's lock holds off retries that long, and a
 // duplicate meets the lock while the durable tier stalls (its Begin timing
 // out would otherwise fall back to a fast lock of its own and run).
+// Without a fast lock (the fast tier was down), Refresh takes one once
+// the fast tier answers.
 type tieredTxn struct {
 	Tx
 	t     *tieredTx
 	key   string
-	ft    string        // the fast tier's lock; "" if this call has none or it ended
-	taken time.Duration // what the fast tier's lock was taken for
+	ft    string        // the fast tier's lock when the transaction began; "" for none
+	taken time.Duration // what the fast tier's lock is taken for
+	ended bool          // the fast tier's lock was ended
 }
 
 func (x *tieredTxn) lease() (string, time.Duration, time.Duration) {
-	if x.ft == "" {
-		return "", 0, 0
-	}
 	return tieredToken(x.ft, heldByTx), x.taken, x.taken
 }
 
@@ -740,11 +850,15 @@ func (x *tieredTxn) Rollback(ctx context.Context) error {
 	return err
 }
 
-// endFast ends the fast tier's lock, once.
+// endFast ends the fast tier's lock, once: the one the lease holds now
+// (Refresh may have taken it again, or since).
 func (x *tieredTxn) endFast(ctx context.Context, record []byte) {
-	if x.ft != "" {
-		x.t.endFast(ctx, x.key, x.ft, record)
-		x.ft = ""
+	if x.ended {
+		return
+	}
+	x.ended = true
+	if ft, _ := splitTieredToken(x.t.endFallback(ctx, x.key, tieredToken(x.ft, heldByTx))); ft != "" {
+		x.t.endFast(ctx, x.key, ft, record)
 	}
 }
 
