@@ -19,3 +19,15 @@ func MemoryLen(s *MemoryStore) int {
 // can drive them on fake time. e must be made and used in that one bubble
 // only: the refreshers' timers cannot serve two clocks.
 func ShareRefresher(e *Engine) { e.sharedInBubble = true }
+
+// TieredHeld returns how many leases the tiered store s keeps the locks of
+// (tiered.held): none once every lease has ended.
+func TieredHeld(s Store) int {
+	t, ok := s.(*tiered)
+	if !ok {
+		t = s.(*tieredTx).tiered
+	}
+	t.heldMu.Lock()
+	defer t.heldMu.Unlock()
+	return len(t.held)
+}

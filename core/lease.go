@@ -191,7 +191,7 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 			l.token = token
 			var renew time.Duration
 			if e.renews != nil {
-				renew = e.renews.renew(l.id, token)
+				renew, l.every = e.renews.renew(l.id, token)
 			}
 			l.startRefresh(sent, e.initialLease, e.renewal(renew))
 			return l, nil, nil
@@ -242,13 +242,12 @@ type leasedTx interface {
 	lease() (token string, lease, renew time.Duration)
 }
 
-// renewer is implemented by stores whose locks of some keys and tokens a
-// refresh extends by less than LockTTL, and so refreshes more often: the
-// tiered store's locks held in one tier alone, or whose part in a tier
-// failed to refresh. The Engine asks again after each refresh. renew
-// returns 0 for the others.
+// renewer is implemented by stores that refresh some locks differently:
+// the tiered store's. renew returns what a refresh of the lock of key and
+// token extends it to (0: LockTTL), and how often it is refreshed (0: a
+// third of that). The Engine asks at the acquire and after each refresh.
 type renewer interface {
-	renew(key, token string) time.Duration
+	renew(key, token string) (ttl, every time.Duration)
 }
 
 // renewal is what a refresh extends a lock to: renew if it is set and
@@ -371,6 +370,8 @@ type Lease struct {
 	held    time.Time     // when the lock was last known held for lease: taken or refreshed
 	lease   time.Duration // how long the lock lasts from held: the initial lease, then renew
 	renew   time.Duration // what a refresh extends the lock to: LockTTL, or less (renewer, leasedTx)
+	every   time.Duration // how often it is refreshed, if not renew/3 (renewer)
+	busy    chan struct{} // closed when the refresh under way ends; nil if none
 	expired bool          // a refresh found the lock gone
 
 	due   time.Time   // the next refresh, while the Engine's refresher holds the lease
@@ -634,12 +635,12 @@ func (l *Lease) endContext(now time.Time) *storeCtx {
 	return l.endCtx.start(l.ctx, now.Add(l.e.cfg.StoreTimeout))
 }
 
-// finish marks the lease done and stops the refresher; it reports whether
-// this call was the first.
+// finish marks the lease done and stops the refresher, waiting for a
+// refresh under way; it reports whether this call was the first.
 func (l *Lease) finish() bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.done {
+		l.mu.Unlock()
 		return false
 	}
 	l.done = true
@@ -648,6 +649,11 @@ func (l *Lease) finish() bool {
 		l.timer.Stop()
 	case l.token != "":
 		l.refresher().cancel(l)
+	}
+	busy := l.busy
+	l.mu.Unlock()
+	if busy != nil {
+		<-busy // a refresh under way, within its deadline
 	}
 	return true
 }
@@ -676,18 +682,21 @@ func (l *Lease) storeRefresh(ctx context.Context, renew time.Duration) (err erro
 
 func (l *Lease) refresh() {
 	l.mu.Lock()
-	done, renew := l.done, l.renew
-	l.mu.Unlock()
-	if done {
+	if l.done {
+		l.mu.Unlock()
 		return
 	}
-	// The store call runs without the mutex, so that Complete and Release
-	// never wait for a slow refresh; its result is ignored if the lease
-	// ended meanwhile. At most half the period, so that a refresh that
-	// times out leaves time for another before the lock expires. Its
-	// context carries none of the call's values: the call may outlast the
-	// request, whose context a framework reuses once the adapter returns.
-	period := renew / 3
+	renew, period := l.renew, l.period()
+	busy := make(chan struct{})
+	l.busy = busy
+	l.mu.Unlock()
+	// The store call runs without the mutex; Complete and Release wait for
+	// it (finish), within its deadline, so that a store never sees a
+	// lease's refresh and its end at once. At most half the period, so that
+	// a refresh that times out leaves time for another before the lock
+	// expires. Its context carries none of the call's values: the call may
+	// outlast the request, whose context a framework reuses once the
+	// adapter returns.
 	ctx, cancel := context.WithTimeout(context.Background(), min(period/2, l.e.cfg.StoreTimeout))
 	sent := time.Now()
 	err := l.storeRefresh(ctx, renew)
@@ -695,6 +704,8 @@ func (l *Lease) refresh() {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.busy = nil
+	close(busy)
 	switch {
 	case err == nil:
 		l.held, l.lease = sent, renew
@@ -708,10 +719,11 @@ func (l *Lease) refresh() {
 	}
 	if l.tx == nil && l.e.renews != nil {
 		// The tiered store refreshes a lock more often while a tier's part
-		// of it is missing or in doubt; a longer renewal applies from the
+		// of it is missing or in doubt; a longer period applies after the
 		// next refresh, before what this one gave runs out.
-		l.renew = l.e.renewal(l.e.renews.renew(l.id, l.token))
-		period = min(period, l.renew/3)
+		ttl, every := l.e.renews.renew(l.id, l.token)
+		l.renew, l.every = l.e.renewal(ttl), every
+		period = min(period, l.period())
 	}
 	// On another error, try again: the lock is still ours until it
 	// expires, so sooner than the next tick if it expires before then (the
@@ -724,6 +736,15 @@ func (l *Lease) refresh() {
 		}
 	}
 	l.scheduleRefresh(time.Now().Add(next))
+}
+
+// period is how often l's lock is refreshed: every, or a third of renew.
+// l.mu is held.
+func (l *Lease) period() time.Duration {
+	if l.every > 0 {
+		return min(l.every, l.renew/3)
+	}
+	return l.renew / 3
 }
 
 // refresher returns the Engine's refresher of l: by the first digit of its

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,10 +25,11 @@ type tiered struct {
 	observe    func(Event)    // the Engine's; nil until an Engine takes the store
 	invalidate []func(string) // the Engines' replay caches'; none without one
 
-	// The fallback locks (the fast tier's alone) in use, by key and fast
-	// token.
-	fallbackMu sync.Mutex
-	fallbacks  map[string]*fallbackLock
+	// The locks of leases whose tokens no longer say them (Refresh).
+	heldMu sync.Mutex
+	held   map[partsKey]heldParts
+
+	txSeq atomic.Uint64 // makes tieredTxn tokens unique
 }
 
 // NewTiered returns the Store of fast (Redis) in front of durable
@@ -45,7 +48,7 @@ type tiered struct {
 // circuit breaker of its own, with Config's default bounds. New refuses a
 // nil tier. See docs/design.md, "Tiered store".
 func NewTiered(fast, durable Store) Store {
-	t := &tiered{fast: fast, durable: durable, fallbacks: make(map[string]*fallbackLock),
+	t := &tiered{fast: fast, durable: durable, held: make(map[partsKey]heldParts),
 		brk: &breaker{failures: defaultBreakerFailures, cooldown: defaultBreakerCooldown,
 			probeFor: defaultBreakerCooldown + defaultStoreTimeout, now: time.Now, changed: func(breakerState) {}}}
 	if tx, ok := durable.(TxStore); ok {
@@ -195,175 +198,92 @@ func (t *tiered) Acquire(ctx context.Context, key string, lockTTL time.Duration)
 		return nil, "", err
 	}
 	t.fallback(ctx, "durable", "acquire", err)
-	return nil, t.fallbackToken(key, ft), nil
+	return nil, tieredToken(ft, ""), nil
 }
 
-// renew implements renewer: a lock taken in one tier alone (a fallback
-// lock, or the durable tier's taken while the fast one was down), or one
-// of whose parts is missing or failed to refresh, is refreshed for
-// fastLease at a time, every few seconds, so that it takes the other
-// tier's lock (relock) soon after that tier answers again, and a crash
-// holds the key no longer.
-func (t *tiered) renew(key, token string) time.Duration {
-	if ft, dt := splitTieredToken(token); (ft == "") != (dt == "") {
-		return fastLease
+// renew implements renewer. A fallback lock (the fast tier's alone, taken
+// while the durable tier was down) is extended by fastLease at a time: a
+// crash holds the key no longer. A lock one of whose parts is missing (the
+// fast tier's, down when the key was taken; a part found lost) or failed
+// to refresh is refreshed every few seconds, so that the part is back soon
+// after its tier answers again (Refresh).
+func (t *tiered) renew(key, token string) (ttl, every time.Duration) {
+	ft, dt, doubt := t.parts(key, token)
+	oft, odt := splitTieredToken(token)
+	if odt == "" {
+		ttl = fastLease
 	}
-	t.fallbackMu.Lock()
-	defer t.fallbackMu.Unlock()
-	if f := t.fallbacks[key+"\x00"+token]; f != nil && (f.doubt || f.ft == "" || f.dt == "") {
-		return fastLease
+	if ft == "" || dt == "" || doubt || oft == "" {
+		every = fastLease / 3
 	}
-	return 0
+	return ttl, every
 }
 
-// fallbackLock is what a lease's locks are when its token no longer says
-// them (tiered.fallbacks): a fallback lock (the fast tier's alone) and the
-// durable tier's lock that durableLock took for it since; or a lock of
-// both tiers, or of the durable tier or its transaction alone, one of whose
-// parts was found lost or missing, and taken again since (relock).
-type fallbackLock struct {
-	ft, dt string        // the tiers' locks now; "" for none
-	taking chan struct{} // closed when a relock under way ends; nil if none
-	doubt  bool          // a tier failed to refresh its part: refresh soon (renew)
+var _ renewer = (*tiered)(nil)
+
+// partsKey is the key of tiered.held: a lease's store key and token.
+type partsKey struct{ key, token string }
+
+// heldParts is what a lease's locks are when its token no longer says them
+// (tiered.held): a part taken since (the durable tier's lock of a fallback
+// lock; the fast tier's of a key the durable tier alone held), or found
+// lost ("", until taken again); or a part in doubt (its tier failed to
+// refresh it).
+type heldParts struct {
+	ft, dt string
+	doubt  bool
 }
 
-// fallbackToken registers ft, key's lock in the fast tier alone, and
-// returns its token. Complete or Release forgets it (endFallback); a lease
-// that ends with neither (a record that could not be sealed, the lock left
-// to expire) leaves its entry.
-func (t *tiered) fallbackToken(key, ft string) string {
-	token := tieredToken(ft, "")
-	t.fallbackMu.Lock()
-	t.fallbacks[key+"\x00"+token] = &fallbackLock{ft: ft}
-	t.fallbackMu.Unlock()
-	return token
+// parts returns the locks that the lease of token holds now.
+func (t *tiered) parts(key, token string) (ft, dt string, doubt bool) {
+	t.heldMu.Lock()
+	p, ok := t.held[partsKey{key, token}]
+	t.heldMu.Unlock()
+	if ok {
+		return p.ft, p.dt, p.doubt
+	}
+	ft, dt = splitTieredToken(token)
+	return ft, dt, false
 }
 
-// relock returns the locks that the lease of token holds now, taking a
-// missing part first if its tier answers: the durable tier's lock of a
-// fallback lock, so that the fast tier losing its data (a restart,
-// FLUSHALL) no longer lets a duplicate run; the fast tier's lock of a key
-// the durable tier (or its transaction) alone holds, so that a duplicate
-// meets it while the durable tier stalls, rather than fall back to a fast
-// lock of its own and run (Refresh).
-func (t *tiered) relock(ctx context.Context, key, token string, lockTTL time.Duration) string {
-	ft, dt := splitTieredToken(token)
-	t.fallbackMu.Lock()
-	f := t.fallbacks[key+"\x00"+token]
-	switch {
-	case f == nil && ft != "":
-		t.fallbackMu.Unlock()
-		return token // as its token says
-	case f == nil: // the durable tier alone holds the key: a fast lock to take
-		f = &fallbackLock{dt: dt}
-		t.fallbacks[key+"\x00"+token] = f
-	case f.taking != nil || (f.ft == "") == (f.dt == ""):
-		now := tieredToken(f.ft, f.dt)
-		t.fallbackMu.Unlock()
-		return now
-	}
-	taking := make(chan struct{})
-	f.taking = taking
-	missing, other := f.dt == "", f.ft
-	if !missing {
-		other = f.dt
-	}
-	t.fallbackMu.Unlock()
-	var took string
-	defer func() { // even if a tier panics (Lease.storeRefresh recovers)
-		t.fallbackMu.Lock()
-		if missing {
-			f.dt = took
-		} else {
-			f.ft = took
-		}
-		f.taking = nil
-		close(taking)
-		t.fallbackMu.Unlock()
-	}()
-	ctx = context.WithValue(ctx, quotaKey{}, nil) // admitted when taken
-	if missing {
-		dctx, cancel := durableCtx(ctx, other)
-		defer cancel()
-		if _, took, _ = t.durable.Acquire(dctx, key, lockTTL); took == "" {
-			// Down still, or another call holds the key there: the fast
-			// lock alone holds it (keepDurable reports it at completion).
-			return tieredToken(other, "")
-		}
-		return tieredToken(other, took)
-	}
-	t.fastCall(ctx, func(ctx context.Context) (err error) { //nolint:errcheck // down still, or held by a duplicate that will meet this one's durable lock
-		_, took, err = t.fast.Acquire(ctx, key, lockTTL)
-		return err
-	})
-	return tieredToken(took, other)
-}
-
-// lost notes that the part of token's locks in tier (fast or durable), as
-// relock returned them in now, was found lost while the other part holds
-// the key: the next relock takes it again.
-func (t *tiered) lost(key, token, now string, fast bool) {
-	ft, dt := splitTieredToken(now)
-	if fast {
-		ft = ""
-	} else {
-		dt = ""
-	}
-	t.fallbackMu.Lock()
-	defer t.fallbackMu.Unlock()
-	if f := t.fallbacks[key+"\x00"+token]; f != nil {
-		if f.taking == nil {
-			f.ft, f.dt = ft, dt
-		}
+// setParts records the locks that the lease of token holds now, or
+// forgets them if its token says them.
+func (t *tiered) setParts(key, token string, p heldParts) {
+	t.heldMu.Lock()
+	defer t.heldMu.Unlock()
+	if p == (heldParts{}) || tieredToken(p.ft, p.dt) == token && !p.doubt {
+		delete(t.held, partsKey{key, token})
 		return
 	}
-	t.fallbacks[key+"\x00"+token] = &fallbackLock{ft: ft, dt: dt}
+	t.held[partsKey{key, token}] = p
 }
 
-// fallbackLocks returns the locks that the lease of token holds now.
-func (t *tiered) fallbackLocks(key, token string) string {
-	t.fallbackMu.Lock()
-	defer t.fallbackMu.Unlock()
-	if f := t.fallbacks[key+"\x00"+token]; f != nil {
-		return tieredToken(f.ft, f.dt)
+// endParts is parts for a lease that ends: it forgets them, and returns
+// them as a token. A lease that ends with neither Complete nor Release (a
+// record that could not be stored, its lock left to expire) leaves them.
+func (t *tiered) endParts(key, token string) string {
+	t.heldMu.Lock()
+	defer t.heldMu.Unlock()
+	if p, ok := t.held[partsKey{key, token}]; ok {
+		delete(t.held, partsKey{key, token})
+		return tieredToken(p.ft, p.dt)
 	}
 	return token
 }
 
-// endFallback is fallbackLocks for a lease that ends, which forgets its
-// entry; a relock under way is waited for (its lock is the lease's to
-// complete or release) until ctx is done.
-func (t *tiered) endFallback(ctx context.Context, key, token string) string {
-	for {
-		t.fallbackMu.Lock()
-		f := t.fallbacks[key+"\x00"+token]
-		if f == nil {
-			t.fallbackMu.Unlock()
-			return token
-		}
-		if taking := f.taking; taking != nil {
-			t.fallbackMu.Unlock()
-			select {
-			case <-taking: // bounded by the tier's deadline
-				continue
-			case <-ctx.Done():
-				// Left to the new lock's expiry.
-				t.fallbackMu.Lock()
-				delete(t.fallbacks, key+"\x00"+token)
-				t.fallbackMu.Unlock()
-				return token
-			}
-		}
-		delete(t.fallbacks, key+"\x00"+token)
-		t.fallbackMu.Unlock()
-		return tieredToken(f.ft, f.dt)
-	}
-}
+// heldByTx starts the durable part of a tieredTxn's token: the durable
+// tier's transaction holds the key, and Refresh extends the fast tier's
+// lock alone. A counter follows, so that a token without a fast lock is
+// still one lease's. No store's token holds a NUL byte.
+const heldByTx = "\x00tx"
+
+// inTx reports whether dt, the durable part of a token, is a transaction.
+func inTx(dt string) bool { return strings.HasPrefix(dt, heldByTx) }
 
 // Complete implements Store: the durable tier first, whose answer counts,
 // then the fast one.
 func (t *tiered) Complete(ctx context.Context, key, token string, record []byte, ttl time.Duration) error {
-	ft, dt := splitTieredToken(t.endFallback(ctx, key, token))
+	ft, dt := splitTieredToken(t.endParts(key, token))
 	var derr error
 	if dt != "" {
 		dctx, cancel := durableCtx(ctx, ft)
@@ -439,87 +359,84 @@ var errDurableRecord = errors.New("idem: the durable tier holds another record o
 
 // Release implements Store.
 func (t *tiered) Release(ctx context.Context, key, token string) error {
-	return t.both(ctx, t.endFallback(ctx, key, token), "release", func(ctx context.Context, s Store, tok string) error { return s.Release(ctx, key, tok) })
+	return t.both(ctx, t.endParts(key, token), "release", func(ctx context.Context, s Store, tok string) error { return s.Release(ctx, key, tok) })
 }
 
-// Refresh implements Store. A missing part of the lease's locks is taken
-// again first (relock); a part found lost while the other holds the key is
-// taken again at the next refresh, and the lock holds meanwhile: it is
-// lost only when no tier holds it.
+// Refresh implements Store: each part of the lease's locks is refreshed;
+// a part found lost, or missing, is taken again if its tier answers, as
+// long as the other part holds the key or may (its tier failed). The lock
+// is lost only when no part holds the key. The Engine never runs a refresh
+// and the lease's Complete or Release at once.
 func (t *tiered) Refresh(ctx context.Context, key, token string, lockTTL time.Duration) error {
-	now := t.relock(ctx, key, token, lockTTL)
-	ft, dt := splitTieredToken(now)
-	var derr error
-	if dt != "" && dt != heldByTx {
+	ft, dt, _ := t.parts(key, token)
+	fastTTL := lockTTL
+	if oft, _ := splitTieredToken(token); oft == "" {
+		// Taken since the key was (renew: refreshed every few seconds): a
+		// crash, or a release that fails, holds the key no longer.
+		fastTTL = min(lockTTL, fastLease)
+	}
+	derr, ferr := ErrLockLost, ErrLockLost // a part missing counts as lost
+	switch {
+	case inTx(dt):
+		derr = nil // the transaction holds the key
+	case dt != "":
 		dctx, cancel := durableCtx(ctx, ft)
 		derr = t.durable.Refresh(dctx, key, dt, lockTTL)
 		cancel()
 	}
-	switch {
-	case ft == "" && dt == "":
+	if ft != "" {
+		ferr = t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Refresh(ctx, key, ft, fastTTL) })
+	}
+	dlost, flost := errors.Is(derr, ErrLockLost), errors.Is(ferr, ErrLockLost)
+	if dlost && flost {
+		t.setParts(key, token, heldParts{})
 		return ErrLockLost
-	case ft == "":
-		return derr // the durable tier's lock, or its transaction, alone
 	}
-	ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Refresh(ctx, key, ft, lockTTL) })
-	switch {
-	case dt == "":
-		return ferr // a fallback lock
-	case dt == heldByTx && errors.Is(ferr, ErrLockLost):
-		// The fast tier lost its data, or the lock expired while it was
-		// down: the transaction holds the key, and the fast tier's lock is
-		// taken again.
-		t.lost(key, token, now, true)
-		t.relock(ctx, key, token, lockTTL)
-		return nil
-	case dt == heldByTx:
-		return ferr
-	case derr == nil && ferr == nil:
-		t.doubt(key, token, false)
-		return nil
-	case derr == nil && errors.Is(ferr, ErrLockLost), ferr == nil && errors.Is(derr, ErrLockLost):
-		// A tier lost its part (the fast tier its data, or either the lock
-		// while it was out of reach for longer than its TTL): the other
-		// holds the key, and the part is taken again.
-		t.lost(key, token, now, derr == nil)
-		t.relock(ctx, key, token, lockTTL)
-		return nil
-	case derr == nil || ferr == nil:
-		// A tier failed: the other holds the key. Its part may expire
-		// before a refresh of LockTTL/3 from now, and a duplicate take the
-		// key there and run if the other tier failed then: the lock is
-		// refreshed every few seconds until the tier answers (renew).
-		t.doubt(key, token, true)
-		if derr == nil {
-			t.fallback(ctx, "fast", "refresh", ferr)
-		} else {
-			t.fallback(ctx, "durable", "refresh", derr)
+	ctx = context.WithValue(ctx, quotaKey{}, nil) // admitted when taken
+	if flost {
+		// The fast tier lost its data, the lock expired while it was out
+		// of reach, or it was down when the key was taken: a duplicate
+		// must meet this lock there if the durable tier stalls.
+		ft = ""
+		t.fastCall(ctx, func(ctx context.Context) (err error) { //nolint:errcheck // down still, or held by a duplicate that meets the durable lock
+			_, ft, err = t.fast.Acquire(ctx, key, fastTTL)
+			return err
+		})
+		if ft != "" {
+			ferr = nil
 		}
-		return nil
 	}
-	return derr
-}
-
-// doubt notes whether a tier failed to refresh its part of the locks of
-// token, held in both tiers (renew).
-func (t *tiered) doubt(key, token string, doubt bool) {
-	t.fallbackMu.Lock()
-	defer t.fallbackMu.Unlock()
-	f := t.fallbacks[key+"\x00"+token]
+	if dlost {
+		// Taken while the durable tier was down, or expired there while
+		// it was out of reach: a duplicate must meet it if the fast tier
+		// loses its data.
+		dctx, cancel := durableCtx(ctx, ft)
+		if _, dt, _ = t.durable.Acquire(dctx, key, lockTTL); dt != "" {
+			derr = nil
+		}
+		cancel()
+	}
+	doubt := ft != "" && ferr != nil || dt != "" && derr != nil
+	t.setParts(key, token, heldParts{ft: ft, dt: dt, doubt: doubt})
 	switch {
-	case f != nil:
-		f.doubt = doubt
-	case doubt:
-		ft, dt := splitTieredToken(token)
-		t.fallbacks[key+"\x00"+token] = &fallbackLock{ft: ft, dt: dt, doubt: true}
+	case ferr != nil && derr != nil:
+		if dt != "" {
+			return derr
+		}
+		return ferr
+	case ferr != nil && ft != "":
+		t.fallback(ctx, "fast", "refresh", ferr)
+	case derr != nil && dt != "":
+		t.fallback(ctx, "durable", "refresh", derr)
 	}
+	return nil
 }
 
 // both runs op on each tier that holds a part of token, the durable one
 // first, whose answer counts when it holds one.
 func (t *tiered) both(ctx context.Context, token, name string, op func(context.Context, Store, string) error) error {
 	ft, dt := splitTieredToken(token)
-	if dt == heldByTx {
+	if inTx(dt) {
 		dt = ""
 	}
 	var derr error
@@ -682,7 +599,7 @@ func (t *tiered) SaveStep(ctx context.Context, key, token, step string, result [
 	if err != nil {
 		return err
 	}
-	ft, dt := splitTieredToken(t.fallbackLocks(key, token))
+	ft, dt, _ := t.parts(key, token)
 	switch {
 	case dt != "":
 		return d.SaveStep(ctx, key, dt, step, result, ttl)
@@ -771,7 +688,6 @@ func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([
 		// which the Engine refreshes (fastTxn.lease).
 		if ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Refresh(ctx, key, ft, fastLease) }); ferr == nil {
 			t.fallback(ctx, "durable", "begin", err)
-			t.fallbackToken(key, ft)
 			return nil, &fastTxn{t: t, key: key, ft: ft}, nil
 		}
 	}
@@ -781,7 +697,8 @@ func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([
 		}
 		return rec, nil, err
 	}
-	return rec, &tieredTxn{Tx: tx, t: t, key: key, ft: ft, taken: min(idle, fastLease)}, nil
+	held := heldByTx + strconv.FormatUint(t.txSeq.Add(1), 36)
+	return rec, &tieredTxn{Tx: tx, t: t, key: key, ft: ft, held: held, taken: min(idle, fastLease)}, nil
 }
 
 // fastLease is how long tieredTx.Begin takes the fast tier's lock for: a
@@ -811,18 +728,14 @@ type tieredTxn struct {
 	t     *tieredTx
 	key   string
 	ft    string        // the fast tier's lock when the transaction began; "" for none
+	held  string        // the token's durable part (heldByTx)
 	taken time.Duration // what the fast tier's lock is taken for
 	ended bool          // the fast tier's lock was ended
 }
 
 func (x *tieredTxn) lease() (string, time.Duration, time.Duration) {
-	return tieredToken(x.ft, heldByTx), x.taken, x.taken
+	return tieredToken(x.ft, x.held), x.taken, x.taken
 }
-
-// heldByTx is the durable part of a tieredTxn's token: the durable tier's
-// transaction holds the key, and Refresh extends the fast tier's lock
-// alone. No store's token holds a NUL byte.
-const heldByTx = "\x00tx"
 
 // Unwrap returns the durable tier's transaction (Step finds a StepTx
 // behind it).
@@ -857,7 +770,7 @@ func (x *tieredTxn) endFast(ctx context.Context, record []byte) {
 		return
 	}
 	x.ended = true
-	if ft, _ := splitTieredToken(x.t.endFallback(ctx, x.key, tieredToken(x.ft, heldByTx))); ft != "" {
+	if ft, _ := splitTieredToken(x.t.endParts(x.key, tieredToken(x.ft, x.held))); ft != "" {
 		x.t.endFast(ctx, x.key, ft, record)
 	}
 }

@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -125,4 +126,180 @@ func TestTieredLockPartLost(t *testing.T) {
 			})
 		}
 	}
+}
+
+// gated is a tier whose Refresh, while gate is set, signals entered and
+// waits for the gate to open before it runs.
+type gated struct {
+	*tier
+	mu      sync.Mutex
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (g *gated) arm() (entered, gate chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.gate, g.entered = make(chan struct{}), make(chan struct{})
+	return g.entered, g.gate
+}
+
+func (g *gated) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
+	g.mu.Lock()
+	gate, entered := g.gate, g.entered
+	g.gate = nil
+	g.mu.Unlock()
+	if gate != nil {
+		entered <- struct{}{}
+		<-gate
+	}
+	return g.tier.Refresh(ctx, key, token, ttl)
+}
+
+// A refresh in flight finds the fast part lost while the lease ends: the
+// lease's Complete or Release waits for it, and ends the fast lock it took
+// again (it used to be orphaned, blocking the key for LockTTL, and the
+// store kept the lease's locks for ever).
+func TestTieredRefreshRacesEnd(t *testing.T) {
+	for _, complete := range []bool{false, true} {
+		t.Run(map[bool]string{false: "release", true: "complete"}[complete], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fast := &gated{tier: newTier()}
+				durable := newTier()
+				store := core.NewTiered(fast, durable)
+				eng, err := core.New(core.Config{Store: store, FailClosed: true, Observer: func(core.Event) {}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				a, _, err := eng.Acquire(&core.Call{Key: "k"})
+				if err != nil || a == nil {
+					t.Fatal(err)
+				}
+				fast.tier.lose() // Redis restarts empty
+				entered, gate := fast.arm()
+				<-entered // the first refresh is under way, past the durable tier's refresh
+				ended := make(chan error, 1)
+				go func() {
+					if complete {
+						ended <- a.Complete(&core.Record{Code: 200, Body: []byte("A")})
+					} else {
+						a.Release(500, nil)
+						ended <- nil
+					}
+				}()
+				synctest.Wait() // the lease's end waits for the refresh
+				close(gate)
+				if err := <-ended; err != nil {
+					t.Fatal(err)
+				}
+				b, rec, err := eng.Acquire(&core.Call{Key: "k"})
+				switch {
+				case complete && (rec == nil || string(rec.Body) != "A"):
+					t.Errorf("retry after Complete: %v, %v; want the replay", rec, err)
+				case !complete && errors.Is(err, core.ErrInFlight):
+					t.Errorf("retry after Release: ErrInFlight (the key is blocked by an orphaned fast lock)")
+				case !complete && b == nil:
+					t.Errorf("retry after Release: %v", err)
+				}
+				if b != nil {
+					b.Release(0, nil)
+				}
+				if n := core.TieredHeld(store); n != 0 {
+					t.Errorf("the tiered store keeps the locks of %d leases after every lease ended; want 0", n)
+				}
+			})
+		})
+	}
+}
+
+// The fast tier loses its data and the durable tier stalls at the same
+// refresh: the fast tier's part is taken again all the same, so that a
+// duplicate meets it rather than fall back past the stalled durable tier
+// and run.
+func TestTieredFastLostDurableStalled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fast, durable := newTier(), newTier()
+		eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), FailClosed: true, Observer: func(core.Event) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _, err := eng.Acquire(&core.Call{Key: "k"})
+		if err != nil || a == nil {
+			t.Fatal(err)
+		}
+		advance(time.Second)
+		fast.lose()
+		durable.set(false, true)  // stalls
+		advance(10 * time.Second) // refreshes at 3.3 s and after, each finding the fast part lost
+		b, _, err := eng.Acquire(&core.Call{Key: "k"})
+		if b != nil {
+			t.Errorf("a duplicate while the first runs: a lease (protected %v); want ErrInFlight", b.Protected())
+			b.Release(0, nil)
+		} else {
+			t.Logf("duplicate: %v", err)
+		}
+		durable.set(false, false)
+		a.Release(0, nil)
+	})
+}
+
+// The durable tier loses its part (ErrLockLost) while the fast tier fails
+// at the same refresh: the durable part is taken again and the lease goes
+// on (Refresh returned ErrLockLost, and the lease stopped refreshing).
+func TestTieredDurableLostFastDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fast, durable := newTier(), newTier()
+		eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), FailClosed: true, Observer: func(core.Event) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _, err := eng.Acquire(&core.Call{Key: "k"})
+		if err != nil || a == nil {
+			t.Fatal(err)
+		}
+		advance(time.Second)
+		durable.lose()
+		fast.set(true, false)
+		advance(4 * time.Second) // the first refresh, at 3.3 s
+		b, _, err := eng.Acquire(&core.Call{Key: "k"})
+		if b != nil {
+			t.Errorf("a duplicate while the first runs: a lease (protected %v); want ErrInFlight", b.Protected())
+			b.Release(0, nil)
+		} else {
+			t.Logf("duplicate: %v", err)
+		}
+		fast.set(false, false)
+		a.Release(0, nil)
+	})
+}
+
+// Redis down for the whole request; PostgreSQL, whose lock alone holds the
+// key, is out of reach for 15 s (a failover): its lock, refreshed every few
+// seconds to take Redis's back, is still extended by LockTTL, and outlives
+// the blip.
+func TestTieredDurableAloneKeepsLockTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fast, durable := newTier(), newTier()
+		fast.set(true, false)
+		eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), FailClosed: true, Observer: func(core.Event) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _, err := eng.Acquire(&core.Call{Key: "k"})
+		if err != nil || a == nil || !a.Protected() {
+			t.Fatal(err)
+		}
+		advance(5 * time.Second) // the first refresh, at 3.3 s
+		durable.set(true, false)
+		advance(15 * time.Second)
+		durable.set(false, false)
+		b, _, err := eng.Acquire(&core.Call{Key: "k"})
+		if b != nil {
+			t.Errorf("a duplicate after a 15 s PostgreSQL blip, Redis down, the first still running: a lease (protected %v); want ErrInFlight", b.Protected())
+			b.Release(0, nil)
+		} else {
+			t.Logf("duplicate: %v", err)
+		}
+		a.Release(0, nil)
+	})
 }
