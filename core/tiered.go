@@ -790,7 +790,7 @@ type fastTxn struct {
 }
 
 // lease: taken and refreshed for fastLease, so that the refresh that takes
-// the durable tier's lock too (durableLock) comes every few seconds until
+// the durable tier's lock too (Refresh) comes every few seconds until
 // it does, and a crash holds the key no longer.
 func (x *fastTxn) lease() (string, time.Duration, time.Duration) {
 	return x.token(), fastLease, fastLease
