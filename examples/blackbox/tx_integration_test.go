@@ -78,9 +78,10 @@ type proc struct {
 	env  []string
 	logs *lockedBuffer // of every process run so far
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{} // closed when cmd has exited
+	listen int           // "listening" lines in logs before cmd started
 }
 
 type lockedBuffer struct {
@@ -102,6 +103,7 @@ func (l *lockedBuffer) String() string {
 
 // start runs the process; it does not wait for it to listen.
 func (p *proc) start() error {
+	listens := strings.Count(p.logs.String(), "listening")
 	cmd := exec.Command(p.bin)
 	cmd.Env = append(append(os.Environ(), "ADDR="+p.addr), p.env...)
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
@@ -111,7 +113,7 @@ func (p *proc) start() error {
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }() //nolint:errcheck // killed
 	p.mu.Lock()
-	p.cmd, p.done = cmd, done
+	p.cmd, p.done, p.listen = cmd, done, listens
 	p.mu.Unlock()
 	return nil
 }
@@ -129,17 +131,21 @@ func (p *proc) kill() {
 	<-done
 }
 
-// listening returns once the process accepts connections on its address.
+// listening returns once the process accepts connections on its address:
+// it logged that it listens (another process may have taken the port
+// freePort chose, and would answer the dial) and the address answers.
 func (p *proc) listening(within time.Duration) error {
 	p.mu.Lock()
-	done := p.done
+	done, before := p.done, p.listen
 	p.mu.Unlock()
 	deadline := time.Now().Add(within)
 	for {
-		c, err := net.DialTimeout("tcp", p.addr, 100*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return nil
+		if strings.Count(p.logs.String(), "listening") > before {
+			c, err := net.DialTimeout("tcp", p.addr, 100*time.Millisecond)
+			if err == nil {
+				c.Close()
+				return nil
+			}
 		}
 		select {
 		case <-done:
