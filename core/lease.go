@@ -372,6 +372,7 @@ type Lease struct {
 	renew   time.Duration // what a refresh extends the lock to: LockTTL, or less (renewer, leasedTx)
 	every   time.Duration // how often it is refreshed, if not renew/3 (renewer)
 	busy    chan struct{} // closed when the refresh under way ends; nil if none
+	busyTo  time.Time     // the deadline of the refresh under way
 	expired bool          // a refresh found the lock gone
 
 	due   time.Time   // the next refresh, while the Engine's refresher holds the lease
@@ -650,13 +651,24 @@ func (l *Lease) finish() bool {
 	case l.token != "":
 		l.refresher().cancel(l)
 	}
-	busy := l.busy
+	busy, to := l.busy, l.busyTo
 	l.mu.Unlock()
 	if busy != nil {
-		<-busy // a refresh under way, within its deadline
+		// A refresh under way, within its deadline: not for ever if the
+		// store ignores it, or if this call comes from the refresh itself
+		// (an Observer's, on a store's event).
+		t := time.NewTimer(time.Until(to) + busyGrace)
+		select {
+		case <-busy:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	return true
 }
+
+// busyGrace is how long finish waits for a refresh past its deadline.
+const busyGrace = 100 * time.Millisecond
 
 // startRefresh has an Engine's refresher extend the lock, taken for lease,
 // to renew while the work runs, so that slow work keeps its lock and is
@@ -687,8 +699,9 @@ func (l *Lease) refresh() {
 		return
 	}
 	renew, period := l.renew, l.period()
+	timeout := min(period/2, l.e.cfg.StoreTimeout)
 	busy := make(chan struct{})
-	l.busy = busy
+	l.busy, l.busyTo = busy, time.Now().Add(timeout)
 	l.mu.Unlock()
 	// The store call runs without the mutex; Complete and Release wait for
 	// it (finish), within its deadline, so that a store never sees a
@@ -697,7 +710,7 @@ func (l *Lease) refresh() {
 	// expires. Its context carries none of the call's values: the call may
 	// outlast the request, whose context a framework reuses once the
 	// adapter returns.
-	ctx, cancel := context.WithTimeout(context.Background(), min(period/2, l.e.cfg.StoreTimeout))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	sent := time.Now()
 	err := l.storeRefresh(ctx, renew)
 	cancel()

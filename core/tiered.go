@@ -232,6 +232,7 @@ type partsKey struct{ key, token string }
 type heldParts struct {
 	ft, dt string
 	doubt  bool
+	until  time.Time // when the parts expire unless refreshed: a lease that ends with neither Complete nor Release leaves its entry until then
 }
 
 // parts returns the locks that the lease of token holds now.
@@ -247,20 +248,33 @@ func (t *tiered) parts(key, token string) (ft, dt string, doubt bool) {
 }
 
 // setParts records the locks that the lease of token holds now, or
-// forgets them if its token says them.
+// forgets them if its token says them or none is held.
 func (t *tiered) setParts(key, token string, p heldParts) {
 	t.heldMu.Lock()
 	defer t.heldMu.Unlock()
-	if p == (heldParts{}) || tieredToken(p.ft, p.dt) == token && !p.doubt {
+	if p.ft == "" && p.dt == "" || tieredToken(p.ft, p.dt) == token && !p.doubt {
 		delete(t.held, partsKey{key, token})
 		return
+	}
+	if len(t.held) >= heldSweep {
+		now := time.Now()
+		for k, q := range t.held {
+			if now.After(q.until) {
+				delete(t.held, k) // a lease that ended with neither Complete nor Release
+			}
+		}
 	}
 	t.held[partsKey{key, token}] = p
 }
 
+// heldSweep is how many leases' parts setParts keeps before it looks for
+// expired ones.
+const heldSweep = 64
+
 // endParts is parts for a lease that ends: it forgets them, and returns
 // them as a token. A lease that ends with neither Complete nor Release (a
-// record that could not be stored, its lock left to expire) leaves them.
+// record that could not be stored, its lock left to expire) leaves them
+// until they expire (setParts).
 func (t *tiered) endParts(key, token string) string {
 	t.heldMu.Lock()
 	defer t.heldMu.Unlock()
@@ -393,17 +407,21 @@ func (t *tiered) Refresh(ctx context.Context, key, token string, lockTTL time.Du
 		return ErrLockLost
 	}
 	ctx = context.WithValue(ctx, quotaKey{}, nil) // admitted when taken
+	took := false                                 // a part taken back
 	if flost {
 		// The fast tier lost its data, the lock expired while it was out
 		// of reach, or it was down when the key was taken: a duplicate
 		// must meet this lock there if the durable tier stalls.
+		// Taken for fastLease, as a new lock is, so that one whose answer
+		// is lost holds the key no longer; the next refresh, soon
+		// (doubt), extends it.
 		ft = ""
 		t.fastCall(ctx, func(ctx context.Context) (err error) { //nolint:errcheck // down still, or held by a duplicate that meets the durable lock
-			_, ft, err = t.fast.Acquire(ctx, key, fastTTL)
+			_, ft, err = t.fast.Acquire(ctx, key, min(fastTTL, fastLease))
 			return err
 		})
 		if ft != "" {
-			ferr = nil
+			ferr, took = nil, true
 		}
 	}
 	if dlost {
@@ -411,13 +429,13 @@ func (t *tiered) Refresh(ctx context.Context, key, token string, lockTTL time.Du
 		// it was out of reach: a duplicate must meet it if the fast tier
 		// loses its data.
 		dctx, cancel := durableCtx(ctx, ft)
-		if _, dt, _ = t.durable.Acquire(dctx, key, lockTTL); dt != "" {
-			derr = nil
+		if _, dt, _ = t.durable.Acquire(dctx, key, min(lockTTL, fastLease)); dt != "" {
+			derr, took = nil, true
 		}
 		cancel()
 	}
-	doubt := ft != "" && ferr != nil || dt != "" && derr != nil
-	t.setParts(key, token, heldParts{ft: ft, dt: dt, doubt: doubt})
+	doubt := took || ft != "" && ferr != nil || dt != "" && derr != nil
+	t.setParts(key, token, heldParts{ft: ft, dt: dt, doubt: doubt, until: time.Now().Add(lockTTL)})
 	switch {
 	case ferr != nil && derr != nil:
 		if dt != "" {

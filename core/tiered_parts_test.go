@@ -3,7 +3,9 @@ package core_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -302,4 +304,211 @@ func TestTieredDurableAloneKeepsLockTTL(t *testing.T) {
 		}
 		a.Release(0, nil)
 	})
+}
+
+// lateTier runs Acquire, then, while late is set, loses the reply (waits
+// for the context's end): a stalled store that ran the call after all.
+type lateTier struct {
+	*tier
+	late atomic.Bool
+}
+
+func (l *lateTier) Acquire(ctx context.Context, key string, ttl time.Duration) ([]byte, string, error) {
+	rec, tok, err := l.tier.Acquire(ctx, key, ttl)
+	if l.late.Load() {
+		<-ctx.Done()
+		return nil, "", ctx.Err()
+	}
+	return rec, tok, err
+}
+
+// A refresh takes back a lost part; the take-back acquire runs but its
+// answer is lost (a stall). The lock it took is taken for 10 s, as a new
+// lock is, not LockTTL (5 min, as it was): 30 s after the lease's Release,
+// a retry runs.
+func TestTieredTakeBackAnswerLost(t *testing.T) {
+	for _, which := range []string{"fast", "durable"} {
+		t.Run(which, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fast, durable := &lateTier{tier: newTier()}, &lateTier{tier: newTier()}
+				eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), FailClosed: true, Observer: func(core.Event) {}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				a, _, err := eng.Acquire(&core.Call{Key: "k"})
+				if err != nil || a == nil {
+					t.Fatal(err)
+				}
+				advance(time.Second)
+				lt := fast
+				if which == "durable" {
+					lt = durable
+				}
+				lt.lose()
+				lt.late.Store(true)
+				advance(3 * time.Second) // the first refresh (3.3 s) finds the part lost, takes it back late
+				lt.late.Store(false)
+				advance(time.Second)
+				a.Release(500, nil) // the work failed: a retry must run it again
+				advance(30 * time.Second)
+				b, _, err := eng.Acquire(&core.Call{Key: "k"})
+				if b == nil {
+					t.Errorf("retry 30 s after Release: %v; want a lease (an orphan of the take-back holds the key for LockTTL)", err)
+				} else {
+					b.Release(0, nil)
+				}
+			})
+		})
+	}
+}
+
+// Every path that ends a lease whose parts changed forgets them.
+func TestTieredHeldForgotten(t *testing.T) {
+	type path struct {
+		name string
+		tx   bool
+		end  func(l *core.Lease) error
+	}
+	for _, p := range []path{
+		{"lease/complete", false, func(l *core.Lease) error { return l.Complete(&core.Record{Code: 200}) }},
+		{"lease/release", false, func(l *core.Lease) error { l.Release(0, nil); return nil }},
+		{"tx/commit", true, func(l *core.Lease) error { return l.Complete(&core.Record{Code: 200}) }},
+		{"tx/rollback", true, func(l *core.Lease) error { l.Release(0, nil); return nil }},
+		{"tx/unstorable", true, func(l *core.Lease) error { l.Complete(&core.Record{Code: 1000}); return nil }},
+	} {
+		t.Run(p.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fast := newTier()
+				var durable core.Store = newTier()
+				if p.tx {
+					durable = idemtest.NewTxStore(t)
+				}
+				store := core.NewTiered(fast, durable)
+				eng, err := core.New(core.Config{Store: store, FailClosed: true, Observer: func(core.Event) {}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				fast.set(true, false)
+				a, _, err := eng.Acquire(&core.Call{Key: "k"})
+				if err != nil || a == nil {
+					t.Fatal(err)
+				}
+				advance(time.Second)
+				fast.set(false, false)
+				advance(3 * time.Second) // takes the fast part
+				if n := core.TieredHeld(store); n != 1 {
+					t.Fatalf("the tiered store keeps the parts of %d leases while the lease runs, want 1 (the fast part taken)", n)
+				}
+				p.end(a) //nolint:errcheck // the parts are the point
+
+				if n := core.TieredHeld(store); n != 0 {
+					t.Errorf("the tiered store keeps the parts of %d leases after the lease ended, want 0", n)
+				}
+			})
+		})
+	}
+}
+
+// A fallback lease in the transactional mode (fastTxn): the refresh takes
+// the durable part; Commit and Rollback forget it.
+func TestTieredFastTxnHeldForgotten(t *testing.T) {
+	for _, commit := range []bool{false, true} {
+		t.Run(map[bool]string{false: "rollback", true: "commit"}[commit], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fast := newTier()
+				d := outTx{&downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}}
+				store := core.NewTiered(fast, d)
+				eng, err := core.New(core.Config{Store: store, FailClosed: true, Observer: func(core.Event) {}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				f := &tierFaults{eng: eng, fast: fast, durableDown: func(b bool) { d.down.Store(b) }}
+				f.durableDown(true)
+				a, _, err := f.eng.Acquire(&core.Call{Key: "k"})
+				if err != nil || a == nil {
+					t.Fatal(err)
+				}
+				advance(time.Second)
+				f.durableDown(false)
+				advance(3 * time.Second)
+				if commit {
+					a.Complete(&core.Record{Code: 200}) //nolint:errcheck // the parts are the point
+				} else {
+					a.Release(0, nil)
+				}
+				if n := core.TieredHeld(store); n != 0 {
+					t.Errorf("the tiered store keeps the parts of %d leases after the lease ended, want 0", n)
+				}
+			})
+		})
+	}
+}
+
+// An Observer that ends the lease on a fallback event of its refresh
+// (Release waits for a refresh under way): Release returns once the
+// refresh's deadline has passed, where it waited for ever.
+func TestObserverEndsLeaseInRefresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fast, durable := newTier(), newTier()
+		var a atomic.Pointer[core.Lease]
+		released := make(chan struct{})
+		eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), FailClosed: true, Observer: func(ev core.Event) {
+			if ev.Outcome == core.OutcomeFallback && ev.Method == "refresh" {
+				if l := a.Load(); l != nil {
+					a.Store(nil)
+					l.Release(0, nil)
+					close(released)
+				}
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _, err := eng.Acquire(&core.Call{Key: "k"})
+		if err != nil || l == nil {
+			t.Fatal(err)
+		}
+		a.Store(l)
+		durable.set(true, false)
+		advance(6 * time.Second)
+		select {
+		case <-released:
+		default:
+			t.Errorf("Release from the Observer inside a refresh did not return")
+		}
+		durable.set(false, false)
+	})
+}
+
+// A lock taken while the fast tier was down keeps a fast part, refreshed
+// in time, over a minute, for several configs.
+func TestTieredFastPartKept(t *testing.T) {
+	for _, cfg := range []core.Config{{}, {StoreTimeout: 5 * time.Second}, {LockTTL: 20 * time.Second}, {LockTTL: 4 * time.Second}} {
+		t.Run(fmt.Sprint(cfg.StoreTimeout, cfg.LockTTL), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fast, durable := newTier(), newTier()
+				cfg.Store, cfg.FailClosed, cfg.Observer = core.NewTiered(fast, durable), true, func(core.Event) {}
+				eng, err := core.New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fast.set(true, false)
+				a, _, err := eng.Acquire(&core.Call{Key: "k"})
+				if err != nil || a == nil {
+					t.Fatal(err)
+				}
+				advance(time.Second)
+				fast.set(false, false)
+				advance(5500 * time.Millisecond)
+				for i := 0; i < 120; i++ {
+					advance(500 * time.Millisecond)
+					st, err := fast.s.Inspect(context.Background(), core.ID("", "k", ""))
+					if err != nil || st.Record != nil {
+						t.Fatalf("at +%v: the fast tier holds no lock: %v", time.Duration(i+14)*500*time.Millisecond, err)
+					}
+				}
+				a.Release(0, nil)
+			})
+		})
+	}
 }
