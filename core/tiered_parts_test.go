@@ -221,10 +221,7 @@ func TestTieredRefreshRacesEnd(t *testing.T) {
 func TestTieredFastLostDurableStalled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fast, durable := newTier(), newTier()
-		eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), FailClosed: true, Observer: func(core.Event) {}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		eng := failClosedTiered(t, fast, durable)
 		a, _, err := eng.Acquire(&core.Call{Key: "k"})
 		if err != nil || a == nil {
 			t.Fatal(err)
@@ -233,13 +230,7 @@ func TestTieredFastLostDurableStalled(t *testing.T) {
 		fast.lose()
 		durable.set(false, true)  // stalls
 		advance(10 * time.Second) // refreshes at 3.3 s and after, each finding the fast part lost
-		b, _, err := eng.Acquire(&core.Call{Key: "k"})
-		if b != nil {
-			t.Errorf("a duplicate while the first runs: a lease (protected %v); want ErrInFlight", b.Protected())
-			b.Release(0, nil)
-		} else {
-			t.Logf("duplicate: %v", err)
-		}
+		wantNoDuplicate(t, eng, "a duplicate while the first runs")
 		durable.set(false, false)
 		a.Release(0, nil)
 	})
@@ -251,10 +242,7 @@ func TestTieredFastLostDurableStalled(t *testing.T) {
 func TestTieredDurableLostFastDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fast, durable := newTier(), newTier()
-		eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), FailClosed: true, Observer: func(core.Event) {}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		eng := failClosedTiered(t, fast, durable)
 		a, _, err := eng.Acquire(&core.Call{Key: "k"})
 		if err != nil || a == nil {
 			t.Fatal(err)
@@ -263,13 +251,7 @@ func TestTieredDurableLostFastDown(t *testing.T) {
 		durable.lose()
 		fast.set(true, false)
 		advance(4 * time.Second) // the first refresh, at 3.3 s
-		b, _, err := eng.Acquire(&core.Call{Key: "k"})
-		if b != nil {
-			t.Errorf("a duplicate while the first runs: a lease (protected %v); want ErrInFlight", b.Protected())
-			b.Release(0, nil)
-		} else {
-			t.Logf("duplicate: %v", err)
-		}
+		wantNoDuplicate(t, eng, "a duplicate while the first runs")
 		fast.set(false, false)
 		a.Release(0, nil)
 	})
@@ -283,10 +265,7 @@ func TestTieredDurableAloneKeepsLockTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fast, durable := newTier(), newTier()
 		fast.set(true, false)
-		eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), FailClosed: true, Observer: func(core.Event) {}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		eng := failClosedTiered(t, fast, durable)
 		a, _, err := eng.Acquire(&core.Call{Key: "k"})
 		if err != nil || a == nil || !a.Protected() {
 			t.Fatal(err)
@@ -295,13 +274,7 @@ func TestTieredDurableAloneKeepsLockTTL(t *testing.T) {
 		durable.set(true, false)
 		advance(15 * time.Second)
 		durable.set(false, false)
-		b, _, err := eng.Acquire(&core.Call{Key: "k"})
-		if b != nil {
-			t.Errorf("a duplicate after a 15 s PostgreSQL blip, Redis down, the first still running: a lease (protected %v); want ErrInFlight", b.Protected())
-			b.Release(0, nil)
-		} else {
-			t.Logf("duplicate: %v", err)
-		}
+		wantNoDuplicate(t, eng, "a duplicate after a 15 s PostgreSQL blip, Redis down, the first still running")
 		a.Release(0, nil)
 	})
 }
@@ -331,10 +304,7 @@ func TestTieredTakeBackAnswerLost(t *testing.T) {
 		t.Run(which, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fast, durable := &lateTier{tier: newTier()}, &lateTier{tier: newTier()}
-				eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), FailClosed: true, Observer: func(core.Event) {}})
-				if err != nil {
-					t.Fatal(err)
-				}
+				eng := failClosedTiered(t, fast, durable)
 				a, _, err := eng.Acquire(&core.Call{Key: "k"})
 				if err != nil || a == nil {
 					t.Fatal(err)
@@ -510,5 +480,29 @@ func TestTieredFastPartKept(t *testing.T) {
 				a.Release(0, nil)
 			})
 		})
+	}
+}
+
+// failClosedTiered is a fail-closed Engine over NewTiered(fast, durable).
+func failClosedTiered(t *testing.T, fast, durable core.Store) *core.Engine {
+	t.Helper()
+	eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), FailClosed: true, Observer: func(core.Event) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+// wantNoDuplicate checks that a duplicate of key "k" gets ErrInFlight
+// while the first call still runs.
+func wantNoDuplicate(t *testing.T, eng *core.Engine, when string) {
+	t.Helper()
+	b, _, err := eng.Acquire(&core.Call{Key: "k"})
+	switch {
+	case b != nil:
+		b.Release(0, nil)
+		t.Errorf("%s: a duplicate got a lease (protected %v); want ErrInFlight", when, b.Protected())
+	case !errors.Is(err, core.ErrInFlight):
+		t.Errorf("%s: a duplicate: %v; want ErrInFlight", when, err)
 	}
 }
