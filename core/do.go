@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // DoOptions configures Do. Every field is optional.
@@ -102,8 +102,11 @@ func Do[T any](ctx context.Context, e *Engine, scope, key string, fn func(contex
 	switch {
 	case errors.As(err, &p):
 		msg := err.Error()
-		if len(msg) > e.cfg.MaxStoredBodyBytes { // else stored as its hash
-			msg = strings.ToValidUTF8(msg[:e.cfg.MaxStoredBodyBytes], "")
+		if n := e.cfg.MaxStoredBodyBytes; len(msg) > n { // else stored as its hash
+			for n > 0 && !utf8.RuneStart(msg[n]) {
+				n-- // not in the middle of a character
+			}
+			msg = msg[:n]
 		}
 		if cerr := l.Complete(&Record{Code: doPermanent, Body: []byte(msg)}); cerr != nil {
 			return result, false, cerr

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -96,19 +97,25 @@ func TestDoResultTooLargeNotStored(t *testing.T) {
 }
 
 // A permanent error's message over MaxStoredBodyBytes is stored cut to
-// that many bytes, not as its hash: the replay used to be an error with an
-// empty message.
+// that many bytes, not as its hash (the replay used to be an error with an
+// empty message), and not in the middle of a character; its other bytes
+// stay as they were.
 func TestDoPermanentMessageTooLong(t *testing.T) {
 	e := newDoEngine(t, core.Config{MaxStoredBodyBytes: 13})
-	fn := func(context.Context) (int, error) {
-		return 0, core.Permanent(errors.New("card declined: insufficient funds"))
-	}
-	if _, _, err := core.Do(context.Background(), e, "s", "k", fn); err == nil || err.Error() != "card declined: insufficient funds" {
-		t.Fatalf("first call: %v; want the whole error", err)
-	}
-	_, replayed, err := core.Do(context.Background(), e, "s", "k", func(context.Context) (int, error) { t.Error("ran again"); return 0, nil })
-	if !replayed || err == nil || err.Error() != "card declined" {
-		t.Fatalf("replay: %v, %q; want the message's first 13 bytes", replayed, err)
+	for i, tc := range []struct{ msg, want string }{
+		{"card declined: insufficient funds", "card declined"},
+		{"code \xff: declined, insufficient funds", "code \xff: decli"},
+		{"€€€€€ declined", "€€€€"},
+	} {
+		key := fmt.Sprint("k", i)
+		fn := func(context.Context) (int, error) { return 0, core.Permanent(errors.New(tc.msg)) }
+		if _, _, err := core.Do(context.Background(), e, "s", key, fn); err == nil || err.Error() != tc.msg {
+			t.Fatalf("first call: %v; want the whole error", err)
+		}
+		_, replayed, err := core.Do(context.Background(), e, "s", key, func(context.Context) (int, error) { t.Error("ran again"); return 0, nil })
+		if !replayed || err == nil || err.Error() != tc.want {
+			t.Errorf("replay of %q: %v, %q; want %q", tc.msg, replayed, err, tc.want)
+		}
 	}
 }
 

@@ -122,7 +122,8 @@ func WithMaxAttempts(n int) Option {
 
 // WithBackoff sets the client's wait before the first retry, doubled for
 // each next one, and the cap of any wait, the server's RetryInfo included;
-// zero or less means the default, as in idemclient.Transport. Client only.
+// zero or less means the default (idemclient.Transport's zero does the
+// same). Client only.
 // Default: DefaultBaseDelay, DefaultMaxDelay.
 func WithBackoff(base, maxDelay time.Duration) Option {
 	return func(o *options) {

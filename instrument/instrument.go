@@ -37,8 +37,9 @@ func (o Op) String() string {
 // its operation, duration and error, and held, the change it made to the
 // locks this process holds: +1 for an Acquire that took one, -1 for the
 // Complete or Release that ended it, else 0; less the locks that the
-// Engine left to expire (a record it could not seal) and whose last TTL
-// has passed, which the next call after that reports. Failed says whether
+// Engine left to expire (a record it could not store) and whose last TTL
+// has passed, which a call after that reports (the wrapper looks at most
+// once a second). Failed says whether
 // err is a failure of the store.
 type Observer func(ctx context.Context, op Op, d time.Duration, err error, held int)
 

@@ -7,6 +7,7 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,7 +25,9 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	if err := pgstore.Migrate(ctx, pool, nil); err != nil {
+	migrateCtx, cancel := context.WithTimeout(ctx, time.Minute) // it retries while running handlers hold the table
+	defer cancel()
+	if err := pgstore.Migrate(migrateCtx, pool, nil); err != nil {
 		log.Fatal(err)
 	}
 	store, err := pgstore.New(pool, nil)

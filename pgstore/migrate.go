@@ -45,12 +45,11 @@ const migrateLock = "idem-go/idem migrate "
 // version it reached in VersionTable of the same schema, which it creates
 // if needed (with the schema).
 //
-// It is safe to run while other instances serve requests: each of its
-// statements waits at most 100 ms for a lock (an upgrade that alters the
-// table needs it to itself, and the transactional mode holds it while
-// handlers run; statements queued behind the waiting migration wait that
-// long too), and Migrate then starts again, after a pause, until ctx is
-// done: give it a deadline.
+// It is safe to run while other instances serve requests: it waits at
+// most 100 ms for each lock (an upgrade that alters the table needs it to
+// itself, and the transactional mode holds it while handlers run;
+// statements queued behind the waiting migration wait that long too), and
+// then starts again, after a pause, until ctx is done: give it a deadline.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, opts *Options) error {
 	if pool == nil {
 		return ErrNilPool
@@ -91,8 +90,8 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, o *Options, dir, def, tabl
 	return nil
 }
 
-// lockWait bounds how long each statement of Migrate and MigrateInbox
-// waits for a lock before the migration starts again (lock_timeout).
+// lockWait bounds how long Migrate and MigrateInbox wait for each lock
+// before the migration starts again (lock_timeout).
 const lockWait = 100 * time.Millisecond
 
 // lockNotAvailable is the SQLSTATE of a statement that waited lock_timeout.
