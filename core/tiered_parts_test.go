@@ -104,10 +104,7 @@ func TestTieredLockPartLost(t *testing.T) {
 					f := newTierFaults(t, tx)
 					f.durableDown(tc.name == "durable part expired")
 					f.fast.set(tc.name == "fast part missing", false)
-					a, _, err := f.eng.Acquire(&core.Call{Key: "k"})
-					if err != nil || a == nil || !a.Protected() {
-						t.Fatalf("first: %v, %v", a != nil, err)
-					}
+					a := firstLease(t, f.eng)
 					tc.faults(f)
 					f.durableDown(true) // +30 s: the durable tier fails, the work still runs
 					b, _, err := f.eng.Acquire(&core.Call{Key: "k"})
@@ -173,10 +170,7 @@ func TestTieredRefreshRacesEnd(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				a, _, err := eng.Acquire(&core.Call{Key: "k"})
-				if err != nil || a == nil {
-					t.Fatal(err)
-				}
+				a := firstLease(t, eng)
 				fast.tier.lose() // Redis restarts empty
 				entered, gate := fast.arm()
 				<-entered // the first refresh is under way, past the durable tier's refresh
@@ -222,10 +216,7 @@ func TestTieredFastLostDurableStalled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fast, durable := newTier(), newTier()
 		eng := failClosedTiered(t, fast, durable)
-		a, _, err := eng.Acquire(&core.Call{Key: "k"})
-		if err != nil || a == nil {
-			t.Fatal(err)
-		}
+		a := firstLease(t, eng)
 		advance(time.Second)
 		fast.lose()
 		durable.set(false, true)  // stalls
@@ -243,10 +234,7 @@ func TestTieredDurableLostFastDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fast, durable := newTier(), newTier()
 		eng := failClosedTiered(t, fast, durable)
-		a, _, err := eng.Acquire(&core.Call{Key: "k"})
-		if err != nil || a == nil {
-			t.Fatal(err)
-		}
+		a := firstLease(t, eng)
 		advance(time.Second)
 		durable.lose()
 		fast.set(true, false)
@@ -266,10 +254,7 @@ func TestTieredDurableAloneKeepsLockTTL(t *testing.T) {
 		fast, durable := newTier(), newTier()
 		fast.set(true, false)
 		eng := failClosedTiered(t, fast, durable)
-		a, _, err := eng.Acquire(&core.Call{Key: "k"})
-		if err != nil || a == nil || !a.Protected() {
-			t.Fatal(err)
-		}
+		a := firstLease(t, eng)
 		advance(5 * time.Second) // the first refresh, at 3.3 s
 		durable.set(true, false)
 		advance(15 * time.Second)
@@ -277,22 +262,6 @@ func TestTieredDurableAloneKeepsLockTTL(t *testing.T) {
 		wantNoDuplicate(t, eng, "a duplicate after a 15 s PostgreSQL blip, Redis down, the first still running")
 		a.Release(0, nil)
 	})
-}
-
-// lateTier runs Acquire, then, while late is set, loses the reply (waits
-// for the context's end): a stalled store that ran the call after all.
-type lateTier struct {
-	*tier
-	late atomic.Bool
-}
-
-func (l *lateTier) Acquire(ctx context.Context, key string, ttl time.Duration) ([]byte, string, error) {
-	rec, tok, err := l.tier.Acquire(ctx, key, ttl)
-	if l.late.Load() {
-		<-ctx.Done()
-		return nil, "", ctx.Err()
-	}
-	return rec, tok, err
 }
 
 // A refresh takes back a lost part; the take-back acquire runs but its
@@ -303,21 +272,18 @@ func TestTieredTakeBackAnswerLost(t *testing.T) {
 	for _, which := range []string{"fast", "durable"} {
 		t.Run(which, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				fast, durable := &lateTier{tier: newTier()}, &lateTier{tier: newTier()}
+				fast, durable := &lostReply{tier: newTier()}, &lostReply{tier: newTier()}
 				eng := failClosedTiered(t, fast, durable)
-				a, _, err := eng.Acquire(&core.Call{Key: "k"})
-				if err != nil || a == nil {
-					t.Fatal(err)
-				}
+				a := firstLease(t, eng)
 				advance(time.Second)
 				lt := fast
 				if which == "durable" {
 					lt = durable
 				}
 				lt.lose()
-				lt.late.Store(true)
+				lt.lost.Store(true)
 				advance(3 * time.Second) // the first refresh (3.3 s) finds the part lost, takes it back late
-				lt.late.Store(false)
+				lt.lost.Store(false)
 				advance(time.Second)
 				a.Release(500, nil) // the work failed: a retry must run it again
 				advance(30 * time.Second)
@@ -359,10 +325,7 @@ func TestTieredHeldForgotten(t *testing.T) {
 					t.Fatal(err)
 				}
 				fast.set(true, false)
-				a, _, err := eng.Acquire(&core.Call{Key: "k"})
-				if err != nil || a == nil {
-					t.Fatal(err)
-				}
+				a := firstLease(t, eng)
 				advance(time.Second)
 				fast.set(false, false)
 				advance(3 * time.Second) // takes the fast part
@@ -394,10 +357,7 @@ func TestTieredFastTxnHeldForgotten(t *testing.T) {
 				}
 				f := &tierFaults{eng: eng, fast: fast, durableDown: func(b bool) { d.down.Store(b) }}
 				f.durableDown(true)
-				a, _, err := f.eng.Acquire(&core.Call{Key: "k"})
-				if err != nil || a == nil {
-					t.Fatal(err)
-				}
+				a := firstLease(t, f.eng)
 				advance(time.Second)
 				f.durableDown(false)
 				advance(3 * time.Second)
@@ -463,10 +423,7 @@ func TestTieredFastPartKept(t *testing.T) {
 					t.Fatal(err)
 				}
 				fast.set(true, false)
-				a, _, err := eng.Acquire(&core.Call{Key: "k"})
-				if err != nil || a == nil {
-					t.Fatal(err)
-				}
+				a := firstLease(t, eng)
 				advance(time.Second)
 				fast.set(false, false)
 				advance(5500 * time.Millisecond)
@@ -505,4 +462,14 @@ func wantNoDuplicate(t *testing.T, eng *core.Engine, when string) {
 	case !errors.Is(err, core.ErrInFlight):
 		t.Errorf("%s: a duplicate: %v; want ErrInFlight", when, err)
 	}
+}
+
+// firstLease takes key "k" through eng, protected, or fails the test.
+func firstLease(t *testing.T, eng *core.Engine) *core.Lease {
+	t.Helper()
+	l, _, err := eng.Acquire(&core.Call{Key: "k"})
+	if err != nil || l == nil || !l.Protected() {
+		t.Fatalf("first: a lease %v, %v; want a protected one", l != nil, err)
+	}
+	return l
 }
