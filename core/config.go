@@ -133,7 +133,7 @@ type Config struct {
 	// nothing was stored (docs/contract.md). Default: 0, no waiting.
 	Wait time.Duration
 	// RetryAfter is the Retry-After of a 409 (key in flight), of a 503 (the
-	// store failed, with FailClosed, is busy, holds a record this server
+	// store failed, with FailClosed, is busy or full, holds a record this server
 	// cannot read, or did not commit) and of a 429 whose scope has too many
 	// keys in flight (Quota). Default: 1 second.
 	RetryAfter time.Duration

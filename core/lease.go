@@ -427,10 +427,12 @@ func (l *Lease) replay(raw []byte) (*Lease, *Record, error) {
 
 // storeFailed applies the fail-open or fail-closed policy. A busy store
 // refuses in both: the work could need what keeps the store busy (a pool's
-// connections), and a duplicate of a running call would run again.
+// connections), and a duplicate of a running call would run again. So does
+// a full one: whoever fills it (cheap 4xx answers are stored too) would
+// otherwise make every new key run unprotected, and run twice.
 func (l *Lease) storeFailed(err error) (*Lease, *Record, error) {
 	l.ev.Err = err
-	if l.e.cfg.FailClosed || errors.Is(err, ErrStoreBusy) {
+	if l.e.cfg.FailClosed || errors.Is(err, ErrStoreBusy) || errors.Is(err, ErrStoreFull) {
 		l.observe(OutcomeStoreError, l.answers.unavailable)
 		return nil, nil, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	}

@@ -15,8 +15,9 @@ const defaultMemoryMaxEntries = 100_000
 // MemoryStore is a Store in the process's memory: the default, for a single
 // instance, for development and for tests; several instances need a shared
 // store such as redislock's. Nothing needs closing. It never evicts a live
-// record: full, it answers a new key with ErrStoreFull, and
-// Config.FailClosed decides (docs/design.md, "Memory store").
+// record: full, it answers a new key with ErrStoreFull, which the Engine
+// refuses with 503 whatever Config.FailClosed says (docs/design.md,
+// "Memory store").
 //
 // MemoryStore implements Waiter, Checkpointer, and Invalidator (a purge
 // drops the record from the replay caches of the Engines on it).

@@ -62,8 +62,9 @@ func TestMemoryStoreFullEvictsNothing(t *testing.T) {
 
 // One user filling the store with cheap 400s (every 4xx is stored) does
 // not push out another user's record: its retry still replays, and its
-// handler does not run again; the new keys of the full store run
-// unprotected (fail-open).
+// handler does not run again. The new keys of the full store are refused
+// (503), fail-open as well: run unprotected, their duplicates would run
+// again.
 func TestMemoryStoreFullKeepsOthersRecords(t *testing.T) {
 	e, err := core.New(core.Config{
 		Store:    core.NewMemoryStore(10),
@@ -99,6 +100,14 @@ func TestMemoryStoreFullKeepsOthersRecords(t *testing.T) {
 	code := post("alice", "charge-1")
 	if code != http.StatusCreated || runs["alice"] != 1 {
 		t.Fatalf("alice's retry: %d, her handler ran %d times; want her record replayed, run once", code, runs["alice"])
+	}
+	for range 2 {
+		if code := post("bob", "charge-2"); code != http.StatusServiceUnavailable {
+			t.Fatalf("bob's new key on the full store: %d, want 503", code)
+		}
+	}
+	if runs["bob"] != 0 {
+		t.Fatalf("bob's handler ran %d times on the full store, want 0", runs["bob"])
 	}
 }
 

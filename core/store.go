@@ -15,6 +15,8 @@ var (
 	// expired (Complete, which stores late when nobody did).
 	ErrLockLost = errors.New("idem: lock lost")
 	// ErrStoreFull reports that a bounded store has no room for another key.
+	// The Engine refuses the call, as with ErrStoreBusy, whatever
+	// Config.FailClosed says.
 	ErrStoreFull = errors.New("idem: store full")
 	// ErrStoreBusy reports that a working store has no capacity for the key
 	// now: pgstore's transactional mode with every connection holding a key.
