@@ -448,6 +448,16 @@ func (l *Lease) observe(o Outcome, code int) {
 	l.e.observe(l.ev, l.start)
 }
 
+// failure reports whether code, a record's, answers with a failure: an HTTP
+// status of 400 or more, Do's permanent error; a code other than 0 (OK) for
+// the other transports, gRPC's and a Call's.
+func (l *Lease) failure(code int) bool {
+	if l.ev.Transport == "" || l.ev.Transport == httpAnswers.transport {
+		return code >= 400
+	}
+	return code != 0
+}
+
 // setCode sets the code of the lease's event, if its transport has codes.
 func (l *Lease) setCode(code int) {
 	if l.ev.Transport != "" {
@@ -501,7 +511,7 @@ func (l *Lease) Complete(rec *Record) error {
 		}
 	}
 	if l.tx != nil {
-		return l.commit(ctx, data, gen)
+		return l.commit(ctx, data, gen, l.failure(rec.Code))
 	}
 	err = l.e.cfg.Store.Complete(ctx, l.id, l.token, data, l.ttl)
 	switch {
@@ -528,8 +538,8 @@ func (l *Lease) Complete(rec *Record) error {
 }
 
 // commit is Complete with a TxStore.
-func (l *Lease) commit(ctx context.Context, data []byte, gen uint64) error {
-	err := l.tx.Commit(ctx, data, l.ttl)
+func (l *Lease) commit(ctx context.Context, data []byte, gen uint64, failed bool) error {
+	err := l.tx.Commit(ctx, data, l.ttl, failed)
 	if l.token != "" && errors.Is(err, ErrLockLost) { // a leasedTx: the work's effects stand
 		l.ev.Outcome, l.ev.Err = OutcomeLockLost, err
 		l.e.observe(l.ev, l.start)

@@ -763,8 +763,8 @@ func (x *tieredTxn) Unwrap() Tx { return x.Tx }
 // tier's lock. A durable ErrLockLost is returned as a plain error: the
 // lease's token is the fast lock's, and the Engine takes ErrLockLost from
 // a leasedTx for its loss, whose work stands (leasedTx).
-func (x *tieredTxn) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
-	err := x.Tx.Commit(ctx, record, ttl)
+func (x *tieredTxn) Commit(ctx context.Context, record []byte, ttl time.Duration, failed bool) error {
+	err := x.Tx.Commit(ctx, record, ttl, failed)
 	if err != nil {
 		record = nil
 	}
@@ -818,7 +818,7 @@ func (x *fastTxn) token() string { return tieredToken(x.ft, "") }
 
 func (x *fastTxn) Context(ctx context.Context) context.Context { return ctx }
 
-func (x *fastTxn) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
+func (x *fastTxn) Commit(ctx context.Context, record []byte, ttl time.Duration, _ bool) error {
 	err := x.t.Complete(ctx, x.key, x.token(), record, ttl)
 	switch {
 	case errors.Is(err, ErrLockLost):

@@ -990,7 +990,7 @@ func TestTieredFallbackDurableLockRacesComplete(t *testing.T) {
 // key was lost may.
 type lostTx struct{ core.Tx }
 
-func (x lostTx) Commit(ctx context.Context, _ []byte, _ time.Duration) error {
+func (x lostTx) Commit(ctx context.Context, _ []byte, _ time.Duration, _ bool) error {
 	x.Tx.Rollback(ctx) //nolint:errcheck // the test's answer is the point
 	return fmt.Errorf("rolled back: %w", core.ErrLockLost)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -249,7 +250,7 @@ type stepTx struct {
 }
 
 func (t *stepTx) Context(ctx context.Context) context.Context { return ctx }
-func (t *stepTx) Commit(ctx context.Context, r []byte, ttl time.Duration) error {
+func (t *stepTx) Commit(ctx context.Context, r []byte, ttl time.Duration, _ bool) error {
 	return t.s.Complete(ctx, t.key, t.token, r, ttl)
 }
 func (t *stepTx) Rollback(ctx context.Context) error { return t.s.Release(ctx, t.key, t.token) }
@@ -322,5 +323,67 @@ func TestFlightEndsOnce(t *testing.T) {
 		if rec.Code != http.StatusCreated || rec.Body.String() != "once" {
 			t.Fatalf("%s, then every other end: %d %q, want 201 \"once\"", end, rec.Code, rec.Body.String())
 		}
+	}
+}
+
+// failedTxStore is a TxStore whose transactions note the failed argument of
+// their Commit.
+type failedTxStore struct {
+	*core.MemoryStore
+	failed []bool
+}
+
+func (s *failedTxStore) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, core.Tx, error) {
+	rec, token, err := s.Acquire(ctx, key, idle)
+	if err != nil || token == "" {
+		return rec, nil, err
+	}
+	return nil, &failedTx{s: s, key: key, token: token}, nil
+}
+
+type failedTx struct {
+	s          *failedTxStore
+	key, token string
+}
+
+func (t *failedTx) Context(ctx context.Context) context.Context { return ctx }
+func (t *failedTx) Commit(ctx context.Context, r []byte, ttl time.Duration, failed bool) error {
+	t.s.failed = append(t.s.failed, failed)
+	return t.s.Complete(ctx, t.key, t.token, r, ttl)
+}
+func (t *failedTx) Rollback(ctx context.Context) error { return t.s.Release(ctx, t.key, t.token) }
+
+// Commit is told whether the record answers with a failure, in each
+// transport's own codes: a store whose work's transaction aborted keeps a
+// failure's answer, and refuses a success's (pgstore.ErrWorkAborted).
+func TestTxCommitFailed(t *testing.T) {
+	s := &failedTxStore{MemoryStore: core.NewMemoryStore(0)}
+	e, err := core.New(core.Config{Store: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var want []bool
+	for i, status := range []int{http.StatusCreated, http.StatusFound, http.StatusConflict, http.StatusNotFound} {
+		h := e.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.Header.Set("Idempotency-Key", "http-"+strconv.Itoa(i))
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		want = append(want, status >= 400)
+	}
+	core.Do(ctx, e, "s", "do-ok", func(context.Context) (int, error) { return 1, nil })                               //nolint:errcheck
+	core.Do(ctx, e, "s", "do-err", func(context.Context) (int, error) { return 0, core.Permanent(errors.New("no")) }) //nolint:errcheck
+	e.Once(ctx, "s", "once", func(context.Context) error { return nil })                                              //nolint:errcheck
+	want = append(want, false, true, false)
+	for i, code := range []int{0, 6} { // gRPC's OK, AlreadyExists
+		l, _, err := e.Acquire(&core.Call{Context: ctx, Key: "grpc-" + strconv.Itoa(i), Scope: "s", Transport: "grpc"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Complete(&core.Record{Code: code}) //nolint:errcheck
+		want = append(want, code != 0)
+	}
+	if !slices.Equal(s.failed, want) {
+		t.Fatalf("Commit's failed: %v, want %v", s.failed, want)
 	}
 }

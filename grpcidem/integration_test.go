@@ -154,7 +154,7 @@ func (s *failingTx) Begin(ctx context.Context, key string, idle time.Duration) (
 
 type failedTx struct{ core.Tx }
 
-func (t failedTx) Commit(ctx context.Context, _ []byte, _ time.Duration) error {
+func (t failedTx) Commit(ctx context.Context, _ []byte, _ time.Duration, _ bool) error {
 	t.Rollback(ctx) //nolint:errcheck // failing is the point
 	return errors.New("commit failed")
 }

@@ -230,9 +230,9 @@ type observedTx struct {
 	once    sync.Once
 }
 
-func (t *observedTx) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
+func (t *observedTx) Commit(ctx context.Context, record []byte, ttl time.Duration, failed bool) error {
 	start := time.Now()
-	err := t.Tx.Commit(ctx, record, ttl)
+	err := t.Tx.Commit(ctx, record, ttl, failed)
 	t.done(ctx, Complete, start, err)
 	return err
 }

@@ -168,7 +168,7 @@ func TestAdminTxHeldKey(t *testing.T) {
 	if _, _, err := txs.Begin(ctx, key, time.Minute); !errors.Is(err, core.ErrInFlight) {
 		t.Fatalf("a duplicate's Begin: %v, want ErrInFlight", err)
 	}
-	if err := tx.Commit(ctx, []byte("record"), time.Hour); err != nil {
+	if err := tx.Commit(ctx, []byte("record"), time.Hour, false); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
 	if st, err := admin.Inspect(ctx, key); err != nil || string(st.Record) != "record" {

@@ -25,6 +25,14 @@ import (
 // rolls it back when the response is not stored (a 5xx, a panic).
 var ErrTxManaged = errors.New("pgstore: the request's transaction is committed or rolled back by idem")
 
+// ErrWorkAborted is the error of a transactional mode's commit whose
+// handler answered with a success after one of its statements failed:
+// PostgreSQL aborted the transaction, so none of the handler's writes is
+// kept, nor its answer; the client gets 503 and its retry runs the handler
+// again. A handler that answers a failed statement with a failure (a 4xx)
+// has that answer stored, without its writes.
+var ErrWorkAborted = errors.New("pgstore: a statement of the request failed and aborted its transaction: its writes are lost, and its answer of success is not stored")
+
 // TxStore is the transactional mode of the Store: a key is held by a
 // transaction on the pool from the first request's start to its end, the
 // handler writes its rows through that transaction (Tx), and the record
@@ -421,12 +429,14 @@ func (t *txn) Context(ctx context.Context) context.Context {
 // Commit implements core.Tx: the record is written over any row of the key
 // (an expired one: the advisory lock keeps out live ones) and committed with
 // the handler's writes. If a statement of the handler failed, PostgreSQL
-// has aborted the transaction: it is rolled back to the savepoint after the
-// key's lock, so none of the handler's writes is kept, and the record, the
-// handler's answer to that failure, commits under the lock it still holds
-// (a rollback and a write on another connection would let a duplicate in
-// between).
-func (t *txn) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
+// has aborted the transaction, and none of the handler's writes can be
+// kept. A failure's record (failed: a 4xx, a gRPC error), the handler's
+// answer to that failure, commits after a rollback to the savepoint taken
+// after the key's lock, under the lock it still holds (a rollback and a
+// write on another connection would let a duplicate in between). A success
+// would announce writes that are lost: it is rolled back with them, and
+// Commit returns ErrWorkAborted.
+func (t *txn) Commit(ctx context.Context, record []byte, ttl time.Duration, failed bool) error {
 	if t.done {
 		return pgx.ErrTxClosed
 	}
@@ -434,6 +444,11 @@ func (t *txn) Commit(ctx context.Context, record []byte, ttl time.Duration) erro
 	t.ended.Store(true)
 	var err error
 	if t.c.Conn().PgConn().TxStatus() == 'E' {
+		if !failed {
+			t.tx.Rollback(ctx) //nolint:errcheck // the transaction is lost either way
+			t.release()
+			return ErrWorkAborted
+		}
 		// A round trip of its own: pgx prepares a batch's statements
 		// before running it, which the aborted transaction refuses.
 		_, err = t.tx.Exec(ctx, rollbackToHandler)

@@ -101,6 +101,9 @@ func (a *txApp) handle(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest) // stored, like any 4xx
 		return
 	}
+	if strings.Contains(string(body), "ignore") {
+		tx.Exec(r.Context(), "SELECT 1/0") //nolint:errcheck // a failure the handler ignores: the order is lost
+	}
 	if err := tx.Commit(r.Context()); !errors.Is(err, pgstore.ErrTxManaged) {
 		http.Error(w, fmt.Sprintf("Commit by the handler: %v", err), http.StatusInternalServerError)
 		return
@@ -202,6 +205,35 @@ func TestIntegrationTxAbortedStoresAnswer(t *testing.T) {
 	}
 	if n := a.count("k3"); n != 0 || a.runs.Load() != 1 {
 		t.Fatalf("%d orders, %d runs; want 0, 1", n, a.runs.Load())
+	}
+}
+
+// A handler that ignores a failed statement and answers 201 is not stored:
+// the transaction aborted, so its order is lost, and a stored 201 would
+// announce it (a client told "created" for nothing, on every replay). The
+// client gets 503, and its retry runs the handler again.
+func TestIntegrationTxAbortedSuccessNotStored(t *testing.T) {
+	var errs []error
+	var mu sync.Mutex
+	a := newTxApp(t, core.Config{Observer: func(ev core.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ev.Err != nil {
+			errs = append(errs, ev.Err)
+		}
+	}}, 0)
+	for i := range 2 {
+		if r := a.post("k5", `{"ignore":1}`); r.status != http.StatusServiceUnavailable || r.replay {
+			t.Fatalf("attempt %d: %+v, want 503", i, r)
+		}
+	}
+	if n := a.count("k5"); n != 0 || a.runs.Load() != 2 {
+		t.Fatalf("%d orders, %d runs; want 0, 2", n, a.runs.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) != 2 || !errors.Is(errs[0], pgstore.ErrWorkAborted) {
+		t.Fatalf("the events' errors: %v, want ErrWorkAborted twice", errs)
 	}
 }
 
@@ -632,7 +664,7 @@ func TestIntegrationTxAndLeaseShareTable(t *testing.T) {
 	if n := duplicates("held-by-tx", 20); n != 0 {
 		t.Fatalf("%d duplicates took a key the transactional mode holds", n)
 	}
-	if err := tx.Commit(ctx, []byte("record"), time.Hour); err != nil {
+	if err := tx.Commit(ctx, []byte("record"), time.Hour, false); err != nil {
 		t.Fatal(err)
 	}
 	if rec, token, err := lease.Acquire(ctx, "held-by-tx", time.Minute); string(rec) != "record" || token != "" || err != nil {

@@ -272,12 +272,12 @@ func (t *probeTx) Context(ctx context.Context) context.Context {
 	return context.WithValue(t.Tx.Context(ctx), probeTxKey{}, t)
 }
 
-func (t *probeTx) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
+func (t *probeTx) Commit(ctx context.Context, record []byte, ttl time.Duration, failed bool) error {
 	if t.fail {
 		t.Tx.Rollback(ctx) //nolint:errcheck // the failure is the point
 		return ErrCommit
 	}
-	return t.Tx.Commit(ctx, record, ttl)
+	return t.Tx.Commit(ctx, record, ttl, failed)
 }
 
 // txWaitingProbe is the probe of a TxStore that implements core.Waiter.

@@ -57,7 +57,7 @@ func (t *memoryTx) Context(ctx context.Context) context.Context {
 	return context.WithValue(ctx, memoryTxKey{}, t)
 }
 
-func (t *memoryTx) Commit(ctx context.Context, record []byte, ttl time.Duration) error {
+func (t *memoryTx) Commit(ctx context.Context, record []byte, ttl time.Duration, _ bool) error {
 	if t.fail {
 		t.Rollback(ctx) //nolint:errcheck // failing is the point
 		return ErrCommit
