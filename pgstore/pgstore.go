@@ -139,7 +139,7 @@ type statements struct {
 	// TxStore's steps: the lock of a key's steps, taken by a step's
 	// transaction and waited for by LoadSteps; whether a backend holds the
 	// key's lock; a checkpoint's insert
-	stepsLock, waitSteps, takeSteps, keyHeld, txSaveStep string
+	stepsLock, waitSteps, takeSteps, keyHeld, keyHeldOrFree, txSaveStep string
 	// TxStore's
 	lock, held, commit, keyLock string
 }
@@ -178,6 +178,12 @@ func (s *Store) Close() {
 // disagree agree on expiries.
 func buildStatements(o *Options) statements {
 	t, st := o.ident(o.Table), o.ident(o.Table+"_steps")
+	// A bigint advisory lock shows in pg_locks as its high half in classid,
+	// its low half in objid, and objsubid 1.
+	keyHeld := `SELECT EXISTS (SELECT FROM pg_locks
+	WHERE locktype = 'advisory' AND granted AND pid = $2 AND objsubid = 1
+	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND (classid::bigint << 32 | objid::bigint) = hashtextextended($1, 0))`
 	return statements{
 		// Returns the key's live record, or nothing if another request holds
 		// a live lock, without writing or locking anything (a replay is a
@@ -264,12 +270,9 @@ ON CONFLICT (key) DO UPDATE SET status = 'completed', lock_token = NULL, locked_
 		stepsLock: "idem-go/idem steps " + t + " ",
 		waitSteps: `SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))`,
 		takeSteps: `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`,
-		// A bigint advisory lock shows in pg_locks as its high half in
-		// classid, its low half in objid, and objsubid 1.
-		keyHeld: `SELECT EXISTS (SELECT FROM pg_locks
-	WHERE locktype = 'advisory' AND granted AND pid = $2 AND objsubid = 1
-	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-	AND (classid::bigint << 32 | objid::bigint) = hashtextextended($1, 0))`,
+		keyHeld:   keyHeld,
+		// The key's lock, if no one holds it, is this transaction's until it ends.
+		keyHeldOrFree: keyHeld + ` OR pg_try_advisory_xact_lock(hashtextextended($1, 0))`,
 		txSaveStep: `INSERT INTO ` + st + ` AS s (key, step, result, expires_at) VALUES ($1, $2, $3, now() + $4::interval)
 ON CONFLICT (key, step) DO UPDATE SET result = EXCLUDED.result, expires_at = GREATEST(s.expires_at, EXCLUDED.expires_at)`,
 	}

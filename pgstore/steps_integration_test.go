@@ -298,3 +298,61 @@ func TestIntegrationTxStepFenced(t *testing.T) {
 		t.Fatalf("LoadSteps after the step committed: %q", steps)
 	}
 }
+
+// A step's session that dies while the step calls another service (a
+// terminated backend, an idle timeout, PostgreSQL restarting) does not
+// lose the checkpoint of a step that wrote nothing through it: it is saved
+// on another connection, while the key's transaction still holds the key
+// or once no one does, and the retry does not charge again.
+func TestIntegrationTxStepSessionLost(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		keyLost bool // the key's session dies too
+	}{{"step's session", false}, {"both sessions", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newStepsApp(t, pgtest.URL(), false)
+			ctx := context.Background()
+			lock := "idem-go/idem steps " + pgx.Identifier{a.schema, pgstore.DefaultTable}.Sanitize() + " " + core.ID("s", "k", "")
+			var charges atomic.Int32 // at the other service
+			work := func(ctx context.Context) (string, error) {
+				var keyPID uint32
+				if err := pgstore.Tx(ctx).QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&keyPID); err != nil {
+					return "", err
+				}
+				return core.Step(ctx, "charge", func(ctx context.Context) (string, error) {
+					if charges.Add(1) == 1 {
+						var stepPID uint32
+						if err := a.pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+							AND (classid::bigint << 32 | objid::bigint) = hashtextextended($1, 0)`, lock).Scan(&stepPID); err != nil {
+							return "", err
+						}
+						pids := []uint32{stepPID}
+						if tc.keyLost {
+							pids = append(pids, keyPID)
+						}
+						for _, pid := range pids {
+							if _, err := a.pool.Exec(ctx, "SELECT pg_terminate_backend($1, 10000)", pid); err != nil {
+								return "", err
+							}
+						}
+					}
+					return "ch_1", nil
+				})
+			}
+			got, _, err := core.Do(ctx, a.eng, "s", "k", work)
+			if tc.keyLost {
+				if err == nil {
+					t.Fatalf("with the key's session gone: %q, want an error", got)
+				}
+				got, _, err = core.Do(ctx, a.eng, "s", "k", work)
+			}
+			if err != nil || got != "ch_1" {
+				t.Fatalf("Do: %q, %v", got, err)
+			}
+			if n := charges.Load(); n != 1 {
+				t.Fatalf("%d charges, want 1: the checkpoint was lost with the step's session", n)
+			}
+		})
+	}
+}

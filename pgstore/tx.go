@@ -94,6 +94,9 @@ func Tx(ctx context.Context) pgx.Tx {
 	if tx.Tx == nil {
 		return nil
 	}
+	if tx.taken != nil {
+		tx.taken.Store(true)
+	}
 	return tx
 }
 
@@ -132,7 +135,8 @@ const (
 type handlerTx struct {
 	pgx.Tx
 	ended  *atomic.Bool
-	nested bool // the handler's own to commit or roll back
+	taken  *atomic.Bool // a step's: set once the step took it (Tx), and may have written through it
+	nested bool         // the handler's own to commit or roll back
 }
 
 func (h handlerTx) Commit(ctx context.Context) error {
@@ -522,8 +526,10 @@ var _ core.StepTx = (*txn)(nil)
 // RunStep implements core.StepTx: fn runs in a transaction on another of
 // the pool's connections, which takes the lock of the key's steps and
 // checks that the key's transaction still holds the key (pg_locks, by its
-// backend's pid), and commits fn's writes with the checkpoint. A request
-// running a step holds two connections.
+// backend's pid), and commits fn's writes with the checkpoint. If that
+// transaction's session died while fn ran and fn did not take it (Tx), the
+// checkpoint is saved in another (saveStep). A request running a step holds
+// two connections.
 func (t *txn) RunStep(ctx context.Context, step string, ttl time.Duration, fn func(context.Context) ([]byte, error)) ([]byte, error) {
 	if t.done {
 		return nil, core.ErrLockLost
@@ -558,9 +564,9 @@ func (t *txn) RunStep(ctx context.Context, step string, ttl time.Duration, fn fu
 	if !held {
 		return nil, core.ErrLockLost
 	}
-	var ended atomic.Bool
+	var ended, taken atomic.Bool
 	defer ended.Store(true)
-	result, err := fn(context.WithValue(ctx, txKey{}, handlerTx{Tx: tx, ended: &ended}))
+	result, err := fn(context.WithValue(ctx, txKey{}, handlerTx{Tx: tx, ended: &ended, taken: &taken}))
 	if err != nil {
 		return nil, err
 	}
@@ -569,13 +575,52 @@ func (t *txn) RunStep(ctx context.Context, step string, ttl time.Duration, fn fu
 	// Options.Timeout.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.s.opts.Timeout)
 	defer cancel()
-	if _, err := tx.Exec(sctx, t.s.sql.txSaveStep, t.key, step, result, ttl); err != nil {
-		return nil, storeError("step", 1, err)
+	_, err = tx.Exec(sctx, t.s.sql.txSaveStep, t.key, step, result, ttl)
+	if err == nil {
+		err = tx.Commit(sctx)
 	}
-	if err := tx.Commit(sctx); err != nil {
+	if err != nil && c.Conn().IsClosed() && !taken.Load() {
+		// The step's session died while fn ran (PostgreSQL restarted, the
+		// backend terminated or idle too long), and fn wrote nothing
+		// through it: its effect stands, and so must its checkpoint.
+		return result, t.saveStep(sctx, pid, step, result, ttl)
+	}
+	if err != nil {
 		return nil, storeError("step", 1, err)
 	}
 	return result, nil
+}
+
+// saveStep saves a step's checkpoint in a transaction of its own, if the
+// key's transaction (of backend pid) still holds the key or no one does: a
+// retry then finds it. If another request holds the key, it may have read
+// the key's steps already: ErrLockLost.
+func (t *txn) saveStep(ctx context.Context, pid uint32, step string, result []byte, ttl time.Duration) error {
+	c, err := t.s.pool.Acquire(ctx)
+	if err != nil {
+		return storeError("step", 1, err)
+	}
+	defer c.Release()
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		return storeError("step", 1, err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	var ours bool
+	b := &pgx.Batch{}
+	b.Queue(t.s.sql.takeSteps, t.s.sql.stepsLock+t.key)
+	b.Queue(t.s.sql.keyHeldOrFree, t.s.sql.keyLock+t.key, pid).QueryRow(func(r pgx.Row) error { return r.Scan(&ours) })
+	b.Queue(t.s.sql.txSaveStep, t.key, step, result, ttl)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return storeError("step", 1, err)
+	}
+	if !ours {
+		return core.ErrLockLost
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return storeError("step", 1, err)
+	}
+	return nil
 }
 
 // errOneConn is the error of a step on a pool of one connection, which the
