@@ -40,7 +40,9 @@ type steps struct {
 // Tx a StepTx), if it cannot read the checkpoints, or if it cannot write
 // fn's (wrapping ErrLockLost if another call may hold the key): fn's effect
 // happened, and a run again runs it again, which a downstream key
-// (DerivedKey) makes harmless. Docs: docs/steps.md.
+// (DerivedKey) makes harmless. A result that JSON cannot encode (a NaN, a
+// channel) would fail every run again: its error is Permanent, which Do
+// stores. Docs: docs/steps.md.
 func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
 	l, ok := ctx.Value(leaseKey{}).(*Lease)
@@ -82,7 +84,9 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 			return nil, fnErr
 		}
 		if data, err = json.Marshal(v); err != nil {
-			return nil, fmt.Errorf("idem: step %q: encoding its result: %w", name, err)
+			// fn's effect happened and nothing can checkpoint it: Do keeps
+			// the error rather than run fn again on every retry.
+			return nil, Permanent(fmt.Errorf("idem: step %q: encoding its result: %w", name, err))
 		}
 		stored, err = sealStep(ctx, l.e.cfg.Sealer, l.id, name, l.bindStep(data))
 		return stored, err

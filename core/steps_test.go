@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -189,6 +191,28 @@ func TestStepCheckpointErrors(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("one key's checkpoints in a store of one key: %v", err)
+	}
+}
+
+// A step whose result JSON cannot encode ran, and cannot be checkpointed:
+// its error is Permanent, so Do keeps it rather than run the effect again
+// on every retry.
+func TestStepResultNotEncodable(t *testing.T) {
+	eng := newDoEngine(t, core.Config{})
+	effects := 0
+	work := func(ctx context.Context) (float64, error) {
+		return core.Step(ctx, "charge", func(context.Context) (float64, error) {
+			effects++
+			return math.NaN(), nil
+		})
+	}
+	for i := range 2 {
+		if _, _, err := core.Do(context.Background(), eng, "s", "k", work); err == nil || !strings.Contains(err.Error(), "unsupported value: NaN") {
+			t.Fatalf("call %d: %v, want the encoding's error", i, err)
+		}
+	}
+	if effects != 1 {
+		t.Fatalf("the step ran %d times, want 1", effects)
 	}
 }
 
