@@ -45,9 +45,11 @@ type Call struct {
 	// TTL is how long the result is kept. Zero means Config.ResponseTTL.
 	TTL time.Duration
 	// Transport names the transport in the call's events ("grpc"), whose
-	// Code then holds its answers: InFlight, Reused, Unavailable and
-	// OverQuota are those to ErrInFlight, ErrKeyReused, ErrStoreUnavailable
-	// and ErrQuotaExceeded, and a record's Code is the answer stored.
+	// Code then holds its answers, 0 for success (OK) as in gRPC: InFlight,
+	// Reused, Unavailable and OverQuota are those to ErrInFlight,
+	// ErrKeyReused, ErrStoreUnavailable and ErrQuotaExceeded, and a record's
+	// Code is the answer stored. Without a Transport, a record's Code is an
+	// HTTP status, a failure from 400 on.
 	Transport                                string
 	InFlight, Reused, Unavailable, OverQuota int
 	// Check, if set, vets a completed record of the same fingerprint before

@@ -114,12 +114,12 @@ type Tx interface {
 	Context(ctx context.Context) context.Context
 	// Commit stores record under the key for ttl and commits: the work's
 	// writes and the record, or neither. failed reports that record
-	// answers with a failure (an HTTP status of 400 or more, a gRPC code
-	// other than OK, an error of Do). If a statement of the work failed and
-	// aborted the transaction, Commit rolls the work's writes back and
-	// commits the record alone when failed (the answer says nothing was
-	// done); otherwise it rolls back and returns an error: the answer would
-	// announce writes that are lost.
+	// answers with a failure (an HTTP status of 400 or more, a code other
+	// than 0 of gRPC or another Call.Transport, an error of Do). If a
+	// statement of the work failed and aborted the transaction, Commit
+	// rolls the work's writes back and commits the record alone when
+	// failed (the answer says nothing was done); otherwise it rolls back
+	// and returns an error: the answer would announce writes that are lost.
 	Commit(ctx context.Context, record []byte, ttl time.Duration, failed bool) error
 	// Rollback ends the transaction; nothing it wrote is kept.
 	Rollback(ctx context.Context) error

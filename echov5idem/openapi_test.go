@@ -169,6 +169,7 @@ func ExampleOperations() {
 	//	tmpl, err := swagger.InjectTemplate(docs.SwaggerInfo.SwaggerTemplate, opts)
 	//	...
 	//	docs.SwaggerInfo.SwaggerTemplate = tmpl
+
 	// Output:
 	// [{POST /orders} {DELETE /orders/{id}}]
 }

@@ -144,6 +144,7 @@ func ExampleOperations() {
 	//	tmpl, err := swagger.InjectTemplate(docs.SwaggerInfo.SwaggerTemplate, opts)
 	//	...
 	//	docs.SwaggerInfo.SwaggerTemplate = tmpl
+
 	// Output:
 	// [{POST /orders} {DELETE /orders/{id}}]
 }

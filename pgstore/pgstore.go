@@ -139,7 +139,7 @@ type statements struct {
 	// TxStore's steps: the lock of a key's steps, taken by a step's
 	// transaction and waited for by LoadSteps; whether a backend holds the
 	// key's lock; a checkpoint's insert
-	stepsLock, waitSteps, takeSteps, keyHeld, keyHeldOrFree, txSaveStep string
+	stepsLock, waitSteps, takeSteps, keyHeld, keyHeldOrFree, txSaveStep, savedStep string
 	// TxStore's
 	lock, held, commit, keyLock string
 }
@@ -271,8 +271,13 @@ ON CONFLICT (key) DO UPDATE SET status = 'completed', lock_token = NULL, locked_
 		waitSteps: `SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))`,
 		takeSteps: `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`,
 		keyHeld:   keyHeld,
-		// The key's lock, if no one holds it, is this transaction's until it ends.
-		keyHeldOrFree: keyHeld + ` OR pg_try_advisory_xact_lock(hashtextextended($1, 0))`,
+		// Or the key is no one's: no live row (a record, a lease mode's
+		// lock), and its lock, which no one holds, is this transaction's
+		// until it ends. $3 is the key.
+		keyHeldOrFree: keyHeld + ` OR (NOT EXISTS (SELECT FROM ` + t + ` WHERE key = $3
+	AND (expires_at > now() OR locked_until > now())) AND pg_try_advisory_xact_lock(hashtextextended($1, 0)))`,
+		savedStep: `INSERT INTO ` + st + ` (key, step, result, expires_at) VALUES ($1, $2, $3, now() + $4::interval)
+ON CONFLICT (key, step) DO NOTHING`,
 		txSaveStep: `INSERT INTO ` + st + ` AS s (key, step, result, expires_at) VALUES ($1, $2, $3, now() + $4::interval)
 ON CONFLICT (key, step) DO UPDATE SET result = EXCLUDED.result, expires_at = GREATEST(s.expires_at, EXCLUDED.expires_at)`,
 	}

@@ -5,6 +5,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -354,5 +355,54 @@ func TestIntegrationTxStepSessionLost(t *testing.T) {
 				t.Fatalf("%d charges, want 1: the checkpoint was lost with the step's session", n)
 			}
 		})
+	}
+}
+
+// A step whose sessions died (PostgreSQL restarted) while a duplicate took
+// the key, ran and completed it saves no checkpoint under the completed key:
+// it would outlive the record, and a run of the key after the record
+// expired would skip the step and answer a charge it never made.
+func TestIntegrationTxStepSessionLostKeyTaken(t *testing.T) {
+	t.Parallel()
+	a := newStepsApp(t, pgtest.URL(), false)
+	ctx := context.Background()
+	lock := "idem-go/idem steps " + pgx.Identifier{a.schema, pgstore.DefaultTable}.Sanitize() + " " + core.ID("s", "k", "")
+	var charges atomic.Int32
+	var work func(ctx context.Context) (string, error)
+	work = func(ctx context.Context) (string, error) {
+		var keyPID uint32
+		if err := pgstore.Tx(ctx).QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&keyPID); err != nil {
+			return "", err
+		}
+		return core.Step(ctx, "charge", func(ctx context.Context) (string, error) {
+			n := charges.Add(1)
+			if n == 1 {
+				var stepPID uint32
+				if err := a.pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+					AND (classid::bigint << 32 | objid::bigint) = hashtextextended($1, 0)`, lock).Scan(&stepPID); err != nil {
+					return "", err
+				}
+				for _, pid := range []uint32{stepPID, keyPID} {
+					if _, err := a.pool.Exec(ctx, "SELECT pg_terminate_backend($1, 10000)", pid); err != nil {
+						return "", err
+					}
+				}
+				// The client gave up; its retry runs to the end meanwhile.
+				if got, _, err := core.Do(context.Background(), a.eng, "s", "k", work); err != nil || got != "ch_2" {
+					return "", fmt.Errorf("the duplicate: %q, %v", got, err)
+				}
+			}
+			return "ch_" + strconv.Itoa(int(n)), nil
+		})
+	}
+	if got, _, err := core.Do(ctx, a.eng, "s", "k", work); !errors.Is(err, core.ErrLockLost) {
+		t.Fatalf("the first call: %q, %v; want ErrLockLost", got, err)
+	}
+	var rows int
+	if err := a.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{a.schema, pgstore.DefaultTable + "_steps"}.Sanitize()).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Fatalf("%d checkpoints under the completed key, want none", rows)
 	}
 }

@@ -592,9 +592,11 @@ func (t *txn) RunStep(ctx context.Context, step string, ttl time.Duration, fn fu
 }
 
 // saveStep saves a step's checkpoint in a transaction of its own, if the
-// key's transaction (of backend pid) still holds the key or no one does: a
-// retry then finds it. If another request holds the key, it may have read
-// the key's steps already: ErrLockLost.
+// key's transaction (of backend pid) still holds the key or no one does (no
+// lock, no live record): a retry then finds it. If another request holds
+// the key or completed it, it may have read the key's steps already, and
+// run the step again: ErrLockLost, and a checkpoint of that request's is
+// never overwritten.
 func (t *txn) saveStep(ctx context.Context, pid uint32, step string, result []byte, ttl time.Duration) error {
 	c, err := t.s.pool.Acquire(ctx)
 	if err != nil {
@@ -609,8 +611,8 @@ func (t *txn) saveStep(ctx context.Context, pid uint32, step string, result []by
 	var ours bool
 	b := &pgx.Batch{}
 	b.Queue(t.s.sql.takeSteps, t.s.sql.stepsLock+t.key)
-	b.Queue(t.s.sql.keyHeldOrFree, t.s.sql.keyLock+t.key, pid).QueryRow(func(r pgx.Row) error { return r.Scan(&ours) })
-	b.Queue(t.s.sql.txSaveStep, t.key, step, result, ttl)
+	b.Queue(t.s.sql.keyHeldOrFree, t.s.sql.keyLock+t.key, pid, t.key).QueryRow(func(r pgx.Row) error { return r.Scan(&ours) })
+	b.Queue(t.s.sql.savedStep, t.key, step, result, ttl)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return storeError("step", 1, err)
 	}
