@@ -89,3 +89,60 @@ func TestExamplesAdmin(t *testing.T) {
 		})
 	}
 }
+
+// idem covers the order routes only, never the admin handler: an admin
+// request with an Idempotency-Key refused for its token (401) is not stored
+// and replayed to the same request with the token, nor is the admin's
+// answer replayed to a request without it. examples/payments too: it mounts
+// the admin handler beside a covered route.
+func TestExamplesAdminNotCovered(t *testing.T) {
+	for _, fw := range append(frameworks, "payments") {
+		t.Run(fw, func(t *testing.T) {
+			t.Parallel()
+			s := start(t, build(t, fw), "IDEM_ADMIN_TOKEN=s3cret")
+			// The admin's request, with a key of its own as a client library
+			// may add to every POST.
+			admin := func(what, adminKey, token string, target url.Values, status int) result {
+				t.Helper()
+				req := mustRequest(http.MethodPost, s.url+"/admin/idempotency/purge?"+target.Encode())
+				req.Header.Set("Idempotency-Key", adminKey)
+				if token != "" {
+					req.Header.Set("Authorization", "Bearer "+token)
+				}
+				r := s.do(req)
+				if r.status != status || r.header.Get("X-Idempotency-Replay") != "" {
+					t.Fatalf("%s: %d (replay %q) %s, want %d and no replay", what, r.status, r.header.Get("X-Idempotency-Replay"), r.body, status)
+				}
+				return r
+			}
+
+			// A key no one sent: the purge runs and finds nothing (404).
+			missing := url.Values{"scope": {"ada"}, "key": {newKey(t)}}
+			adminKey := newKey(t)
+			admin("purge without the token", adminKey, "", missing, http.StatusUnauthorized)
+			admin("purge with the token", adminKey, "s3cret", missing, http.StatusNotFound)
+			admin("purge without the token again", adminKey, "", missing, http.StatusUnauthorized)
+			if fw == "payments" {
+				return // no order to purge: its POST /payments charges a provider
+			}
+
+			// A completed order: the purge with the token runs, and the
+			// order's key creates an order again.
+			order, key := `{"item": "map", "qty": 1}`, newKey(t)
+			wantStatus(t, "order", s.post("ada", key, order), http.StatusCreated)
+			target := url.Values{"scope": {"ada"}, "key": {key}}
+			adminKey = newKey(t)
+			admin("purge without the token", adminKey, "", target, http.StatusUnauthorized)
+			if r := admin("purge with the token", adminKey, "s3cret", target, http.StatusOK); !strings.Contains(string(r.body), `"purged":true`) {
+				t.Fatalf("purge with the token: %s", r.body)
+			}
+			admin("purge without the token after the purge", adminKey, "", target, http.StatusUnauthorized)
+			before := s.count()
+			again := s.post("ada", key, order)
+			wantStatus(t, "order after the purge", again, http.StatusCreated)
+			if again.header.Get("X-Idempotency-Replay") != "" || s.count() != before+1 {
+				t.Fatalf("order after the purge: replay %q, orders %d → %d", again.header.Get("X-Idempotency-Replay"), before, s.count())
+			}
+		})
+	}
+}

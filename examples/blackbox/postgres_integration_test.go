@@ -5,6 +5,7 @@ package blackbox
 import (
 	"context"
 	"crypto/rand"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -81,6 +82,60 @@ func TestExamplesPostgres(t *testing.T) {
 			}
 			// The whole contract holds on a PostgreSQL-backed instance.
 			testContract(t, servers[1])
+		})
+	}
+}
+
+// With DATABASE_URL, what PostgreSQL would refuse is the handler's own 400
+// (a NUL in item, a qty over an integer's range), stored and replayed like
+// any; and a database error is a 500 with a fixed message, its text (the
+// server's types, the request's bytes) in the log only.
+func TestExamplesPostgresErrors(t *testing.T) {
+	for _, fw := range frameworks {
+		t.Run(fw, func(t *testing.T) {
+			t.Parallel()
+			dbURL := postgresSchema(t)
+			s := start(t, build(t, fw), "REDIS_URL=", "DATABASE_URL="+dbURL)
+			leaks := func(r result) bool {
+				return strings.Contains(string(r.body), "SQLSTATE") || strings.Contains(string(r.body), "OID") ||
+					strings.Contains(string(r.body), "idem_example_orders")
+			}
+			for name, body := range map[string]string{
+				"NUL in item":  `{"item": "a\u0000b", "qty": 1}`,
+				"qty over int": `{"item": "book", "qty": 99999999999}`,
+			} {
+				k := newKey(t)
+				r := s.post("alice", k, body)
+				wantStatus(t, name, r, http.StatusBadRequest)
+				if leaks(r) || !strings.Contains(string(r.body), "invalid order") {
+					t.Fatalf("%s: %s, want the handler's own 400", name, r.body)
+				}
+				wantReplay(t, name+" replayed", s.post("alice", k, body), r)
+			}
+			if n := s.count(); n != 0 {
+				t.Fatalf("%d orders, want none", n)
+			}
+
+			// The orders' table gone: every query fails.
+			conn, err := pgx.Connect(context.Background(), dbURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(context.Background())
+			if _, err := conn.Exec(context.Background(), "DROP TABLE idem_example_orders"); err != nil {
+				t.Fatal(err)
+			}
+			const internal = `{"error":"internal error"}`
+			for _, k := range []string{newKey(t), ""} {
+				r := s.post("alice", k, `{"item": "book", "qty": 1}`)
+				if r.status != http.StatusInternalServerError || strings.TrimSpace(string(r.body)) != internal {
+					t.Fatalf("POST /orders (key %q) without the table: %d %s, want 500 %s", k, r.status, r.body, internal)
+				}
+			}
+			r := s.do(mustRequest(http.MethodGet, s.url+"/orders"))
+			if r.status != http.StatusInternalServerError || strings.TrimSpace(string(r.body)) != internal {
+				t.Fatalf("GET /orders without the table: %d %s, want 500 %s", r.status, r.body, internal)
+			}
 		})
 	}
 }

@@ -10,6 +10,7 @@ package main
 import (
 	"errors"
 	"log"
+	"log/slog"
 	"net"
 	"os"
 
@@ -32,7 +33,7 @@ func main() {
 	}
 	defer app.Close()
 
-	h := &handlers{svc: app.Orders}
+	h := &handlers{svc: app.Orders, log: app.Logger}
 	f := fiber.New(fiber.Config{
 		ReadTimeout: exampleapp.ReadTimeout,
 		// Routes as in the other examples: /ORDERS and /orders/ are not
@@ -42,7 +43,7 @@ func main() {
 		// Handlers return errors; this renders them as {"error": …}. For a
 		// request with a key, fiberv3idem calls it itself, so that a 400 is
 		// stored and replayed like any 4xx, and a 500 is not stored.
-		ErrorHandler: renderError,
+		ErrorHandler: h.renderError,
 		// FIBER_STREAM_BODY=1: request bodies are streamed to the handler
 		// (fiberv3idem reads a keyed one, bounded by MaxBodyBytes).
 		StreamRequestBody: os.Getenv("FIBER_STREAM_BODY") == "1",
@@ -81,7 +82,10 @@ func main() {
 	}
 }
 
-type handlers struct{ svc *orders.Service }
+type handlers struct {
+	svc *orders.Service
+	log *slog.Logger
+}
 
 // create godoc
 //
@@ -128,13 +132,12 @@ func (h *handlers) list(c fiber.Ctx) error {
 	return c.JSON(l)
 }
 
-// renderError is the app's ErrorHandler: the status of a *fiber.Error (500
-// for any other error) and the body {"error": message}.
-func renderError(c fiber.Ctx, err error) error {
-	status := fiber.StatusInternalServerError
-	var fe *fiber.Error
-	if errors.As(err, &fe) {
-		status = fe.Code
+// renderError is the app's ErrorHandler: the status and message of a
+// *fiber.Error as {"error": message}; any other error is a 500 whose text
+// goes to the log only (orders.ServerError).
+func (h *handlers) renderError(c fiber.Ctx, err error) error {
+	if fe := (*fiber.Error)(nil); errors.As(err, &fe) {
+		return c.Status(fe.Code).JSON(orders.Error{Error: fe.Message})
 	}
-	return c.Status(status).JSON(orders.Error{Error: err.Error()})
+	return c.Status(fiber.StatusInternalServerError).JSON(orders.Error{Error: orders.ServerError(h.log, err)})
 }

@@ -9,7 +9,9 @@ package main
 
 import (
 	"log"
+	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gin-contrib/cors"
@@ -30,29 +32,40 @@ func main() {
 	}
 	defer app.Close()
 
-	h := &handlers{svc: app.Orders}
+	h := &handlers{svc: app.Orders, log: app.Logger}
 	r := gin.New()
 	// 405 for a method /orders does not serve, as in the other examples
 	// (Gin answers 404 by default).
 	r.HandleMethodNotAllowed = true
-	// Recovery outside idem: a panic releases the key's lock, nothing is
-	// stored, and the client's retry runs the handler again. GET is not
-	// covered by the Engine and passes through; POST /orders is protected,
-	// its route template (c.FullPath()) in the Engine's events.
 	if c := app.CORS; c.Origin != "" { // CORS_ORIGIN: before idem, which leaves preflights (OPTIONS) alone
 		r.Use(cors.New(cors.Config{AllowOrigins: []string{c.Origin}, AllowMethods: c.Methods, AllowHeaders: c.AllowHeaders,
 			ExposeHeaders: c.ExposeHeaders, MaxAge: time.Duration(c.MaxAge) * time.Second}))
 	}
-	r.Use(gin.Recovery(), ginidem.New(app.Engine))
-	r.POST("/orders", h.create)
-	r.GET("/orders", h.list)
+	// Recovery outside idem: a panic releases the key's lock, nothing is
+	// stored, and the client's retry runs the handler again.
+	r.Use(gin.Recovery())
+	// idem on the order routes only, a group: the admin handler, the
+	// metrics and the spec never pass through it (under r.Use, the admin's
+	// 401 would be stored under the client's key and replayed to the
+	// admin with the token). GET is not covered by the Engine and passes
+	// through; POST /orders is protected, its route template (c.FullPath())
+	// in the Engine's events.
+	api := r.Group("/orders", ginidem.New(app.Engine))
+	api.POST("", h.create)
+	api.GET("", h.list)
 	r.GET("/swagger/*any", swaggerUI()) // the spec at /swagger/doc.json
 	r.GET("/metrics", gin.WrapH(app.Ops))
 	r.Any("/admin/idempotency/*any", gin.WrapH(app.Ops))
 
 	// Once every route is registered: the served spec documents the header
-	// on the routes ginidem covers, read from Gin's route table.
-	if err := app.Document(docs.SwaggerInfo, ginidem.Operations(app.Engine, r.Routes())); err != nil {
+	// on the routes ginidem covers, the group's, read from Gin's route table.
+	var covered gin.RoutesInfo
+	for _, rt := range r.Routes() {
+		if rt.Path == api.BasePath() || strings.HasPrefix(rt.Path, api.BasePath()+"/") {
+			covered = append(covered, rt)
+		}
+	}
+	if err := app.Document(docs.SwaggerInfo, ginidem.Operations(app.Engine, covered)); err != nil {
 		log.Fatal(err)
 	}
 
@@ -76,7 +89,10 @@ func swaggerUI() gin.HandlerFunc {
 	}
 }
 
-type handlers struct{ svc *orders.Service }
+type handlers struct {
+	svc *orders.Service
+	log *slog.Logger
+}
 
 // create godoc
 //
@@ -106,7 +122,7 @@ func (h *handlers) create(c *gin.Context) {
 	}
 	o, err := h.svc.Create(c.Request.Context(), req)
 	if err != nil {
-		c.JSON(http.StatusInternalServerError, orders.Error{Error: err.Error()})
+		c.JSON(http.StatusInternalServerError, orders.Error{Error: orders.ServerError(h.log, err)})
 		return
 	}
 	c.Header("Location", "/orders/"+o.ID)
@@ -123,7 +139,7 @@ func (h *handlers) create(c *gin.Context) {
 func (h *handlers) list(c *gin.Context) {
 	l, err := h.svc.List(c.Request.Context())
 	if err != nil {
-		c.JSON(http.StatusInternalServerError, orders.Error{Error: err.Error()})
+		c.JSON(http.StatusInternalServerError, orders.Error{Error: orders.ServerError(h.log, err)})
 		return
 	}
 	c.JSON(http.StatusOK, l)

@@ -129,7 +129,7 @@ func run(logger *slog.Logger) error {
 		})))
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptors...))
-	ordersv1.RegisterOrdersServer(srv, &server{store: &store{rdb: rdb, pool: pool}})
+	ordersv1.RegisterOrdersServer(srv, &server{store: &store{rdb: rdb, pool: pool}, log: logger})
 	reflection.Register(srv)
 
 	ln, err := net.Listen("tcp", cmp.Or(os.Getenv("ADDR"), "127.0.0.1:9090"))
@@ -161,6 +161,7 @@ func run(logger *slog.Logger) error {
 type server struct {
 	ordersv1.UnimplementedOrdersServer
 	store *store
+	log   *slog.Logger
 }
 
 func (s *server) CreateOrder(ctx context.Context, req *ordersv1.CreateOrderRequest) (*ordersv1.Order, error) {
@@ -174,6 +175,8 @@ func (s *server) CreateOrder(ctx context.Context, req *ordersv1.CreateOrderReque
 	switch {
 	case req.Item == "":
 		return nil, status.Error(codes.InvalidArgument, "invalid order: item is required")
+	case strings.ContainsRune(req.Item, 0): // PostgreSQL's text refuses NUL
+		return nil, status.Error(codes.InvalidArgument, "invalid order: item must not contain NUL")
 	case req.Qty <= 0:
 		return nil, status.Error(codes.InvalidArgument, "invalid order: qty must be positive")
 	case req.Item == "boom":
@@ -181,7 +184,7 @@ func (s *server) CreateOrder(ctx context.Context, req *ordersv1.CreateOrderReque
 	}
 	o, err := s.store.create(ctx, req.Item, req.Qty)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "create: %v", err)
+		return nil, s.internal("create", err)
 	}
 	// Stored with the reply and replayed.
 	grpc.SetHeader(ctx, metadata.Pairs("location", "/orders/"+o.Id)) //nolint:errcheck
@@ -191,9 +194,17 @@ func (s *server) CreateOrder(ctx context.Context, req *ordersv1.CreateOrderReque
 func (s *server) ListOrders(ctx context.Context, _ *ordersv1.ListOrdersRequest) (*ordersv1.ListOrdersResponse, error) {
 	orders, err := s.store.list(ctx)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "list: %v", err)
+		return nil, s.internal("list", err)
 	}
 	return &ordersv1.ListOrdersResponse{Count: int32(len(orders)), Orders: orders}, nil
+}
+
+// internal logs err, the store's failure in op, and returns Internal with a
+// fixed message: the error's text may name the database's types and echo the
+// request's bytes.
+func (s *server) internal(op string, err error) error {
+	s.log.Error("order store failed", "op", op, "error", err)
+	return status.Error(codes.Internal, "internal error")
 }
 
 // poolConns is the pool's size unless DATABASE_URL sets pool_max_conns:

@@ -10,6 +10,7 @@ package main
 import (
 	"encoding/json"
 	"log"
+	"log/slog"
 	"net/http"
 
 	httpSwagger "github.com/swaggo/http-swagger/v2"
@@ -27,7 +28,7 @@ func main() {
 	}
 	defer app.Close()
 
-	h := &handlers{svc: app.Orders}
+	h := &handlers{svc: app.Orders, log: app.Logger}
 	mux := http.NewServeMux()
 	// The middleware sits inside the mux, per route, so that it sees the
 	// route template (r.Pattern).
@@ -51,7 +52,10 @@ func main() {
 	}
 }
 
-type handlers struct{ svc *orders.Service }
+type handlers struct {
+	svc *orders.Service
+	log *slog.Logger
+}
 
 // create godoc
 //
@@ -79,7 +83,7 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := h.svc.Create(r.Context(), req)
 	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, orders.Error{Error: err.Error()})
+		writeJSON(w, http.StatusInternalServerError, orders.Error{Error: orders.ServerError(h.log, err)})
 		return
 	}
 	w.Header().Set("Location", "/orders/"+o.ID)
@@ -96,7 +100,7 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 func (h *handlers) list(w http.ResponseWriter, r *http.Request) {
 	l, err := h.svc.List(r.Context())
 	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, orders.Error{Error: err.Error()})
+		writeJSON(w, http.StatusInternalServerError, orders.Error{Error: orders.ServerError(h.log, err)})
 		return
 	}
 	writeJSON(w, http.StatusOK, l)

@@ -25,8 +25,10 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/idem-go/idem/core"
@@ -50,7 +52,7 @@ func main() {
 	if providerURL == "" {
 		providerURL = "http://127.0.0.1:8091"
 	}
-	s := &server{eng: app.Engine, payments: store, provider: &provider{url: providerURL,
+	s := &server{eng: app.Engine, log: app.Logger, payments: store, provider: &provider{url: providerURL,
 		// Covered requests carry the key DerivedKey gives for the request's
 		// method, host and path when a keyed handler sends them.
 		client: &http.Client{Transport: &idemclient.Transport{}, Timeout: 30 * time.Second}}}
@@ -68,6 +70,7 @@ func main() {
 
 type server struct {
 	eng      *core.Engine
+	log      *slog.Logger
 	payments *payments
 	provider *provider
 }
@@ -92,9 +95,10 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": err.Error()})
 		return
 	}
-	if err != nil || req.Amount <= 0 || req.Account == "" ||
+	if err != nil || req.Amount <= 0 || req.Account == "" || strings.ContainsRune(req.Account, 0) ||
 		req.FailAfter != "" && req.FailAfter != "charge" && req.FailAfter != "record" {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"amount": positive, "account": non-empty, "fail_after": "charge", "record" or ""}`})
+		const want = `want {"amount": positive, "account": non-empty without NUL, "fail_after": "charge", "record" or ""}`
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": want})
 		return
 	}
 	// The key as the Engine reads it (unquoted, or the legacy header), also
@@ -118,7 +122,8 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 		return s.provider.charge(ctx, key, req.Amount)
 	})
 	if err != nil {
-		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		s.log.Error("payments: charge failed", "error", err)
+		writeJSON(w, http.StatusBadGateway, map[string]string{"error": "the payment provider failed"})
 		return
 	}
 	crashIf(req.FailAfter == "charge" && ran, "charge")
@@ -128,7 +133,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 		return s.payments.record(ctx, user, Payment{Key: key, Amount: req.Amount, Account: req.Account, ChargeID: ch.ID})
 	})
 	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": s.internal("record", err)})
 		return
 	}
 	crashIf(req.FailAfter == "record" && ran, "record")
@@ -146,13 +151,21 @@ func crashIf(crash bool, step string) {
 func (s *server) list(w http.ResponseWriter, r *http.Request) {
 	list, err := s.payments.list(r.Context())
 	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": s.internal("list", err)})
 		return
 	}
 	if list == nil {
 		list = []Payment{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"count": len(list), "payments": list})
+}
+
+// internal logs err, the failure of op, and returns the fixed message of
+// a 500: the error's text may name the database's types and echo the
+// request's bytes.
+func (s *server) internal(op string, err error) string {
+	s.log.Error("payments: "+op+" failed", "error", err)
+	return "internal error"
 }
 
 // provider is the client of the payment provider.

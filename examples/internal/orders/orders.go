@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -54,6 +56,26 @@ var (
 	ErrInvalid = errors.New("invalid order")
 	ErrBoom    = errors.New("the order service failed (item \"boom\")")
 )
+
+// InternalError is the message of a 500 for an unexpected error of the
+// service: its text, which may name the database's types and echo the
+// request's bytes, goes to the log only (ServerError).
+const InternalError = "internal error"
+
+// ServerError logs err, an error of Create or List answered with 500, and
+// returns the message the client gets: ErrBoom's text for the simulated
+// failure, InternalError for any other.
+func ServerError(log *slog.Logger, err error) string {
+	log.Error("order service failed", "error", err)
+	if errors.Is(err, ErrBoom) {
+		return ErrBoom.Error()
+	}
+	return InternalError
+}
+
+// MaxQty is the largest qty: the orders' table holds it in a PostgreSQL
+// integer.
+const MaxQty = 1_000_000
 
 // Service creates and lists orders, in memory or, when several instances
 // share a Redis or a PostgreSQL database, there, so that GET /orders on any
@@ -149,7 +171,9 @@ func BodyStatus(err error) int {
 	return http.StatusBadRequest
 }
 
-// Decode parses a POST /orders body; broken JSON or qty <= 0 is ErrInvalid.
+// Decode parses a POST /orders body; broken JSON, no item, an item with a
+// NUL (which PostgreSQL's text refuses) or qty outside 1..MaxQty is
+// ErrInvalid.
 func Decode(body []byte) (CreateRequest, error) {
 	var req CreateRequest
 	if err := json.Unmarshal(body, &req); err != nil {
@@ -162,8 +186,12 @@ func (r CreateRequest) validate() error {
 	switch {
 	case r.Item == "":
 		return fmt.Errorf("%w: item is required", ErrInvalid)
+	case strings.ContainsRune(r.Item, 0):
+		return fmt.Errorf("%w: item must not contain NUL", ErrInvalid)
 	case r.Qty <= 0:
 		return fmt.Errorf("%w: qty must be positive", ErrInvalid)
+	case r.Qty > MaxQty:
+		return fmt.Errorf("%w: qty must be at most %d", ErrInvalid, MaxQty)
 	}
 	return nil
 }
