@@ -31,7 +31,8 @@ var ErrTxManaged = errors.New("pgstore: the request's transaction is committed o
 // kept, nor its answer; the client gets 503 and its retry runs the handler
 // again. A handler that answers a failed statement with a failure (a 4xx)
 // has that answer stored, without its writes.
-var ErrWorkAborted = errors.New("pgstore: a statement of the request failed and aborted its transaction: its writes are lost, and its answer of success is not stored")
+var ErrWorkAborted = errors.New("pgstore: a statement of the request failed and aborted its transaction: " +
+	"its writes are lost, and its answer of success is not stored")
 
 // TxStore is the transactional mode of the Store: a key is held by a
 // transaction on the pool from the first request's start to its end, the
