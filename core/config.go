@@ -124,7 +124,10 @@ type Config struct {
 	// a result of zero or less means ResponseTTL. Default: none.
 	TTL func(*Request) time.Duration
 	// LockTTL bounds how long a lock outlives a crashed instance; it is
-	// refreshed every LockTTL/3 while the handler runs, however long that is
+	// refreshed every LockTTL/3 while the handler runs, however long that is.
+	// A refresh that cannot run in time (the process paused, as by a stop
+	// signal or a VM's migration, past the lease: 10 s in a handler's first
+	// seconds) loses the lock, and a retry meanwhile runs the handler again
 	// (docs/design.md, "The lease"). Default: 5 minutes.
 	LockTTL time.Duration
 

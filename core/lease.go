@@ -685,8 +685,8 @@ func (l *Lease) finish() bool {
 const busyGrace = 100 * time.Millisecond
 
 // startRefresh has an Engine's refresher extend the lock, taken for lease,
-// to renew while the work runs, so that slow work keeps its lock and is
-// never run twice: a third into the initial lease, then every renew/3.
+// to renew while the work runs, so that slow work keeps its lock: a third
+// into the initial lease, then every renew/3.
 func (l *Lease) startRefresh(taken time.Time, lease, renew time.Duration) {
 	l.mu.Lock()
 	l.held, l.lease, l.renew = taken, lease, renew
