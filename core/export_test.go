@@ -31,3 +31,6 @@ func TieredHeld(s Store) int {
 	defer t.heldMu.Unlock()
 	return len(t.held)
 }
+
+// ErrDurableRecord is the tiered store's error for a second record of a key.
+var ErrDurableRecord = errDurableRecord

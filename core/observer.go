@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 )
@@ -22,7 +23,7 @@ const (
 	OutcomeStoreError                    // the store failed: before the handler, it ran unprotected (fail-open) or got 503; after it, nothing was stored
 	OutcomeLockLost                      // the lock expired while the handler ran and the response was not stored; reported once, when the flight ends
 	OutcomeBreaker                       // the store's circuit breaker changed state (Event.Breaker); not a request
-	OutcomeFallback                      // a tiered store answered from its durable tier: the fast one failed (Err)
+	OutcomeFallback                      // a tiered store did without one tier (Err); Method is the store call, Key, Scope, Route the call's
 	OutcomeQuota                         // a new key was refused under Config.Quota: 429
 )
 
@@ -115,6 +116,9 @@ func SlogObserver(l *slog.Logger) func(Event) {
 			level = slog.LevelError
 		case OutcomeBreaker, OutcomeFallback:
 			level = slog.LevelWarn
+			if errors.Is(e.Err, errDurableRecord) { // the key ran twice
+				level = slog.LevelError
+			}
 		case OutcomeConflict, OutcomeMismatch, OutcomeInvalidKey, OutcomeTooLarge, OutcomeBadBody, OutcomeQuota:
 			level = slog.LevelWarn
 			if e.Transport == "http" && e.Code >= 500 {

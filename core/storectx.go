@@ -153,8 +153,23 @@ func (c *storeCtx) AfterFunc(f func()) (stop func() bool) {
 
 // detachedCtx is context.WithoutCancel without its allocations (one to
 // make it, one per Value call, which boxes it): the values of parent,
-// never done. A Lease holds one for its store calls.
-type detachedCtx struct{ parent context.Context }
+// never done. A Lease holds one for its store calls, whose event is call:
+// a store that reports an event of its own (the tiered store's fallback)
+// names the call's key, scope and route (callEvent).
+type detachedCtx struct {
+	parent context.Context
+	call   *Event
+}
+
+// callKey is the context key of the event of a store call's call.
+type callKey struct{}
+
+// callEvent returns the event of the call whose store call ctx is, or nil:
+// its Key, Scope, Route and Transport, which never change, may be read.
+func callEvent(ctx context.Context) *Event {
+	ev, _ := ctx.Value(callKey{}).(*Event)
+	return ev
+}
 
 func (*detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
 func (*detachedCtx) Done() <-chan struct{}       { return nil }
@@ -163,8 +178,13 @@ func (*detachedCtx) Err() error                  { return nil }
 // Value returns parent's value of key, but none for cancelCtxKey: the
 // parent's cancellation is not this context's, as with WithoutCancel.
 func (c *detachedCtx) Value(key any) any {
-	if key == cancelCtxKey {
+	switch key {
+	case cancelCtxKey:
 		return nil
+	case callKey{}:
+		if c.call != nil {
+			return c.call
+		}
 	}
 	return c.parent.Value(key)
 }

@@ -132,9 +132,14 @@ func (t *tiered) fallback(ctx context.Context, tier, op string, err error) {
 	t.mu.Lock()
 	observe := t.observe
 	t.mu.Unlock()
-	if observe != nil {
-		observe(Event{Context: ctx, Outcome: OutcomeFallback, Method: op, Err: fmt.Errorf("idem: %s tier: %w", tier, err)})
+	if observe == nil {
+		return
 	}
+	ev := Event{Context: ctx, Outcome: OutcomeFallback, Method: op, Err: fmt.Errorf("idem: %s tier: %w", tier, err)}
+	if call := callEvent(ctx); call != nil {
+		ev.Key, ev.Scope, ev.Route, ev.Transport = call.Key, call.Scope, call.Route, call.Transport
+	}
+	observe(ev)
 }
 
 // tieredToken joins the tiers' tokens; either may be empty (a tier down).
