@@ -126,9 +126,10 @@ type Config struct {
 	// LockTTL bounds how long a lock outlives a crashed instance; it is
 	// refreshed every LockTTL/3 while the handler runs, however long that is.
 	// A refresh that cannot run in time (the process paused, as by a stop
-	// signal or a VM's migration, past the lease: 10 s in a handler's first
-	// seconds) loses the lock, and a retry meanwhile runs the handler again
-	// (docs/design.md, "The lease"). Default: 5 minutes.
+	// signal or a VM's migration, past the lease: the initial lease, 10 s
+	// by default, in a handler's first seconds) loses the lock, and a retry
+	// meanwhile runs the handler again (docs/design.md, "The lease").
+	// Default: 5 minutes.
 	LockTTL time.Duration
 
 	// Wait makes a request whose key is in flight wait up to this long for the

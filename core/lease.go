@@ -723,8 +723,8 @@ func (l *Lease) refresh() {
 	// a refresh that times out leaves time for another before the lock
 	// expires. Its context carries none of the call's values: the call may
 	// outlast the request, whose context a framework reuses once the
-	// adapter returns.
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	// adapter returns; only the call's event, for a store's own events.
+	ctx, cancel := context.WithTimeout(&detachedCtx{parent: context.Background(), call: &l.ev}, timeout)
 	sent := time.Now()
 	err := l.storeRefresh(ctx, renew)
 	cancel()

@@ -64,7 +64,7 @@ type Event struct {
 	Outcome Outcome
 	Key     string // the client's key, unquoted; mask it before logging (MaskKey)
 	Scope   string
-	Method  string // the HTTP method, a gRPC call's full method, "once" or "do"
+	Method  string // the HTTP method, a gRPC call's full method, "once" or "do"; the store call of an OutcomeFallback
 	// Route is the route template of an HTTP request ("unmatched" if it
 	// has none), a gRPC call's full method, or Call.Route; empty for
 	// Engine.Once and Do, whose scopes would make unbounded metric labels.
@@ -74,9 +74,10 @@ type Event struct {
 	// Engine.Once and Do, and for events not about a call.
 	Transport string
 	// Code is the transport's answer to the call: an HTTP status, a gRPC
-	// status code (where 0 is OK). It is 0 without a Transport, and when the
-	// call got none from idem: an OutcomeStoreError under fail-open (the
-	// handler runs unprotected), an HTTP handler's panic.
+	// status code (where 0 is OK). It is 0 without a Transport, in an
+	// OutcomeFallback, and when the call got none from idem: an
+	// OutcomeStoreError under fail-open (the handler runs unprotected), an
+	// HTTP handler's panic.
 	Code int
 	// Duration is the time from the start of the request to this outcome.
 	Duration time.Duration
@@ -104,10 +105,12 @@ func MaskKey(key string) string {
 }
 
 // SlogObserver returns an Observer that logs every event to l with the key
-// masked: store errors, lost locks and a body read before the middleware
-// (a server bug, answered 500) at Error level, conflicts, mismatches,
-// invalid keys, too large or unreadable bodies and responses stored after
-// the lock expired, or may have, at Warn, the rest at Debug.
+// masked: store errors, lost locks, a body read before the middleware (a
+// server bug, answered 500) and a tiered store's second record of a key (it
+// ran twice) at Error level; conflicts, mismatches, invalid keys, too large
+// or unreadable bodies, quota refusals, responses stored after the lock
+// expired (or may have), the breaker's changes and the tiered store's other
+// fallbacks at Warn; the rest at Debug.
 func SlogObserver(l *slog.Logger) func(Event) {
 	return func(e Event) {
 		level := slog.LevelDebug
@@ -149,7 +152,12 @@ func SlogObserver(l *slog.Logger) func(Event) {
 		if e.Outcome == OutcomeBreaker {
 			attrs = append(attrs, slog.String("breaker", e.Breaker))
 		}
-		if e.Transport != "" {
+		switch {
+		case e.Outcome == OutcomeFallback: // a store's event: no answer of the call's
+			if e.Transport != "" {
+				attrs = append(attrs, slog.String("transport", e.Transport))
+			}
+		case e.Transport != "":
 			attrs = append(attrs, slog.String("transport", e.Transport), slog.Int("code", e.Code))
 		}
 		if e.Err != nil {

@@ -473,3 +473,41 @@ func firstLease(t *testing.T, eng *core.Engine) *core.Lease {
 	}
 	return l
 }
+
+// A fallback in a lock's refresh names the lease's call, as one in its
+// acquire does.
+func TestTieredRefreshFallbackNamesCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fast, durable := newTier(), newTier()
+		var mu sync.Mutex
+		var refreshes []core.Event
+		eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), Observer: func(ev core.Event) {
+			if ev.Outcome == core.OutcomeFallback && ev.Method == "refresh" {
+				mu.Lock()
+				refreshes = append(refreshes, ev)
+				mu.Unlock()
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _, err := eng.Acquire(&core.Call{Key: "k", Scope: "s", Route: "/r", Transport: "grpc"})
+		if err != nil || l == nil {
+			t.Fatal(err)
+		}
+		durable.set(true, false)
+		advance(6 * time.Second)
+		durable.set(false, false)
+		l.Release(0, nil)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(refreshes) == 0 {
+			t.Fatal("no fallback in the refresh with the durable tier down")
+		}
+		for _, ev := range refreshes {
+			if ev.Key != "k" || ev.Scope != "s" || ev.Route != "/r" || ev.Transport != "grpc" {
+				t.Fatalf("a refresh's fallback %+v, want the call's key, scope, route and transport", ev)
+			}
+		}
+	})
+}
