@@ -59,6 +59,30 @@ func newStepsApp(t *testing.T, url string, instrumented bool) *stepsApp {
 	return a
 }
 
+// stepsLock is the advisory lock of the steps of the key of scope and key.
+func (a *stepsApp) stepsLock(scope, key string) string {
+	return "idem-go/idem steps " + pgx.Identifier{a.schema, pgstore.DefaultTable}.Sanitize() + " " + core.ID(scope, key, "")
+}
+
+// killStep terminates the session of the step that holds lock, and the
+// key's (keyPID), if not 0: as a PostgreSQL restart does.
+func (a *stepsApp) killStep(ctx context.Context, lock string, keyPID uint32) error {
+	var stepPID uint32
+	if err := a.pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+		AND (classid::bigint << 32 | objid::bigint) = hashtextextended($1, 0)`, lock).Scan(&stepPID); err != nil {
+		return err
+	}
+	for _, pid := range []uint32{stepPID, keyPID} {
+		if pid == 0 {
+			continue
+		}
+		if _, err := a.pool.Exec(ctx, "SELECT pg_terminate_backend($1, 10000)", pid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // count returns the rows of kind.
 func (a *stepsApp) count(t *testing.T, kind string) int {
 	t.Helper()
@@ -271,7 +295,7 @@ func TestIntegrationTxStepFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	lock := "idem-go/idem steps " + pgx.Identifier{a.schema, pgstore.DefaultTable}.Sanitize() + " " + id
+	lock := a.stepsLock("s", "k2")
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", lock); err != nil {
 		t.Fatal(err)
 	}
@@ -314,28 +338,18 @@ func TestIntegrationTxStepSessionLost(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newStepsApp(t, pgtest.URL(), false)
 			ctx := context.Background()
-			lock := "idem-go/idem steps " + pgx.Identifier{a.schema, pgstore.DefaultTable}.Sanitize() + " " + core.ID("s", "k", "")
 			var charges atomic.Int32 // at the other service
 			work := func(ctx context.Context) (string, error) {
 				var keyPID uint32
-				if err := pgstore.Tx(ctx).QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&keyPID); err != nil {
-					return "", err
+				if tc.keyLost {
+					if err := pgstore.Tx(ctx).QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&keyPID); err != nil {
+						return "", err
+					}
 				}
 				return core.Step(ctx, "charge", func(ctx context.Context) (string, error) {
 					if charges.Add(1) == 1 {
-						var stepPID uint32
-						if err := a.pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
-							AND (classid::bigint << 32 | objid::bigint) = hashtextextended($1, 0)`, lock).Scan(&stepPID); err != nil {
+						if err := a.killStep(ctx, a.stepsLock("s", "k"), keyPID); err != nil {
 							return "", err
-						}
-						pids := []uint32{stepPID}
-						if tc.keyLost {
-							pids = append(pids, keyPID)
-						}
-						for _, pid := range pids {
-							if _, err := a.pool.Exec(ctx, "SELECT pg_terminate_backend($1, 10000)", pid); err != nil {
-								return "", err
-							}
 						}
 					}
 					return "ch_1", nil
@@ -366,7 +380,6 @@ func TestIntegrationTxStepSessionLostKeyTaken(t *testing.T) {
 	t.Parallel()
 	a := newStepsApp(t, pgtest.URL(), false)
 	ctx := context.Background()
-	lock := "idem-go/idem steps " + pgx.Identifier{a.schema, pgstore.DefaultTable}.Sanitize() + " " + core.ID("s", "k", "")
 	var charges atomic.Int32
 	var work func(ctx context.Context) (string, error)
 	work = func(ctx context.Context) (string, error) {
@@ -377,15 +390,8 @@ func TestIntegrationTxStepSessionLostKeyTaken(t *testing.T) {
 		return core.Step(ctx, "charge", func(ctx context.Context) (string, error) {
 			n := charges.Add(1)
 			if n == 1 {
-				var stepPID uint32
-				if err := a.pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
-					AND (classid::bigint << 32 | objid::bigint) = hashtextextended($1, 0)`, lock).Scan(&stepPID); err != nil {
+				if err := a.killStep(ctx, a.stepsLock("s", "k"), keyPID); err != nil {
 					return "", err
-				}
-				for _, pid := range []uint32{stepPID, keyPID} {
-					if _, err := a.pool.Exec(ctx, "SELECT pg_terminate_backend($1, 10000)", pid); err != nil {
-						return "", err
-					}
 				}
 				// The client gave up; its retry runs to the end meanwhile.
 				if got, _, err := core.Do(context.Background(), a.eng, "s", "k", work); err != nil || got != "ch_2" {
