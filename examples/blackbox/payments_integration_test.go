@@ -190,11 +190,7 @@ func (r *paymentsRun) supervise(i int, stop <-chan struct{}) {
 			return
 		}
 		r.crashes.Add(1)
-		err := p.start()
-		if err == nil {
-			err = p.listening(30 * time.Second)
-		}
-		if err != nil {
+		if err := p.restart(r.t, 30*time.Second); err != nil {
 			r.failed <- fmt.Sprintf("restarting instance %d: %v", i, err)
 			return
 		}
