@@ -141,7 +141,7 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 		index:       -1,
 		e:           e,
 		answers:     a,
-		detached:    detachedCtx{parent: ctx, call: &l.ev},
+		detached:    detachedCtx{parent: ctx, call: l},
 		ev:          Event{Context: ctx, Transport: a.transport, Method: c.Method, Route: c.Route, Key: c.Key, Scope: c.Scope},
 		start:       start,
 		id:          ID(c.Scope, c.Key, route),
@@ -723,8 +723,8 @@ func (l *Lease) refresh() {
 	// a refresh that times out leaves time for another before the lock
 	// expires. Its context carries none of the call's values: the call may
 	// outlast the request, whose context a framework reuses once the
-	// adapter returns; only the call's event, for a store's own events.
-	ctx, cancel := context.WithTimeout(&detachedCtx{parent: context.Background(), call: &l.ev}, timeout)
+	// adapter returns; only the call's lease, for a store's own events.
+	ctx, cancel := context.WithTimeout(&detachedCtx{parent: context.Background(), call: l}, timeout)
 	sent := time.Now()
 	err := l.storeRefresh(ctx, renew)
 	cancel()

@@ -153,22 +153,23 @@ func (c *storeCtx) AfterFunc(f func()) (stop func() bool) {
 
 // detachedCtx is context.WithoutCancel without its allocations (one to
 // make it, one per Value call, which boxes it): the values of parent,
-// never done. A Lease holds one for its store calls, whose event is call:
+// never done. A Lease holds one for its store calls, whose lease is call:
 // a store that reports an event of its own (the tiered store's fallback)
-// names the call's key, scope and route (callEvent).
+// names the call's key, scope and route (callLease).
 type detachedCtx struct {
 	parent context.Context
-	call   *Event
+	call   *Lease
 }
 
-// callKey is the context key of the event of a store call's call.
+// callKey is the context key of the lease of a store call's call.
 type callKey struct{}
 
-// callEvent returns the event of the call whose store call ctx is, or nil:
-// its Key, Scope, Route and Transport, which never change, may be read.
-func callEvent(ctx context.Context) *Event {
-	ev, _ := ctx.Value(callKey{}).(*Event)
-	return ev
+// callLease returns the lease whose store call ctx is, or nil: its ev's
+// Key, Scope, Route and Transport, its ttl and its Engine's Config, which
+// never change, may be read.
+func callLease(ctx context.Context) *Lease {
+	l, _ := ctx.Value(callKey{}).(*Lease)
+	return l
 }
 
 func (*detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }

@@ -30,6 +30,11 @@ type tiered struct {
 	held   map[partsKey]heldParts
 
 	txSeq atomic.Uint64 // makes tieredTxn tokens unique
+
+	// The marker (kept): when it was last read, and whether a record
+	// reached the durable tier and not the fast one since.
+	keptRead atomic.Int64 // unix nanoseconds; 0: never
+	missed   atomic.Bool
 }
 
 // NewTiered returns the Store of fast (Redis) in front of durable
@@ -40,7 +45,10 @@ type tiered struct {
 // (OutcomeFallback); when it lost its data, records are written back to it.
 // When the durable tier fails to take a key, the fast tier's lock alone
 // holds it, and the record is written to the durable tier too if it
-// answers by the time the work completes.
+// answers by the time the work completes; under Config.FailClosed, only if
+// a marker the store keeps in the fast tier says that it has held every
+// record for at least the call's record TTL (else the call is refused), so
+// that a fast tier that lost its data does not run completed keys again.
 // The store implements Admin, Checkpointer and Invalidator, and
 // TxStore if durable does (pgstore.NewTx): the durable tier's transaction
 // then holds the key and commits the record, and the fast tier serves
@@ -136,10 +144,103 @@ func (t *tiered) fallback(ctx context.Context, tier, op string, err error) {
 		return
 	}
 	ev := Event{Context: ctx, Outcome: OutcomeFallback, Method: op, Err: fmt.Errorf("idem: %s tier: %w", tier, err)}
-	if call := callEvent(ctx); call != nil {
-		ev.Key, ev.Scope, ev.Route, ev.Transport = call.Key, call.Scope, call.Route, call.Transport
+	if l := callLease(ctx); l != nil {
+		ev.Key, ev.Scope, ev.Route, ev.Transport = l.ev.Key, l.ev.Scope, l.ev.Route, l.ev.Transport
 	}
 	observe(ev)
+}
+
+// The marker is a record the tiered store keeps in the fast tier under
+// keptKey (no key of the Engine's: those are hex), whose CompletedAt says
+// since when the fast tier has held every record stored through the
+// tiered store. A fast tier that loses its data (a restart without
+// persistence, FLUSHALL, a failover to an empty replica) loses the marker
+// too; the next read writes a new one. A record that reached the durable
+// tier and not the fast one (the fast tier down or failing when it was
+// stored) makes the process drop the marker at its next call to the fast
+// tier (missed). While the marker is younger than a call's record TTL,
+// the fast tier's "free" may be a completed key whose record it lost, and
+// a call under FailClosed does not fall back to the fast tier alone
+// (standIn).
+const (
+	keptKey   = "idem-tiered-kept"
+	keptTTL   = 10 * 365 * 24 * time.Hour
+	keptEvery = time.Minute // how often a process reads the marker at least
+)
+
+// kept returns how long the fast tier has held every record stored through
+// the tiered store: the age of the marker, 0 if it wrote the marker now.
+func (t *tiered) kept(ctx context.Context) (time.Duration, error) {
+	ctx = context.WithValue(ctx, quotaKey{}, nil) // the marker is no key of a scope
+	var (
+		rec   []byte
+		token string
+	)
+	err := t.fastCall(ctx, func(ctx context.Context) (err error) {
+		rec, token, err = t.fast.Acquire(ctx, keptKey, fastLease)
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrInFlight):
+		return 0, nil // another process is writing it
+	case err != nil:
+		return 0, err
+	}
+	t.keptRead.Store(time.Now().UnixNano())
+	if token == "" {
+		r, err := DecodeRecord(rec)
+		if err != nil {
+			return 0, err
+		}
+		return time.Since(r.CompletedAt), nil
+	}
+	now := time.Now()
+	r := Record{RequestedAt: now, CompletedAt: now, ExpiresAt: now.Add(keptTTL)}
+	return 0, t.fastCall(ctx, func(ctx context.Context) error {
+		return t.fast.Complete(ctx, keptKey, token, r.appendBinary(nil), keptTTL)
+	})
+}
+
+// tend keeps the marker, after a call to the fast tier answered: it drops
+// it if a record missed the fast tier since the last call, and reads it
+// (writing it if it is missing) at least every keptEvery, so that a marker
+// lost with the fast tier's data is written again soon after.
+func (t *tiered) tend(ctx context.Context) {
+	if t.missed.Load() && t.missed.Swap(false) {
+		if a, ok := t.fast.(Admin); ok {
+			if err := t.fastCall(ctx, func(ctx context.Context) error { return a.Purge(ctx, keptKey) }); err != nil {
+				t.missed.Store(true)
+				return
+			}
+			t.kept(ctx) //nolint:errcheck // read again at the next call
+			return
+		}
+	}
+	if time.Since(time.Unix(0, t.keptRead.Load())) >= keptEvery {
+		t.kept(ctx) //nolint:errcheck // read again at the next call
+	}
+}
+
+// standIn reports whether the fast tier's lock alone may hold the key of
+// the call of ctx, the durable tier having failed: always without FailClosed
+// (the alternative is to run unprotected) or outside a call; under
+// FailClosed, if the fast tier has held every record for at least the
+// call's record TTL, so that its "free" is not a completed key whose
+// record it lost. Otherwise the error to return: err, and why.
+func (t *tiered) standIn(ctx context.Context, err error) error {
+	l := callLease(ctx)
+	if l == nil || !l.e.cfg.FailClosed {
+		return nil
+	}
+	kept, kerr := t.kept(ctx)
+	switch {
+	case kerr != nil:
+		return fmt.Errorf("%w; the fast tier cannot hold the key alone: its marker: %v", err, kerr)
+	case kept < l.ttl:
+		return fmt.Errorf("%w; the fast tier cannot hold the key alone: it has held every record for %v, less than the records' TTL",
+			err, kept.Round(time.Second))
+	}
+	return nil
 }
 
 // tieredToken joins the tiers' tokens; either may be empty (a tier down).
@@ -158,6 +259,9 @@ func (t *tiered) Acquire(ctx context.Context, key string, lockTTL time.Duration)
 		rec, ft, err = t.fast.Acquire(ctx, key, lockTTL)
 		return err
 	})
+	if err == nil {
+		t.tend(ctx)
+	}
 	switch {
 	case err == nil && ft == "":
 		return rec, "", nil // a replay
@@ -201,6 +305,10 @@ func (t *tiered) Acquire(ctx context.Context, key string, lockTTL time.Duration)
 		// or over the quota as the durable tier counts it.
 		t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Release(ctx, key, ft) }) //nolint:errcheck
 		return nil, "", err
+	}
+	if serr := t.standIn(ctx, err); serr != nil {
+		t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Release(ctx, key, ft) }) //nolint:errcheck
+		return nil, "", serr
 	}
 	t.fallback(ctx, "durable", "acquire", err)
 	return nil, tieredToken(ft, ""), nil
@@ -316,6 +424,9 @@ func (t *tiered) Complete(ctx context.Context, key, token string, record []byte,
 		}
 	}
 	if ft == "" {
+		if derr == nil {
+			t.missed.Store(true)
+		}
 		return derr
 	}
 	ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Complete(ctx, key, ft, record, ttl) })
@@ -330,6 +441,7 @@ func (t *tiered) Complete(ctx context.Context, key, token string, record []byte,
 			return ferr
 		}
 		if ferr != nil {
+			t.missed.Store(true)
 			t.fallback(ctx, "fast", "complete", ferr)
 		}
 		return nil
@@ -339,6 +451,9 @@ func (t *tiered) Complete(ctx context.Context, key, token string, record []byte,
 		}
 		return ferr // the fast tier alone holds the record
 	case ferr != nil:
+		if derr == nil {
+			t.missed.Store(true)
+		}
 		t.fallback(ctx, "fast", "complete", ferr)
 	}
 	return derr
@@ -690,6 +805,9 @@ func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([
 		rec, ft, err = t.fast.Acquire(ctx, key, min(idle, fastLease))
 		return err
 	})
+	if err == nil {
+		t.tend(ctx)
+	}
 	switch {
 	case err == nil && ft == "":
 		return rec, nil, nil
@@ -707,16 +825,18 @@ func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([
 	rec, tx, err := t.tx.Begin(dctx, key, idle)
 	cancel()
 	if err != nil && ft != "" && !errors.Is(err, ErrInFlight) && !errors.Is(err, ErrQuotaExceeded) {
-		// The fast lock alone holds the key, if it still does: a lease,
-		// which the Engine refreshes (fastTxn.lease).
-		if ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Refresh(ctx, key, ft, fastLease) }); ferr == nil {
+		// The fast lock alone holds the key, if it still does and may: a
+		// lease, which the Engine refreshes (fastTxn.lease).
+		if serr := t.standIn(ctx, err); serr != nil {
+			err = serr
+		} else if ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Refresh(ctx, key, ft, fastLease) }); ferr == nil {
 			t.fallback(ctx, "durable", "begin", err)
 			return nil, &fastTxn{t: t, key: key, ft: ft}, nil
 		}
 	}
 	if err != nil || tx == nil {
 		if ft != "" {
-			t.endFast(ctx, key, ft, rec)
+			t.endFast(ctx, key, ft, rec) //nolint:errcheck // a cache fill
 		}
 		return rec, nil, err
 	}
@@ -729,13 +849,14 @@ func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([
 const fastLease = minInitialLease
 
 // endFast completes the fast tier's lock ft with rec, the record of the
-// key, or releases it if there is none.
-func (t *tieredTx) endFast(ctx context.Context, key, ft string, rec []byte) {
+// key, or releases it if there is none. It returns the fast tier's error
+// of the record.
+func (t *tieredTx) endFast(ctx context.Context, key, ft string, rec []byte) error {
 	if r, err := DecodeRecord(rec); rec != nil && err == nil && time.Until(r.ExpiresAt) > 0 {
-		t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Complete(ctx, key, ft, rec, time.Until(r.ExpiresAt)) }) //nolint:errcheck // a cache fill
-		return
+		return t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Complete(ctx, key, ft, rec, time.Until(r.ExpiresAt)) })
 	}
 	t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Release(ctx, key, ft) }) //nolint:errcheck // it expires
+	return nil
 }
 
 // tieredTxn is the durable tier's transaction and the fast tier's lock,
@@ -787,14 +908,16 @@ func (x *tieredTxn) Rollback(ctx context.Context) error {
 }
 
 // endFast ends the fast tier's lock, once: the one the lease holds now
-// (Refresh may have taken it again, or since).
+// (Refresh may have taken it again, or since). A committed record the fast
+// tier did not take is one it misses (tiered.missed).
 func (x *tieredTxn) endFast(ctx context.Context, record []byte) {
 	if x.ended {
 		return
 	}
 	x.ended = true
-	if ft, _ := splitTieredToken(x.t.endParts(x.key, tieredToken(x.ft, x.held))); ft != "" {
-		x.t.endFast(ctx, x.key, ft, record)
+	ft, _ := splitTieredToken(x.t.endParts(x.key, tieredToken(x.ft, x.held)))
+	if (ft == "" || x.t.endFast(ctx, x.key, ft, record) != nil) && record != nil {
+		x.t.missed.Store(true)
 	}
 }
 

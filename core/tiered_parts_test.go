@@ -48,7 +48,22 @@ func newTierFaults(t *testing.T, tx bool) *tierFaults {
 		t.Fatal(err)
 	}
 	f.eng = eng
+	marked(t, eng)
 	return f
+}
+
+// marked makes eng's tiered store write its marker in the fast tier, both
+// tiers up, and lets the records' TTL pass: the fast tier has then held
+// every record long enough to hold a key alone under FailClosed. Call it
+// only inside synctest.Test.
+func marked(t *testing.T, eng *core.Engine) {
+	t.Helper()
+	l, _, err := eng.Acquire(&core.Call{Key: "marker"})
+	if l == nil {
+		t.Fatalf("marker: %v", err)
+	}
+	l.Release(0, nil)
+	advance(eng.Config().ResponseTTL)
 }
 
 // TestTieredLockPartLost: a lease whose lock lost its part in one tier,
@@ -355,6 +370,7 @@ func TestTieredFastTxnHeldForgotten(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				marked(t, eng)
 				f := &tierFaults{eng: eng, fast: fast, durableDown: func(b bool) { d.down.Store(b) }}
 				f.durableDown(true)
 				a := firstLease(t, f.eng)

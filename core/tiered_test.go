@@ -180,12 +180,29 @@ func run(t *testing.T, eng *core.Engine, key string, runs *atomic.Int32) (*core.
 	return &core.Record{Code: 200, Body: []byte("done")}, nil
 }
 
-func TestTieredRoundTrips(t *testing.T) {
+func TestTieredRoundTrips(t *testing.T) { synctest.Test(t, testTieredRoundTrips) }
+
+func testTieredRoundTrips(t *testing.T) {
 	eng, fast, durable := tieredEngine(t, nil)
 	var runs atomic.Int32
+	// The process's first call reads the marker, and writes it: two more
+	// fast calls; then a read a minute.
+	run(t, eng, "first", &runs) //nolint:errcheck
+	if f, d := fast.calls.Load(), durable.calls.Load(); f != 4 || d != 2 {
+		t.Fatalf("the process's first request: %d fast and %d durable calls, want 4 and 2", f, d)
+	}
+	fast.calls.Store(0)
+	durable.calls.Store(0)
 	run(t, eng, "k", &runs) //nolint:errcheck
 	if f, d := fast.calls.Load(), durable.calls.Load(); f != 2 || d != 2 {
 		t.Fatalf("first request: %d fast and %d durable calls, want 2 and 2", f, d)
+	}
+	advance(time.Minute)
+	fast.calls.Store(0)
+	durable.calls.Store(0)
+	run(t, eng, "a minute later", &runs) //nolint:errcheck
+	if f, d := fast.calls.Load(), durable.calls.Load(); f != 3 || d != 2 {
+		t.Fatalf("a first request a minute later: %d fast and %d durable calls, want 3 (the marker read) and 2", f, d)
 	}
 	fast.calls.Store(0)
 	durable.calls.Store(0)
@@ -262,6 +279,80 @@ func testTieredFastTierDownAndBack(t *testing.T) {
 		}
 	}
 }
+
+// Under FailClosed, the durable tier down, the fast tier holds a key alone
+// only if it has held every record for at least the records' TTL (its
+// marker): a fast tier that lost its data, or missed a record while it was
+// down, may answer "free" for a completed key, which would run again.
+// Fail-open still falls back (the alternative is to run unprotected).
+func TestTieredStandInAfterLoss(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		miss func(fast *tier, complete func()) // the fast tier misses the completed key's record
+	}{
+		{"fast tier lost its data", func(fast *tier, complete func()) { complete(); fast.lose() }},
+		{"fast tier down at the completion", func(fast *tier, complete func()) {
+			fast.set(true, false)
+			complete()
+			fast.set(false, false)
+		}},
+	} {
+		for _, mode := range []struct {
+			tx, failClosed bool
+		}{{false, true}, {true, true}, {false, false}, {true, false}} {
+			failClosed := mode.failClosed
+			t.Run(fmt.Sprintf("%s/tx=%v/failClosed=%v", tc.name, mode.tx, failClosed), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					fast := newTier()
+					var durable interface{ set(down, stall bool) }
+					var store core.Store
+					if mode.tx {
+						d := outTx{&downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}}
+						durable, store = txDown{d}, core.NewTiered(fast, d)
+					} else {
+						d := newTier()
+						durable, store = d, core.NewTiered(fast, d)
+					}
+					eng, err := core.New(core.Config{Store: store, FailClosed: failClosed, Observer: func(core.Event) {}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					var runs atomic.Int32
+					marked(t, eng)
+					tc.miss(fast, func() { run(t, eng, "k", &runs) }) //nolint:errcheck
+					run(t, eng, "other", &runs)                       //nolint:errcheck // the fast tier answers: the marker is read, or dropped
+					durable.set(true, false)
+					l, rec, err := eng.Acquire(&core.Call{Key: "k"})
+					switch {
+					case failClosed && (l != nil || rec != nil || !errors.Is(err, core.ErrStoreUnavailable)):
+						t.Fatalf("the completed key again, the durable tier down: lease %v, record %v, %v; want ErrStoreUnavailable", l != nil, rec, err)
+					case failClosed && !strings.Contains(err.Error(), "cannot hold the key alone"):
+						t.Fatalf("the refusal: %v; want it to say why", err)
+					case !failClosed && (l == nil || !l.Protected()):
+						t.Fatalf("fail-open: lease %v, %v; want the fast tier's lock, as before", l != nil, err)
+					}
+					if l != nil {
+						l.Release(0, nil)
+					}
+					// The records' TTL passed: every record the fast tier missed
+					// has expired, and it holds keys alone again.
+					durable.set(false, false)
+					advance(eng.Config().ResponseTTL)
+					run(t, eng, "another", &runs) //nolint:errcheck
+					durable.set(true, false)
+					if _, err := run(t, eng, "new", &runs); err != nil {
+						t.Fatalf("a new key a TTL later, the durable tier down: %v; want the fast tier's lock", err)
+					}
+				})
+			})
+		}
+	}
+}
+
+// txDown gives an outTx the set of a tier.
+type txDown struct{ outTx }
+
+func (d txDown) set(down, _ bool) { d.down.Store(down) }
 
 // The durable tier down: the fast tier alone protects, and says so.
 func TestTieredDurableTierDown(t *testing.T) {

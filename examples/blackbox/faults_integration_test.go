@@ -429,6 +429,60 @@ func TestFaultTieredPostgresStall(t *testing.T) {
 	}
 }
 
+// Redis loses its data (FLUSHALL), then PostgreSQL stalls (a lock on
+// idem's table), under the tiered store and FailClosed: a completed key
+// sent again finds Redis free and PostgreSQL silent. Redis's marker went
+// with its data, so Redis's lock alone does not hold the key: 503, not a
+// second order; once PostgreSQL answers, the key replays its order.
+func TestFaultTieredFlushThenPostgresStall(t *testing.T) {
+	bin := build(t, "nethttp")
+	rds := startRedis(t)
+	dbURL := postgresSchema(t)
+	f := startFleet(t, bin, "REDIS_URL="+rds.url(), "DATABASE_URL="+dbURL, "IDEM_FAIL_CLOSED=1")
+	keys, first := make([]string, 6), make([]answer, 6)
+	for i := range keys {
+		keys[i] = f.newKey("flushstall")
+		if first[i] = postOrder(f.client, f.servers[i%3].url, i%3, "faults", keys[i], 0); first[i].status != http.StatusCreated {
+			t.Fatalf("key %s: %d %v, want 201", keys[i], first[i].status, first[i].err)
+		}
+	}
+	ctx := context.Background()
+	if err := rds.client.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	stall, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stall.Rollback(ctx) //nolint:errcheck // ended below
+	if _, err := stall.Exec(ctx, "LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	for i, key := range keys {
+		if a := postOrder(f.client, f.servers[(i+1)%3].url, (i+1)%3, "faults", key, 0); a.status != http.StatusServiceUnavailable {
+			t.Errorf("key %s after FLUSHALL, PostgreSQL stalled: %d replay=%v %v, want 503", key, a.status, a.replay, a.err)
+		}
+	}
+	if err := stall.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	orders := f.orders()
+	for i, key := range keys {
+		a := postOrder(f.client, f.servers[(i+2)%3].url, (i+2)%3, "faults", key, 0)
+		if a.status != http.StatusCreated || !a.replay || a.id != first[i].id {
+			t.Errorf("key %s, PostgreSQL back: %d replay=%v order %s, want the replay of order %s", key, a.status, a.replay, a.id, first[i].id)
+		}
+		if n := len(orders[key]); n != 1 {
+			t.Errorf("key %s: %d orders, want 1", key, n)
+		}
+	}
+}
+
 // PostgreSQL restarted (pg_ctl stop -m fast, start) under the tiered store
 // and under the PostgreSQL store, fail-open and fail-closed: no panic, the
 // policy holds during the outage, and keys sent once PostgreSQL is ready
