@@ -179,6 +179,8 @@ func (s *server) CreateOrder(ctx context.Context, req *ordersv1.CreateOrderReque
 		return nil, status.Error(codes.InvalidArgument, "invalid order: item must not contain NUL")
 	case req.Qty <= 0:
 		return nil, status.Error(codes.InvalidArgument, "invalid order: qty must be positive")
+	case req.Qty > maxQty:
+		return nil, status.Errorf(codes.InvalidArgument, "invalid order: qty must be at most %d", maxQty)
 	case req.Item == "boom":
 		return nil, status.Error(codes.Internal, `the order service failed (item "boom")`)
 	}
@@ -190,6 +192,10 @@ func (s *server) CreateOrder(ctx context.Context, req *ordersv1.CreateOrderReque
 	grpc.SetHeader(ctx, metadata.Pairs("location", "/orders/"+o.Id)) //nolint:errcheck
 	return o, nil
 }
+
+// maxQty is the largest qty, as over HTTP (examples/internal/orders, which
+// this module cannot import).
+const maxQty = 1_000_000
 
 func (s *server) ListOrders(ctx context.Context, _ *ordersv1.ListOrdersRequest) (*ordersv1.ListOrdersResponse, error) {
 	orders, err := s.store.list(ctx)

@@ -207,6 +207,7 @@ func TestErrors(t *testing.T) {
 		{req("book", 0), codes.InvalidArgument, true},
 		{req("", 1), codes.InvalidArgument, true},
 		{req("a\x00b", 1), codes.InvalidArgument, true},
+		{req("book", 1_000_001), codes.InvalidArgument, true},
 		{req("boom", 1), codes.Internal, false},
 	} {
 		k := newKey()

@@ -33,7 +33,8 @@ const (
 // an idempotency-key metadata entry and retry safely; x-user-id scopes it.
 type OrdersClient interface {
 	// CreateOrder creates an order: InvalidArgument if item is empty or
-	// qty <= 0, Internal for item "boom"; it sleeps delay_ms first.
+	// holds a NUL, or qty is not in 1..1000000, Internal for item "boom"; it
+	// sleeps delay_ms first.
 	CreateOrder(ctx context.Context, in *CreateOrderRequest, opts ...grpc.CallOption) (*Order, error)
 	// ListOrders lists the orders really created.
 	ListOrders(ctx context.Context, in *ListOrdersRequest, opts ...grpc.CallOption) (*ListOrdersResponse, error)
@@ -75,7 +76,8 @@ func (c *ordersClient) ListOrders(ctx context.Context, in *ListOrdersRequest, op
 // an idempotency-key metadata entry and retry safely; x-user-id scopes it.
 type OrdersServer interface {
 	// CreateOrder creates an order: InvalidArgument if item is empty or
-	// qty <= 0, Internal for item "boom"; it sleeps delay_ms first.
+	// holds a NUL, or qty is not in 1..1000000, Internal for item "boom"; it
+	// sleeps delay_ms first.
 	CreateOrder(context.Context, *CreateOrderRequest) (*Order, error)
 	// ListOrders lists the orders really created.
 	ListOrders(context.Context, *ListOrdersRequest) (*ListOrdersResponse, error)
