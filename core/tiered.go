@@ -208,7 +208,12 @@ func (t *tiered) kept(ctx context.Context) (time.Duration, error) {
 func (t *tiered) tend(ctx context.Context) {
 	if t.missed.Load() && t.missed.Swap(false) {
 		if a, ok := t.fast.(Admin); ok {
-			if err := t.fastCall(ctx, func(ctx context.Context) error { return a.Purge(ctx, keptKey) }); err != nil {
+			// No marker (ErrNotFound: the fast tier lost its data since)
+			// is as good as one dropped: the next one is written after the
+			// miss. One being written (ErrInFlight) may be dated before
+			// it: dropped at a later call.
+			err := t.fastCall(ctx, func(ctx context.Context) error { return a.Purge(ctx, keptKey) })
+			if err != nil && !errors.Is(err, ErrNotFound) {
 				t.missed.Store(true)
 				return
 			}

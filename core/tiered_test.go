@@ -1163,3 +1163,40 @@ func TestTieredFallbackDurableLockPanics(t *testing.T) {
 		}
 	})
 }
+
+// A record that missed the fast tier while it was down, and the fast tier
+// back without its data (a restart without persistence): the marker went
+// with the data, so there is none to drop. The marker is written again at
+// the next call, as after any loss, and the calls after it make no more
+// round trips than before; a record TTL after the loss, the fast tier
+// holds keys alone again under FailClosed.
+func TestTieredMissedThenLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fast, durable := newTier(), newTier()
+		eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), FailClosed: true, Observer: func(core.Event) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		marked(t, eng)
+		fast.set(true, false)
+		run(t, eng, "k", &runs) //nolint:errcheck // stored in the durable tier alone
+		fast.lose()
+		fast.set(false, false)
+		run(t, eng, "after", &runs) //nolint:errcheck
+		if _, err := fast.Inspect(context.Background(), "idem-tiered-kept"); err != nil {
+			t.Fatalf("the marker after the fast tier came back: %v; want it written again", err)
+		}
+		fast.calls.Store(0)
+		run(t, eng, "next", &runs) //nolint:errcheck
+		if n := fast.calls.Load(); n != 2 {
+			t.Errorf("a request after: %d fast calls, want 2", n)
+		}
+		advance(eng.Config().ResponseTTL)
+		run(t, eng, "a TTL later", &runs) //nolint:errcheck
+		durable.set(true, false)
+		if _, err := run(t, eng, "new", &runs); err != nil {
+			t.Fatalf("a new key a TTL after the loss, the durable tier down: %v; want the fast tier's lock", err)
+		}
+	})
+}
