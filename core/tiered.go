@@ -168,60 +168,100 @@ const (
 	keptEvery = time.Minute // how often a process reads the marker at least
 )
 
+// runIDer is a fast tier that names the server that holds a key, a name
+// that changes when the server restarts or another takes its place
+// (redislock's Store.RunID): the marker keeps it, so that a fast tier back
+// from a restart or a failover with older data (a snapshot, an append-only
+// file a second behind, a replica that lagged) counts as one that lost its
+// data.
+type runIDer interface {
+	RunID(ctx context.Context, key string) (string, error)
+}
+
 // kept returns how long the fast tier has held every record stored through
 // the tiered store: the age of the marker, 0 if it wrote the marker now.
+// A marker of another server (runIDer), or corrupt, is dropped and
+// written anew.
 func (t *tiered) kept(ctx context.Context) (time.Duration, error) {
 	ctx = context.WithValue(ctx, quotaKey{}, nil) // the marker is no key of a scope
 	var (
 		rec   []byte
 		token string
+		run   string
 	)
-	err := t.fastCall(ctx, func(ctx context.Context) (err error) {
-		rec, token, err = t.fast.Acquire(ctx, keptKey, fastLease)
-		return err
-	})
+	acquire := func() error {
+		return t.fastCall(ctx, func(ctx context.Context) (err error) {
+			rec, token, err = t.fast.Acquire(ctx, keptKey, fastLease)
+			return err
+		})
+	}
+	err := acquire()
+	if r, ok := find[runIDer](t.fast); ok && err == nil {
+		// Read after the marker: a restart between the two reads is seen.
+		err = t.fastCall(ctx, func(ctx context.Context) (err error) {
+			run, err = r.RunID(ctx, keptKey)
+			return err
+		})
+	}
+	if err == nil && token == "" {
+		if r, derr := DecodeRecord(rec); derr == nil && r.Key == run {
+			t.keptRead.Store(time.Now().UnixNano())
+			return time.Since(r.CompletedAt), nil
+		}
+		// Another server's, or corrupt: written anew.
+		if derr := t.dropKept(ctx); derr != nil {
+			return 0, derr
+		}
+		err = acquire()
+	}
 	switch {
 	case errors.Is(err, ErrInFlight):
 		return 0, nil // another process is writing it
 	case err != nil:
 		return 0, err
+	case token == "":
+		return 0, nil // another process wrote it since
 	}
 	t.keptRead.Store(time.Now().UnixNano())
-	if token == "" {
-		r, err := DecodeRecord(rec)
-		if err != nil {
-			return 0, err
-		}
-		return time.Since(r.CompletedAt), nil
-	}
 	now := time.Now()
-	r := Record{RequestedAt: now, CompletedAt: now, ExpiresAt: now.Add(keptTTL)}
+	r := Record{Key: run, RequestedAt: now, CompletedAt: now, ExpiresAt: now.Add(keptTTL)}
 	return 0, t.fastCall(ctx, func(ctx context.Context) error {
 		return t.fast.Complete(ctx, keptKey, token, r.appendBinary(nil), keptTTL)
 	})
 }
 
+// dropKept deletes the marker; one already gone (the fast tier lost its
+// data since) is as good as one dropped.
+func (t *tiered) dropKept(ctx context.Context) error {
+	a, ok := find[Admin](t.fast)
+	if !ok {
+		return errors.New("idem: the fast tier cannot drop the tiered store's marker: it is no Admin")
+	}
+	err := t.fastCall(ctx, func(ctx context.Context) error { return a.Purge(ctx, keptKey) })
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
 // tend keeps the marker, after a call to the fast tier answered: it drops
 // it if a record missed the fast tier since the last call, and reads it
-// (writing it if it is missing) at least every keptEvery, so that a marker
-// lost with the fast tier's data is written again soon after.
+// (writing it if it is missing) at least every keptEvery, one call of the
+// process at a time, so that a marker lost with the fast tier's data is
+// written again soon after.
 func (t *tiered) tend(ctx context.Context) {
 	if t.missed.Load() && t.missed.Swap(false) {
-		if a, ok := t.fast.(Admin); ok {
-			// No marker (ErrNotFound: the fast tier lost its data since)
-			// is as good as one dropped: the next one is written after the
-			// miss. One being written (ErrInFlight) may be dated before
-			// it: dropped at a later call.
-			err := t.fastCall(ctx, func(ctx context.Context) error { return a.Purge(ctx, keptKey) })
-			if err != nil && !errors.Is(err, ErrNotFound) {
-				t.missed.Store(true)
-				return
-			}
-			t.kept(ctx) //nolint:errcheck // read again at the next call
+		// A marker being written (ErrInFlight) may be dated before the
+		// miss: dropped at a later call.
+		if err := t.dropKept(ctx); err != nil {
+			t.missed.Store(true)
 			return
 		}
+		t.kept(ctx) //nolint:errcheck // read again at the next call
+		return
 	}
-	if time.Since(time.Unix(0, t.keptRead.Load())) >= keptEvery {
+	last := t.keptRead.Load()
+	if now := time.Now().UnixNano(); time.Duration(now-last) >= keptEvery && t.keptRead.CompareAndSwap(last, now) {
 		t.kept(ctx) //nolint:errcheck // read again at the next call
 	}
 }

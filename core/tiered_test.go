@@ -288,13 +288,21 @@ func testTieredFastTierDownAndBack(t *testing.T) {
 func TestTieredStandInAfterLoss(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		miss func(fast *tier, complete func()) // the fast tier misses the completed key's record
+		miss func(fast *runTier, complete func()) // the fast tier misses the completed key's record
 	}{
-		{"fast tier lost its data", func(fast *tier, complete func()) { complete(); fast.lose() }},
-		{"fast tier down at the completion", func(fast *tier, complete func()) {
+		{"fast tier lost its data", func(fast *runTier, complete func()) { complete(); fast.lose() }},
+		{"fast tier down at the completion", func(fast *runTier, complete func()) {
 			fast.set(true, false)
 			complete()
 			fast.set(false, false)
+		}},
+		// A snapshot (or a replica that lagged): the marker, not the record.
+		{"fast tier back from a restart with older data", func(fast *runTier, complete func()) {
+			complete()
+			fast.id.Store("after the restart")
+			if err := fast.s.Purge(context.Background(), core.ID("", "k", "")); err != nil {
+				panic(err)
+			}
 		}},
 	} {
 		for _, mode := range []struct {
@@ -303,7 +311,8 @@ func TestTieredStandInAfterLoss(t *testing.T) {
 			failClosed := mode.failClosed
 			t.Run(fmt.Sprintf("%s/tx=%v/failClosed=%v", tc.name, mode.tx, failClosed), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					fast := newTier()
+					fast := &runTier{tier: newTier()}
+					fast.id.Store("before")
 					var durable interface{ set(down, stall bool) }
 					var store core.Store
 					if mode.tx {
@@ -347,6 +356,19 @@ func TestTieredStandInAfterLoss(t *testing.T) {
 			})
 		}
 	}
+}
+
+// runTier is a tier that names its server (as redislock's RunID does).
+type runTier struct {
+	*tier
+	id atomic.Value // string
+}
+
+func (t *runTier) RunID(ctx context.Context, _ string) (string, error) {
+	if _, err := t.get(ctx); err != nil {
+		return "", err
+	}
+	return t.id.Load().(string), nil
 }
 
 // txDown gives an outTx the set of a tier.

@@ -68,6 +68,10 @@ var (
 	//go:embed loadsteps.lua
 	loadStepsLua    string
 	loadStepsScript = redis.NewScript(loadStepsLua)
+
+	//go:embed runid.lua
+	runIDLua    string
+	runIDScript = redis.NewScript(runIDLua)
 )
 
 // Options configures a Store. A nil *Options means the defaults.
@@ -364,6 +368,26 @@ func closedByServer(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, syscall.ETIMEDOUT)
+}
+
+// RunID returns the run_id of the Redis server that holds key's lock
+// (INFO server), in one script: it changes when that server restarts or
+// another takes its place (a failover), which is when the records it holds
+// may be older than those written to it (a snapshot, an append-only file a
+// second behind, a replica that lagged). core's tiered store keeps it in
+// the marker that tells it whether the fast tier may hold a key alone
+// (docs/design.md, "Tiered store").
+func (s *Store) RunID(ctx context.Context, key string) (string, error) {
+	_, lock, err := s.Keys(key)
+	if err != nil {
+		return "", err
+	}
+	cmd, runs := s.run(ctx, runIDScript, []string{lock})
+	id, err := cmd.Text()
+	if err != nil {
+		return "", storeError("run id", runs, err)
+	}
+	return id, nil
 }
 
 // storeError wraps a Redis error of op, saying how many runs it took.

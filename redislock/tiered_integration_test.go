@@ -1,0 +1,115 @@
+//go:build integration
+
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/redislock"
+)
+
+// RunID names the server: INFO's run_id, another after a restart.
+func TestIntegrationRunID(t *testing.T) {
+	srv := startRedisServer(t)
+	client, err := redislock.NewClient("redis://" + srv.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	store := mustNew(t, client, nil)
+	ctx := context.Background()
+	id, err := store.RunID(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := client.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id == "" || !strings.Contains(info, "run_id:"+id) {
+		t.Fatalf("RunID %q, INFO server:\n%s", id, info)
+	}
+	srv.stop()
+	srv.start()
+	again, err := store.RunID(ctx, "k")
+	if err != nil || again == "" || again == id {
+		t.Fatalf("RunID after a restart: %q, %v; want another than %q", again, err, id)
+	}
+}
+
+// switchable is a durable tier that a test takes out of reach.
+type switchable struct {
+	core.Store
+	down atomic.Bool
+}
+
+func (s *switchable) Acquire(ctx context.Context, key string, ttl time.Duration) ([]byte, string, error) {
+	if s.down.Load() {
+		return nil, "", errors.New("durable tier down")
+	}
+	return s.Store.Acquire(ctx, key, ttl)
+}
+
+// The tiered store over a redis-server of the test's own: Redis back from
+// a restart with older data (its RDB snapshot, taken before a key
+// completed) has the tiered store's marker but not the key's record. The
+// marker's run_id tells: under FailClosed, the durable tier out of reach,
+// the key does not run again on Redis's lock alone. The calls but the
+// key's first have a TTL of a microsecond, so that a marker of the same
+// server is old enough for them.
+func TestIntegrationTieredRestartFromSnapshot(t *testing.T) {
+	srv := startRedisServer(t)
+	client, err := redislock.NewClient("redis://" + srv.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	durable := &switchable{Store: core.NewMemoryStore(0)}
+	eng, err := core.New(core.Config{Store: core.NewTiered(mustNew(t, client, nil), durable), FailClosed: true, Observer: func(core.Event) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(key string) (*core.Lease, error) {
+		l, rec, err := eng.Acquire(&core.Call{Key: key, TTL: time.Microsecond})
+		if rec != nil {
+			t.Fatalf("key %s: a replay", key)
+		}
+		return l, err
+	}
+	l, err := call("first") // writes the marker
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Complete(&core.Record{Code: 201})
+	ctx := context.Background()
+	if err := client.Save(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if l, _, err = eng.Acquire(&core.Call{Key: "k"}); l == nil {
+		t.Fatal(err)
+	}
+	l.Complete(&core.Record{Code: 201}) // in both tiers, after the snapshot, for ResponseTTL
+
+	durable.down.Store(true)
+	if l, err = call("new"); err != nil || !l.Protected() {
+		t.Fatalf("a new key, the durable tier down, the marker older than the TTL: %v; want Redis's lock alone", err)
+	}
+	l.Release(0, nil)
+
+	srv.stop() // SIGKILL: nothing saved since the snapshot
+	srv.start()
+	l, err = call("k")
+	if l != nil || !errors.Is(err, core.ErrStoreUnavailable) {
+		t.Fatalf("the completed key after Redis came back from its snapshot, the durable tier down: lease %v, %v; want ErrStoreUnavailable", l != nil, err)
+	}
+	durable.down.Store(false)
+	if _, rec, err := eng.Acquire(&core.Call{Key: "k", TTL: time.Microsecond}); rec == nil || rec.Code != 201 {
+		t.Fatalf("the completed key, the durable tier back: %v, %v; want its replay", rec, err)
+	}
+}
