@@ -369,19 +369,7 @@ func TestFaultTieredPostgresStall(t *testing.T) {
 	dbURL := postgresSchema(t)
 	f := startFleet(t, bin, "REDIS_URL="+rds.url(), "DATABASE_URL="+dbURL)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	stall, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stall.Rollback(ctx) //nolint:errcheck // ended below
-	if _, err := stall.Exec(ctx, "LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	stall := stallKeysTable(t, dbURL)
 	const fallbacks = "idempotency_store_fallbacks_total"
 	before := f.metric(fallbacks)
 	keys, first := make([]string, 9), make([]answer, 9)
@@ -429,6 +417,27 @@ func TestFaultTieredPostgresStall(t *testing.T) {
 	}
 }
 
+// stallKeysTable locks idem's table in a transaction of its own, which
+// the test rolls back to end the stall (or its cleanup does).
+func stallKeysTable(t *testing.T, dbURL string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	stall, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stall.Rollback(ctx) }) //nolint:errcheck // ended by the test
+	if _, err := stall.Exec(ctx, "LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	return stall
+}
+
 // Redis loses its data (FLUSHALL), then PostgreSQL stalls (a lock on
 // idem's table), under the tiered store and FailClosed: a completed key
 // sent again finds Redis free and PostgreSQL silent. Redis's marker went
@@ -450,19 +459,7 @@ func TestFaultTieredFlushThenPostgresStall(t *testing.T) {
 	if err := rds.client.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	stall, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stall.Rollback(ctx) //nolint:errcheck // ended below
-	if _, err := stall.Exec(ctx, "LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	stall := stallKeysTable(t, dbURL)
 	for i, key := range keys {
 		if a := postOrder(f.client, f.servers[(i+1)%3].url, (i+1)%3, "faults", key, 0); a.status != http.StatusServiceUnavailable {
 			t.Errorf("key %s after FLUSHALL, PostgreSQL stalled: %d replay=%v %v, want 503", key, a.status, a.replay, a.err)
