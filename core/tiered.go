@@ -155,7 +155,9 @@ func (t *tiered) fallback(ctx context.Context, tier, op string, err error) {
 // since when the fast tier has held every record stored through the
 // tiered store. A fast tier that loses its data (a restart without
 // persistence, FLUSHALL, a failover to an empty replica) loses the marker
-// too; the next read writes a new one. A record that reached the durable
+// too, and one that names its server (runIDer) and comes back as another
+// one (a restart, a failover) has another's; the next read writes a new
+// one. A record that reached the durable
 // tier and not the fast one (the fast tier down or failing when it was
 // stored) makes the process drop the marker at its next call to the fast
 // tier (missed). While the marker is younger than a call's record TTL,
@@ -838,9 +840,10 @@ type tieredTx struct {
 // process's lock holds off retries that long: tieredTxn), is completed
 // with the record after the commit.
 // With the durable tier down, the fast tier's lock alone holds the key, as
-// in Acquire: the work runs protected, without a transaction (fastTxn). A
-// busy durable tier (ErrStoreBusy) is treated the same way: the fast lock
-// holds the key; with the fast tier down too, the call is refused.
+// in Acquire (under FailClosed, if the marker says it may): the work runs
+// protected, without a transaction (fastTxn). A busy durable tier
+// (ErrStoreBusy) is treated the same way: the fast lock holds the key;
+// with the fast tier down too, the call is refused.
 func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([]byte, Tx, error) {
 	var (
 		rec []byte
