@@ -204,6 +204,13 @@ func (t *tiered) kept(ctx context.Context) (time.Duration, error) {
 			run, err = r.RunID(ctx, keptKey)
 			return err
 		})
+		if err != nil && token != "" {
+			// The lock taken to write the marker goes: left to expire, it
+			// would tell the next reads that another process is writing
+			// the marker (ErrInFlight), hiding this error behind a marker
+			// 0s old.
+			t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Release(ctx, keptKey, token) }) //nolint:errcheck // it expires
+		}
 	}
 	if err == nil && token == "" {
 		if r, derr := DecodeRecord(rec); derr == nil && r.Key == run {

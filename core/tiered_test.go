@@ -1222,3 +1222,37 @@ func TestTieredMissedThenLost(t *testing.T) {
 		}
 	})
 }
+
+// failingRunTier is a fast tier whose RunID fails (redislock's under an ACL
+// without INFO, which is in @dangerous: NOPERM).
+type failingRunTier struct{ *tier }
+
+var errNoPerm = errors.New("NOPERM: INFO")
+
+func (t *failingRunTier) RunID(context.Context, string) (string, error) { return "", errNoPerm }
+
+// A fast tier that cannot name its server leaves no marker, and every
+// refusal under FailClosed says why: the marker's lock taken to write it
+// does not stay behind to make the next read take the marker for one
+// another process is writing, 0s old.
+func TestTieredRunIDFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fast, durable := &failingRunTier{newTier()}, newTier()
+		eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), FailClosed: true, Observer: func(core.Event) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		run(t, eng, "first", &runs) //nolint:errcheck
+		if st, err := fast.Inspect(context.Background(), "idem-tiered-kept"); err == nil {
+			t.Fatalf("the marker after RunID failed: %+v; want neither record nor lock", st)
+		}
+		durable.set(true, false)
+		for i := range 2 {
+			_, err := run(t, eng, fmt.Sprint("new", i), &runs)
+			if !errors.Is(err, core.ErrStoreUnavailable) || !strings.Contains(err.Error(), errNoPerm.Error()) {
+				t.Fatalf("a new key #%d, the durable tier down: %v; want a refusal that says RunID's error", i, err)
+			}
+		}
+	})
+}
