@@ -371,12 +371,16 @@ func closedByServer(err error) bool {
 }
 
 // RunID returns the run_id of the Redis server that holds key's lock
-// (INFO server), in one script: it changes when that server restarts or
-// another takes its place (a failover), which is when the records it holds
-// may be older than those written to it (a snapshot, an append-only file a
-// second behind, a replica that lagged). core's tiered store keeps it in
-// the marker that tells it whether the fast tier may hold a key alone
-// (docs/design.md, "Tiered store").
+// (INFO server) and its replication ID (INFO replication's master_replid),
+// space-separated, in one script: it changes when that server restarts,
+// another takes its place (a failover), or it is promoted after it took
+// another's data as its replica (REPLICAOF, then REPLICAOF NO ONE), which
+// is when the records it holds may be older than those written to it (a
+// snapshot, an append-only file a second behind, a replica that lagged).
+// It also changes when a replica attaches to a master that had none (or
+// none for repl-backlog-ttl), a new replication history. core's tiered
+// store keeps it in the marker that tells it whether the fast tier may
+// hold a key alone (docs/design.md, "Tiered store").
 func (s *Store) RunID(ctx context.Context, key string) (string, error) {
 	_, lock, err := s.Keys(key)
 	if err != nil {

@@ -5,16 +5,20 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/redislock"
 )
 
-// RunID names the server: INFO's run_id, another after a restart.
+// RunID names the server: INFO's run_id and master_replid, another after a
+// restart.
 func TestIntegrationRunID(t *testing.T) {
 	srv := startRedisServer(t)
 	client, err := redislock.NewClient("redis://" + srv.addr())
@@ -32,8 +36,13 @@ func TestIntegrationRunID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id == "" || !strings.Contains(info, "run_id:"+id) {
-		t.Fatalf("RunID %q, INFO server:\n%s", id, info)
+	run, replid, _ := strings.Cut(id, " ")
+	repl, err := client.Info(ctx, "replication").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run == "" || replid == "" || !strings.Contains(info, "run_id:"+run) || !strings.Contains(repl, "master_replid:"+replid) {
+		t.Fatalf("RunID %q, INFO server:\n%s\nINFO replication:\n%s", id, info, repl)
 	}
 	srv.stop()
 	srv.start()
@@ -111,5 +120,78 @@ func TestIntegrationTieredRestartFromSnapshot(t *testing.T) {
 	durable.down.Store(false)
 	if _, rec, err := eng.Acquire(&core.Call{Key: "k", TTL: time.Microsecond}); rec == nil || rec.Code != 201 {
 		t.Fatalf("the completed key, the durable tier back: %v, %v; want its replay", rec, err)
+	}
+}
+
+// A server that took another's data as its replica, then was promoted back
+// (a switchover to a replica that lagged, and back), keeps its run_id: the
+// records written to it alone since the other's promotion are gone, and its
+// marker, replicated to the other before, must not count as its own.
+func TestIntegrationTieredSwitchBack(t *testing.T) {
+	x, y := startRedisServer(t, "--repl-diskless-sync-delay", "0"), startRedisServer(t, "--repl-diskless-sync-delay", "0")
+	cx, err := redislock.NewClient("redis://" + x.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cx.Close() })
+	cy, err := redislock.NewClient("redis://" + y.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cy.Close() })
+	replicaOf := func(c redis.UniversalClient, of *redisServer) {
+		t.Helper()
+		args := []any{"REPLICAOF", "NO", "ONE"}
+		if of != nil {
+			args = []any{"REPLICAOF", "127.0.0.1", strconv.Itoa(of.port)}
+		}
+		if err := c.Do(context.Background(), args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); of != nil; time.Sleep(50 * time.Millisecond) {
+			s := c.Info(context.Background(), "replication").Val()
+			if strings.Contains(s, "master_link_status:up") && strings.Contains(s, "master_sync_in_progress:0") {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no sync:\n%s", s)
+			}
+		}
+	}
+	durable := &switchable{Store: core.NewMemoryStore(0)}
+	store := mustNew(t, cx, nil)
+	eng, err := core.New(core.Config{Store: core.NewTiered(store, durable), FailClosed: true, Observer: func(core.Event) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete := func(key string) {
+		t.Helper()
+		l, _, err := eng.Acquire(&core.Call{Key: key})
+		if l == nil {
+			t.Fatal(err)
+		}
+		l.Complete(&core.Record{Code: 201})
+	}
+	replicaOf(cy, x)
+	complete("first") // writes the marker, which y gets
+	before, err := store.RunID(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicaOf(cy, nil) // y promoted: it lags from now on
+	complete("k")      // on x alone (and in the durable tier)
+	replicaOf(cx, y)   // x takes y's data, without k's record
+	replicaOf(cx, nil) // and is promoted back
+	after, err := store.RunID(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _, _ := strings.Cut(before, " "); !strings.HasPrefix(after, b) {
+		t.Fatalf("RunID %q, then %q: want the same run_id", before, after)
+	}
+	durable.down.Store(true)
+	l, _, err := eng.Acquire(&core.Call{Key: "k", TTL: time.Microsecond})
+	if l != nil || !errors.Is(err, core.ErrStoreUnavailable) {
+		t.Fatalf("the completed key after the switch back, the durable tier down: lease %v, %v; want ErrStoreUnavailable", l != nil, err)
 	}
 }
