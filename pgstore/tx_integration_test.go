@@ -350,7 +350,15 @@ func TestIntegrationTxPoolInUse(t *testing.T) {
 			if a.runs.Load() != 0 {
 				t.Fatalf("%d runs while the pool was in use, want 0", a.runs.Load())
 			}
-			if r := a.post("a", `{}`); r.status != http.StatusCreated || a.count("a") != 1 {
+			// A client retries a 503: on a loaded machine a commit may take
+			// longer than the 200 ms StoreTimeout, and land (the documented
+			// ambiguity); the retry then replays it.
+			r := a.post("a", `{}`)
+			for try := 1; r.status == http.StatusServiceUnavailable && try < 3; try++ {
+				t.Logf("with connections again, try %d: %+v; retried", try, r)
+				r = a.post("a", `{}`)
+			}
+			if r.status != http.StatusCreated || a.count("a") != 1 {
 				t.Fatalf("with connections again: %+v, %d orders; want 201 through the request's transaction", r, a.count("a"))
 			}
 		})
