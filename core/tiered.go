@@ -253,8 +253,9 @@ func (t *tiered) dropKept(ctx context.Context) error {
 	return err
 }
 
-// tend keeps the marker, after a call to the fast tier answered: it drops
-// it if a record missed the fast tier since the last call, and reads it
+// tend keeps the marker, after a call to the fast tier answered (an
+// acquire, a completion): it drops it if a record missed the fast tier
+// since, and reads it
 // (writing it if it is missing) at least every keptEvery, one call of the
 // process at a time, so that a marker lost with the fast tier's data is
 // written again soon after.
@@ -273,6 +274,12 @@ func (t *tiered) tend(ctx context.Context) {
 	if now := time.Now().UnixNano(); time.Duration(now-last) >= keptEvery && t.keptRead.CompareAndSwap(last, now) {
 		t.kept(ctx) //nolint:errcheck // read again at the next call
 	}
+}
+
+// answered reports whether err, of a call to the fast tier, is its answer
+// (nil, a lock, a quota) rather than a failure to reach it.
+func answered(err error) bool {
+	return err == nil || errors.Is(err, ErrInFlight) || errors.Is(err, ErrQuotaExceeded)
 }
 
 // standIn reports whether the fast tier's lock alone may hold the key of
@@ -313,7 +320,7 @@ func (t *tiered) Acquire(ctx context.Context, key string, lockTTL time.Duration)
 		rec, ft, err = t.fast.Acquire(ctx, key, lockTTL)
 		return err
 	})
-	if err == nil {
+	if answered(err) {
 		t.tend(ctx)
 	}
 	switch {
@@ -484,6 +491,9 @@ func (t *tiered) Complete(ctx context.Context, key, token string, record []byte,
 		return derr
 	}
 	ferr := t.fastCall(ctx, func(ctx context.Context) error { return t.fast.Complete(ctx, key, ft, record, ttl) })
+	if ferr == nil {
+		t.tend(ctx)
+	}
 	switch {
 	case dt == "" && !errors.Is(ferr, ErrLockLost):
 		// The fast tier alone held the key: the durable tier gets the
@@ -860,7 +870,7 @@ func (t *tieredTx) Begin(ctx context.Context, key string, idle time.Duration) ([
 		rec, ft, err = t.fast.Acquire(ctx, key, min(idle, fastLease))
 		return err
 	})
-	if err == nil {
+	if answered(err) {
 		t.tend(ctx)
 	}
 	switch {

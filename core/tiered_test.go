@@ -1256,3 +1256,47 @@ func TestTieredRunIDFails(t *testing.T) {
 		}
 	})
 }
+
+// After a record missed the fast tier, the process drops the marker at the
+// fast tier's first answer, whichever it is: here a conflict, then a
+// completion.
+func TestTieredMissDroppedAtFirstAnswer(t *testing.T) {
+	for _, answer := range []string{"conflict", "completion"} {
+		t.Run(answer, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fast, durable := newTier(), newTier()
+				eng := failClosedTiered(t, fast, durable)
+				marked(t, eng)
+				held, _, err := eng.Acquire(&core.Call{Key: "held"})
+				if held == nil {
+					t.Fatal(err)
+				}
+				var runs atomic.Int32
+				fast.set(true, false)
+				run(t, eng, "k", &runs) //nolint:errcheck // in the durable tier alone
+				fast.set(false, false)
+				advance(time.Second)
+				missedAt := time.Now()
+				if answer == "conflict" {
+					if _, _, err := eng.Acquire(&core.Call{Key: "held"}); !errors.Is(err, core.ErrInFlight) {
+						t.Fatalf("a duplicate: %v, want ErrInFlight", err)
+					}
+				} else {
+					held.Complete(&core.Record{Code: 200})
+				}
+				st, err := fast.s.Inspect(context.Background(), "idem-tiered-kept")
+				if err != nil {
+					t.Fatalf("the marker: %v", err)
+				}
+				r, err := core.DecodeRecord(st.Record)
+				if err != nil {
+					t.Fatalf("the marker: %v", err)
+				}
+				if r.CompletedAt.Before(missedAt) {
+					t.Fatalf("the marker after the %s: written at %v, before the miss at %v; want it dropped and written anew", answer, r.CompletedAt, missedAt)
+				}
+				held.Release(0, nil)
+			})
+		})
+	}
+}
