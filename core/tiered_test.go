@@ -183,13 +183,19 @@ func run(t *testing.T, eng *core.Engine, key string, runs *atomic.Int32) (*core.
 func TestTieredRoundTrips(t *testing.T) { synctest.Test(t, testTieredRoundTrips) }
 
 func testTieredRoundTrips(t *testing.T) {
-	eng, fast, durable := tieredEngine(t, nil)
+	fast, durable := &runTier{tier: newTier()}, newTier()
+	fast.id.Store("redis")
+	eng, err := core.New(core.Config{Store: core.NewTiered(fast, durable), StoreTimeout: 100 * time.Millisecond, BreakerFailures: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var runs atomic.Int32
-	// The process's first call reads the marker, and writes it: two more
-	// fast calls; then a read a minute.
+	// The process's first call reads the marker and its server's name
+	// (RunID), and writes it: three more fast calls; then a read (two) a
+	// minute.
 	run(t, eng, "first", &runs) //nolint:errcheck
-	if f, d := fast.calls.Load(), durable.calls.Load(); f != 4 || d != 2 {
-		t.Fatalf("the process's first request: %d fast and %d durable calls, want 4 and 2", f, d)
+	if f, d := fast.calls.Load(), durable.calls.Load(); f != 5 || d != 2 {
+		t.Fatalf("the process's first request: %d fast and %d durable calls, want 5 and 2", f, d)
 	}
 	fast.calls.Store(0)
 	durable.calls.Store(0)
@@ -201,8 +207,8 @@ func testTieredRoundTrips(t *testing.T) {
 	fast.calls.Store(0)
 	durable.calls.Store(0)
 	run(t, eng, "a minute later", &runs) //nolint:errcheck
-	if f, d := fast.calls.Load(), durable.calls.Load(); f != 3 || d != 2 {
-		t.Fatalf("a first request a minute later: %d fast and %d durable calls, want 3 (the marker read) and 2", f, d)
+	if f, d := fast.calls.Load(), durable.calls.Load(); f != 4 || d != 2 {
+		t.Fatalf("a first request a minute later: %d fast and %d durable calls, want 4 (the marker's read) and 2", f, d)
 	}
 	fast.calls.Store(0)
 	durable.calls.Store(0)
