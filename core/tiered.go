@@ -348,7 +348,11 @@ func (t *tiered) Acquire(ctx context.Context, key string, lockTTL time.Duration)
 		}
 		return nil, tieredToken("", dt), nil
 	}
-	rec, dt, err := t.durable.Acquire(ctx, key, lockTTL)
+	// Half the time left: a durable tier that stalls leaves the fast one
+	// the time to read the marker (standIn) or release its lock.
+	dctx, cancel := durableCtx(ctx, ft)
+	rec, dt, err := t.durable.Acquire(dctx, key, lockTTL)
+	cancel()
 	switch {
 	case err == nil && dt == "":
 		// The fast tier lost the record: write it back, with what is left

@@ -1306,3 +1306,21 @@ func TestTieredMissDroppedAtFirstAnswer(t *testing.T) {
 		})
 	}
 }
+
+// Under FailClosed, the marker older than the TTL, a durable tier that
+// stalls (rather than refuses) at an acquire leaves the fast tier the time
+// to read the marker: its lock alone holds the key, as when the durable
+// tier is down, and is not left behind by a refusal.
+func TestTieredStandInDurableStalled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fast, durable := newTier(), newTier()
+		eng := failClosedTiered(t, fast, durable)
+		marked(t, eng)
+		durable.set(false, true)
+		l, _, err := eng.Acquire(&core.Call{Key: "new"})
+		if l == nil || !l.Protected() {
+			t.Fatalf("a new key, the durable tier stalled, the marker older than the TTL: %v; want the fast tier's lock", err)
+		}
+		l.Release(0, nil)
+	})
+}
