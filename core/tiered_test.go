@@ -1324,3 +1324,49 @@ func TestTieredStandInDurableStalled(t *testing.T) {
 		l.Release(0, nil)
 	})
 }
+
+// A record that misses the fast tier at its completion alone (the key
+// locked in both tiers, or in the fast one alone, then one timeout of the
+// fast tier at the completion) drops the marker at the fast tier's next
+// answer: the durable tier down, the completed key is refused, not run
+// again on the fast tier's lock.
+func TestTieredMissAtCompletion(t *testing.T) {
+	for _, mode := range []string{"both", "fast alone", "tx"} {
+		t.Run(mode, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fast := newTier()
+				var durable interface{ set(down, stall bool) }
+				var store core.Store
+				if mode == "tx" {
+					d := outTx{&downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}}
+					durable, store = txDown{d}, core.NewTiered(fast, d)
+				} else {
+					d := newTier()
+					durable, store = d, core.NewTiered(fast, d)
+				}
+				eng, err := core.New(core.Config{Store: store, FailClosed: true, Observer: func(core.Event) {}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				marked(t, eng)
+				durable.set(mode == "fast alone", false)
+				l, _, err := eng.Acquire(&core.Call{Key: "k"})
+				if l == nil || !l.Protected() {
+					t.Fatalf("k: %v", err)
+				}
+				durable.set(false, false)
+				fast.set(true, false)
+				l.Complete(&core.Record{Code: 201})
+				fast.set(false, false)
+				var runs atomic.Int32
+				run(t, eng, "other", &runs)   //nolint:errcheck // the fast tier answers: the marker is dropped
+				advance(eng.Config().LockTTL) // k's fast lock, left by the failed completion, expires
+				durable.set(true, false)
+				l, _, err = eng.Acquire(&core.Call{Key: "k"})
+				if l != nil || !errors.Is(err, core.ErrStoreUnavailable) {
+					t.Fatalf("the completed key, its record missed by the fast tier, the durable tier down: lease %v, %v; want ErrStoreUnavailable", l != nil, err)
+				}
+			})
+		})
+	}
+}
