@@ -48,7 +48,9 @@ type tiered struct {
 // answers by the time the work completes; under Config.FailClosed, only if
 // a marker the store keeps in the fast tier says that it has held every
 // record for at least the call's record TTL (else the call is refused), so
-// that a fast tier that lost its data does not run completed keys again.
+// that a fast tier that lost its data does not run completed keys again
+// (the fast tier must be an Admin, to drop the marker, and should name its
+// server as redislock's Store does: see docs/design.md, "Tiered store").
 // The store implements Admin, Checkpointer and Invalidator, and
 // TxStore if durable does (pgstore.NewTx): the durable tier's transaction
 // then holds the key and commits the record, and the fast tier serves
@@ -225,7 +227,7 @@ func (t *tiered) kept(ctx context.Context) (time.Duration, error) {
 	}
 	switch {
 	case errors.Is(err, ErrInFlight):
-		return 0, nil // another process is writing it
+		return 0, errKeptWriting
 	case err != nil:
 		return 0, err
 	case token == "":
@@ -238,6 +240,10 @@ func (t *tiered) kept(ctx context.Context) (time.Duration, error) {
 		return t.fast.Complete(ctx, keptKey, token, r.appendBinary(nil), keptTTL)
 	})
 }
+
+// errKeptWriting is kept's error while another process writes the marker:
+// it is as young as can be.
+var errKeptWriting = errors.New("another process is writing it")
 
 // dropKept deletes the marker; one already gone (the fast tier lost its
 // data since) is as good as one dropped.
@@ -267,12 +273,12 @@ func (t *tiered) tend(ctx context.Context) {
 			t.missed.Store(true)
 			return
 		}
-		t.kept(ctx) //nolint:errcheck // read again at the next call
+		t.kept(ctx) //nolint:errcheck // read again within keptEvery
 		return
 	}
 	last := t.keptRead.Load()
 	if now := time.Now().UnixNano(); time.Duration(now-last) >= keptEvery && t.keptRead.CompareAndSwap(last, now) {
-		t.kept(ctx) //nolint:errcheck // read again at the next call
+		t.kept(ctx) //nolint:errcheck // read again within keptEvery
 	}
 }
 
@@ -292,6 +298,9 @@ func (t *tiered) standIn(ctx context.Context, err error) error {
 	l := callLease(ctx)
 	if l == nil || !l.e.cfg.FailClosed {
 		return nil
+	}
+	if t.missed.Load() {
+		return fmt.Errorf("%w; the fast tier cannot hold the key alone: a record missed it, and its marker is not dropped yet", err)
 	}
 	kept, kerr := t.kept(ctx)
 	switch {

@@ -1370,3 +1370,24 @@ func TestTieredMissAtCompletion(t *testing.T) {
 		})
 	}
 }
+
+// A record missed the fast tier and the process could not drop the marker
+// (here the fast tier is no Admin): under FailClosed the fast tier does not
+// hold a key alone, however old the marker.
+func TestTieredMissNotDroppedRefuses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fast, durable := newTier(), newTier()
+		eng := failClosedTiered(t, plainStore{fast}, durable)
+		marked(t, eng)
+		var runs atomic.Int32
+		fast.set(true, false)
+		run(t, eng, "k", &runs) //nolint:errcheck // in the durable tier alone
+		fast.set(false, false)
+		run(t, eng, "other", &runs) //nolint:errcheck // the fast tier answers; the marker cannot be dropped
+		durable.set(true, false)
+		l, _, err := eng.Acquire(&core.Call{Key: "k"})
+		if l != nil || !errors.Is(err, core.ErrStoreUnavailable) || !strings.Contains(err.Error(), "not dropped") {
+			t.Fatalf("the completed key again, the durable tier down: lease %v, %v; want ErrStoreUnavailable, the marker not dropped", l != nil, err)
+		}
+	})
+}

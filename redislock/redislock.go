@@ -380,7 +380,8 @@ func closedByServer(err error) bool {
 // It also changes when a replica attaches to a master that had none (or
 // none for repl-backlog-ttl), a new replication history. core's tiered
 // store keeps it in the marker that tells it whether the fast tier may
-// hold a key alone (docs/design.md, "Tiered store").
+// hold a key alone (docs/design.md, "Tiered store"). A server whose INFO
+// lacks either (a Redis-compatible one) is an error.
 func (s *Store) RunID(ctx context.Context, key string) (string, error) {
 	_, lock, err := s.Keys(key)
 	if err != nil {

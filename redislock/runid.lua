@@ -2,6 +2,9 @@
 -- its master_replid (INFO replication), which changes when it is promoted
 -- (REPLICAOF NO ONE, a failover): a server that took another's data as its
 -- replica, then was promoted, keeps its run_id but not its replication ID.
-local server = redis.call('INFO', 'server')
-local repl = redis.call('INFO', 'replication')
-return (string.match(server, 'run_id:(%x+)') or '') .. ' ' .. (string.match(repl, 'master_replid:(%x+)') or '')
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local repl = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
+if not run or not repl then
+	return redis.error_reply('INFO has no run_id or master_replid')
+end
+return run .. ' ' .. repl
