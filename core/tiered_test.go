@@ -319,15 +319,7 @@ func TestTieredStandInAfterLoss(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					fast := &runTier{tier: newTier()}
 					fast.id.Store("before")
-					var durable interface{ set(down, stall bool) }
-					var store core.Store
-					if mode.tx {
-						d := outTx{&downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}}
-						durable, store = txDown{d}, core.NewTiered(fast, d)
-					} else {
-						d := newTier()
-						durable, store = d, core.NewTiered(fast, d)
-					}
+					durable, store := switchableDurable(t, fast, mode.tx)
 					eng, err := core.New(core.Config{Store: store, FailClosed: failClosed, Observer: func(core.Event) {}})
 					if err != nil {
 						t.Fatal(err)
@@ -375,6 +367,17 @@ func (t *runTier) RunID(ctx context.Context, _ string) (string, error) {
 		return "", err
 	}
 	return t.id.Load().(string), nil
+}
+
+// switchableDurable returns a durable tier that a test takes down (set),
+// a TxStore if tx, and the tiered store of fast in front of it.
+func switchableDurable(t *testing.T, fast core.Store, tx bool) (interface{ set(down, stall bool) }, core.Store) {
+	if tx {
+		d := outTx{&downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}}
+		return txDown{d}, core.NewTiered(fast, d)
+	}
+	d := newTier()
+	return d, core.NewTiered(fast, d)
 }
 
 // txDown gives an outTx the set of a tier.
@@ -1335,15 +1338,7 @@ func TestTieredMissAtCompletion(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fast := newTier()
-				var durable interface{ set(down, stall bool) }
-				var store core.Store
-				if mode == "tx" {
-					d := outTx{&downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}}
-					durable, store = txDown{d}, core.NewTiered(fast, d)
-				} else {
-					d := newTier()
-					durable, store = d, core.NewTiered(fast, d)
-				}
+				durable, store := switchableDurable(t, fast, mode == "tx")
 				eng, err := core.New(core.Config{Store: store, FailClosed: true, Observer: func(core.Event) {}})
 				if err != nil {
 					t.Fatal(err)

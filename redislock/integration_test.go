@@ -422,6 +422,18 @@ func startRedisServer(t testing.TB, args ...string) *redisServer {
 
 func (r *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
 
+// client returns a client of NewClient's defaults on the server, closed
+// by t.Cleanup.
+func (r *redisServer) client(t *testing.T) redis.UniversalClient {
+	t.Helper()
+	c, err := redislock.NewClient("redis://" + r.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func (r *redisServer) start() {
 	r.t.Helper()
 	args := append([]string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "",
@@ -622,11 +634,7 @@ func testFaults(t *testing.T, unbatched bool) {
 // unprotected, and their retries would run the handler again.
 func TestIntegrationClosedConnections(t *testing.T) {
 	srv := startRedisServer(t)
-	client, err := redislock.NewClient("redis://" + srv.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	client := srv.client(t)
 	admin := redis.NewClient(&redis.Options{Addr: srv.addr()})
 	t.Cleanup(func() { admin.Close() })
 	testClosedConnections(t, client, admin)

@@ -14,18 +14,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem/core"
-	"github.com/idem-go/idem/redislock"
 )
 
 // RunID names the server: INFO's run_id and master_replid, another after a
 // restart.
 func TestIntegrationRunID(t *testing.T) {
 	srv := startRedisServer(t)
-	client, err := redislock.NewClient("redis://" + srv.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	client := srv.client(t)
 	store := mustNew(t, client, nil)
 	ctx := context.Background()
 	id, err := store.RunID(ctx, "k")
@@ -74,11 +69,7 @@ func (s *switchable) Acquire(ctx context.Context, key string, ttl time.Duration)
 // server is old enough for them.
 func TestIntegrationTieredRestartFromSnapshot(t *testing.T) {
 	srv := startRedisServer(t)
-	client, err := redislock.NewClient("redis://" + srv.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	client := srv.client(t)
 	durable := &switchable{Store: core.NewMemoryStore(0)}
 	eng, err := core.New(core.Config{Store: core.NewTiered(mustNew(t, client, nil), durable), FailClosed: true, Observer: func(core.Event) {}})
 	if err != nil {
@@ -129,16 +120,7 @@ func TestIntegrationTieredRestartFromSnapshot(t *testing.T) {
 // marker, replicated to the other before, must not count as its own.
 func TestIntegrationTieredSwitchBack(t *testing.T) {
 	x, y := startRedisServer(t, "--repl-diskless-sync-delay", "0"), startRedisServer(t, "--repl-diskless-sync-delay", "0")
-	cx, err := redislock.NewClient("redis://" + x.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cx.Close() })
-	cy, err := redislock.NewClient("redis://" + y.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cy.Close() })
+	cx, cy := x.client(t), y.client(t)
 	replicaOf := func(c redis.UniversalClient, of *redisServer) {
 		t.Helper()
 		args := []any{"REPLICAOF", "NO", "ONE"}
