@@ -159,13 +159,13 @@ func (t *tiered) fallback(ctx context.Context, tier, op string, err error) {
 // persistence, FLUSHALL, a failover to an empty replica) loses the marker
 // too, and one that names its server (runIDer) and comes back as another
 // one (a restart, a failover) has another's; the next read writes a new
-// one. A record that reached the durable
-// tier and not the fast one (the fast tier down or failing when it was
-// stored) makes the process drop the marker at its next call to the fast
-// tier (missed). While the marker is younger than a call's record TTL,
-// the fast tier's "free" may be a completed key whose record it lost, and
-// a call under FailClosed does not fall back to the fast tier alone
-// (standIn).
+// one. A record that reached the durable tier and not the fast one (the
+// fast tier down or failing when it was stored) makes the process drop
+// the marker at the fast tier's next answer (missed, tend). While the
+// marker is younger than a call's record TTL, or a miss is known and the
+// marker not yet dropped, the fast tier's "free" may be a completed key
+// whose record it lost, and a call under FailClosed does not fall back to
+// the fast tier alone (standIn).
 const (
 	keptKey   = "idem-tiered-kept"
 	keptTTL   = 10 * 365 * 24 * time.Hour
@@ -260,20 +260,20 @@ func (t *tiered) dropKept(ctx context.Context) error {
 }
 
 // tend keeps the marker, after a call to the fast tier answered (an
-// acquire, a completion): it drops it if a record missed the fast tier
-// since, and reads it
-// (writing it if it is missing) at least every keptEvery, one call of the
-// process at a time, so that a marker lost with the fast tier's data is
-// written again soon after.
+// acquire, a completion): it drops it if a record missed the fast tier,
+// and reads it (writing it if it is missing) at least every keptEvery, one
+// call of the process at a time, so that a marker lost with the fast
+// tier's data is written again soon after.
 func (t *tiered) tend(ctx context.Context) {
-	if t.missed.Load() && t.missed.Swap(false) {
-		// A marker being written (ErrInFlight) may be dated before the
-		// miss: dropped at a later call.
+	if t.missed.Load() {
+		// The flag stays set until the marker is gone, so that standIn
+		// refuses meanwhile. A marker being written (ErrInFlight) may be
+		// dated before the miss: dropped at a later call.
 		if err := t.dropKept(ctx); err != nil {
-			t.missed.Store(true)
 			return
 		}
-		t.kept(ctx) //nolint:errcheck // read again within keptEvery
+		t.missed.Store(false) // a miss from now on is older than the marker written next
+		t.kept(ctx)           //nolint:errcheck // read again within keptEvery
 		return
 	}
 	last := t.keptRead.Load()

@@ -1386,3 +1386,52 @@ func TestTieredMissNotDroppedRefuses(t *testing.T) {
 		}
 	})
 }
+
+// slowPurge is a tier whose first Purge waits for release.
+type slowPurge struct {
+	*tier
+	purged  atomic.Bool
+	waiting chan struct{} // closed when the first Purge waits
+	release chan struct{}
+}
+
+func (t *slowPurge) Purge(ctx context.Context, key string) error {
+	if !t.purged.Swap(true) {
+		close(t.waiting)
+		<-t.release
+	}
+	return t.tier.Purge(ctx, key)
+}
+
+// While one call of the process drops the marker after a miss, another
+// call does not take the old marker for good: the miss is known until the
+// marker is gone.
+func TestTieredMissKnownWhileDropping(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fast := &slowPurge{tier: newTier(), waiting: make(chan struct{}), release: make(chan struct{})}
+		durable := newTier()
+		eng := failClosedTiered(t, fast, durable)
+		marked(t, eng)
+		var runs atomic.Int32
+		fast.set(true, false)
+		run(t, eng, "k", &runs) //nolint:errcheck // in the durable tier alone
+		fast.set(false, false)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			run(t, eng, "other", &runs) //nolint:errcheck // its drop of the marker waits
+		}()
+		<-fast.waiting
+		durable.set(true, false)
+		l, _, err := eng.Acquire(&core.Call{Key: "k"})
+		if l != nil || !errors.Is(err, core.ErrStoreUnavailable) {
+			t.Errorf("the completed key while another call drops the marker, the durable tier down: lease %v, %v; want ErrStoreUnavailable", l != nil, err)
+		}
+		if l != nil {
+			l.Release(0, nil)
+		}
+		close(fast.release)
+		durable.set(false, false)
+		<-done
+	})
+}
