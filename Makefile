@@ -50,12 +50,14 @@ test-integration: $(PROMETHEUS)
 	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
 
 ## bench: Go benchmarks of every module, with allocations; each case also
-## as a throughput ratio to the "bare" baseline of the same run.
+## as a throughput ratio to the "bare" baseline of the same run. Every
+## module runs, and the target fails at the end if any did (as test does).
 bench:
-	@set -e; for m in $(MODULES); do \
+	@failed=; for m in $(MODULES); do \
 		echo "==> bench $$m"; \
-		(cd $$m && GOWORK=off $(GO) test -run '^$$' -bench . -benchmem ./...) | awk -f $(CURDIR)/scripts/benchratio.awk; \
-	done
+		(cd $$m && GOWORK=off $(GO) test -run '^$$' -bench . -benchmem ./...) | awk -f $(CURDIR)/scripts/benchratio.awk || failed="$$failed $$m"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
 
 ## loadtest: wrk against idem on the Redis store at $(REDIS_URL), as
 ## configured by default (its scripts batched), unbatched, over go-redis's
