@@ -26,7 +26,8 @@ import (
 // from the record: IDEM_TX=0) and tx (the transactional mode, one commit),
 // for first requests and replays. Each case reports commits/op, the
 // pg_stat_database.xact_commit delta per request (read-only transactions
-// count too), read after the pool's backends exit and flush their counts.
+// count too), read after the pool's backends exit and flush their counts;
+// the measured loop starts on a pool whose connections are open.
 func BenchmarkPostgresTx(b *testing.B) {
 	if err := pgtest.Ping(); err != nil {
 		b.Skipf("no PostgreSQL at %s (set IDEM_PG_URL): %v", pgtest.URL(), err)
@@ -92,18 +93,45 @@ func BenchmarkPostgresTx(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer c.Close(ctx)
+		// Reset returns before the backends have exited: wait for them.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			var others int
+			err := c.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()").Scan(&others)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if others == 0 {
+				break
+			}
+		}
 		var n int64
 		if err := c.QueryRow(ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").Scan(&n); err != nil {
 			b.Fatal(err)
 		}
 		return n
 	}
+	// warm opens the pool's connections again after commits, so that the
+	// measured loop does not open them.
+	warm := func() {
+		conns := make([]*pgxpool.Conn, 0, cfg.MaxConns)
+		for range cfg.MaxConns {
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+		for _, c := range conns {
+			c.Release()
+		}
+	}
 	for _, mode := range []string{"serial", "parallel"} {
 		b.Run(mode, func(b *testing.B) {
 			for _, tc := range cases {
 				b.Run(tc.name, func(b *testing.B) {
-					tc.op(b) // a replay's record, a warm pool
+					tc.op(b) // a replay's record
 					before := commits()
+					warm()
 					b.ReportAllocs()
 					b.ResetTimer()
 					if mode == "serial" {
