@@ -31,10 +31,13 @@ type tiered struct {
 
 	txSeq atomic.Uint64 // makes tieredTxn tokens unique
 
-	// The marker (kept): when it was last read, and whether a record
-	// reached the durable tier and not the fast one since.
+	// The marker (kept): when it was last read; the records that reached
+	// the durable tier and not the fast one (misses), and how many of them
+	// a drop of the marker covers (dropped): a miss is known while they
+	// differ (missed).
 	keptRead atomic.Int64 // unix nanoseconds; 0: never
-	missed   atomic.Bool
+	misses   atomic.Uint64
+	dropped  atomic.Uint64
 }
 
 // NewTiered returns the Store of fast (Redis) in front of durable
@@ -265,15 +268,23 @@ func (t *tiered) dropKept(ctx context.Context) error {
 // call of the process at a time, so that a marker lost with the fast
 // tier's data is written again soon after.
 func (t *tiered) tend(ctx context.Context) {
-	if t.missed.Load() {
-		// The flag stays set until the marker is gone, so that standIn
-		// refuses meanwhile. A marker being written (ErrInFlight) may be
+	if seen := t.misses.Load(); seen != t.dropped.Load() {
+		// A miss stays known until a drop issued after it is done, so
+		// that standIn refuses meanwhile; a drop counts only the misses
+		// seen before it was issued (another call's miss while it is on
+		// its way is not covered: the marker it drops may be older than
+		// one written since). A marker being written (ErrInFlight) may be
 		// dated before the miss: dropped at a later call.
 		if err := t.dropKept(ctx); err != nil {
 			return
 		}
-		t.missed.Store(false) // a miss from now on is older than the marker written next
-		t.kept(ctx)           //nolint:errcheck // read again within keptEvery
+		for {
+			d := t.dropped.Load()
+			if d >= seen || t.dropped.CompareAndSwap(d, seen) {
+				break
+			}
+		}
+		t.kept(ctx) //nolint:errcheck // read again within keptEvery
 		return
 	}
 	last := t.keptRead.Load()
@@ -281,6 +292,13 @@ func (t *tiered) tend(ctx context.Context) {
 		t.kept(ctx) //nolint:errcheck // read again within keptEvery
 	}
 }
+
+// miss counts a record that reached the durable tier and not the fast one.
+func (t *tiered) miss() { t.misses.Add(1) }
+
+// missed reports whether a record missed the fast tier and no drop of the
+// marker issued since is done.
+func (t *tiered) missed() bool { return t.misses.Load() != t.dropped.Load() }
 
 // answered reports whether err, of a call to the fast tier, is its answer
 // (nil, a lock, a quota) rather than a failure to reach it.
@@ -299,7 +317,7 @@ func (t *tiered) standIn(ctx context.Context, err error) error {
 	if l == nil || !l.e.cfg.FailClosed {
 		return nil
 	}
-	if t.missed.Load() {
+	if t.missed() {
 		return fmt.Errorf("%w; the fast tier cannot hold the key alone: a record missed it, and its marker is not dropped yet", err)
 	}
 	kept, kerr := t.kept(ctx)
@@ -499,7 +517,7 @@ func (t *tiered) Complete(ctx context.Context, key, token string, record []byte,
 	}
 	if ft == "" {
 		if derr == nil {
-			t.missed.Store(true)
+			t.miss()
 		}
 		return derr
 	}
@@ -518,7 +536,7 @@ func (t *tiered) Complete(ctx context.Context, key, token string, record []byte,
 			return ferr
 		}
 		if ferr != nil {
-			t.missed.Store(true)
+			t.miss()
 			t.fallback(ctx, "fast", "complete", ferr)
 		}
 		return nil
@@ -529,7 +547,7 @@ func (t *tiered) Complete(ctx context.Context, key, token string, record []byte,
 		return ferr // the fast tier alone holds the record
 	case ferr != nil:
 		if derr == nil {
-			t.missed.Store(true)
+			t.miss()
 		}
 		t.fallback(ctx, "fast", "complete", ferr)
 	}
@@ -995,7 +1013,7 @@ func (x *tieredTxn) endFast(ctx context.Context, record []byte) {
 	x.ended = true
 	ft, _ := splitTieredToken(x.t.endParts(x.key, tieredToken(x.ft, x.held)))
 	if (ft == "" || x.t.endFast(ctx, x.key, ft, record) != nil) && record != nil {
-		x.t.missed.Store(true)
+		x.t.miss()
 	}
 }
 

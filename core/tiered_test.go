@@ -1435,3 +1435,60 @@ func TestTieredMissKnownWhileDropping(t *testing.T) {
 		<-done
 	})
 }
+
+// latePurge is a tier whose first Purge is done, and its answer waits for
+// release.
+type latePurge struct {
+	*tier
+	purged  atomic.Bool
+	waiting chan struct{}
+	release chan struct{}
+}
+
+func (t *latePurge) Purge(ctx context.Context, key string) error {
+	err := t.tier.Purge(ctx, key)
+	if !t.purged.Swap(true) {
+		close(t.waiting)
+		<-t.release
+	}
+	return err
+}
+
+// A miss while another call's drop of the marker is on its way stays
+// known: the drop, done before a marker written since, does not cover it.
+func TestTieredMissDuringLateDrop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fast := &latePurge{tier: newTier(), waiting: make(chan struct{}), release: make(chan struct{})}
+		durable := newTier()
+		eng := failClosedTiered(t, fast, durable)
+		marked(t, eng)
+		ttl := eng.Config().ResponseTTL
+		var runs atomic.Int32
+		fast.set(true, false)
+		run(t, eng, "k1", &runs) //nolint:errcheck // miss 1
+		fast.set(false, false)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			run(t, eng, "a", &runs) //nolint:errcheck // drops the marker; its answer is late
+		}()
+		<-fast.waiting
+		run(t, eng, "b", &runs) //nolint:errcheck // drops (gone), clears missed, writes marker W
+		advance(ttl / 2)
+		fast.set(true, false)
+		run(t, eng, "k2", &runs) //nolint:errcheck // miss 2, after W
+		fast.set(false, false)
+		close(fast.release) // a's late answer clears missed: miss 2 forgotten
+		<-done
+		advance(ttl/2 + ttl/10) // W older than the TTL; k2's record not expired
+		durable.set(true, false)
+		l, _, err := eng.Acquire(&core.Call{Key: "k2"})
+		if l != nil || !errors.Is(err, core.ErrStoreUnavailable) {
+			t.Errorf("k2, completed after the marker, missed by the fast tier, durable down: lease %v, %v; want ErrStoreUnavailable", l != nil, err)
+		}
+		if l != nil {
+			l.Release(0, nil)
+		}
+		durable.set(false, false)
+	})
+}
