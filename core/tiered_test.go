@@ -1387,7 +1387,8 @@ func TestTieredMissNotDroppedRefuses(t *testing.T) {
 	})
 }
 
-// slowPurge is a tier whose first Purge waits for release.
+// slowPurge is a tier whose first Purge waits for release, and whose
+// other Purges fail meanwhile.
 type slowPurge struct {
 	*tier
 	purged  atomic.Bool
@@ -1399,13 +1400,20 @@ func (t *slowPurge) Purge(ctx context.Context, key string) error {
 	if !t.purged.Swap(true) {
 		close(t.waiting)
 		<-t.release
+	} else {
+		select {
+		case <-t.release:
+		default:
+			return errTierDown
+		}
 	}
 	return t.tier.Purge(ctx, key)
 }
 
 // While one call of the process drops the marker after a miss, another
 // call does not take the old marker for good: the miss is known until the
-// marker is gone.
+// marker is gone (here the other call's own drop fails, so that standIn
+// alone refuses).
 func TestTieredMissKnownWhileDropping(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fast := &slowPurge{tier: newTier(), waiting: make(chan struct{}), release: make(chan struct{})}
@@ -1424,8 +1432,8 @@ func TestTieredMissKnownWhileDropping(t *testing.T) {
 		<-fast.waiting
 		durable.set(true, false)
 		l, _, err := eng.Acquire(&core.Call{Key: "k"})
-		if l != nil || !errors.Is(err, core.ErrStoreUnavailable) {
-			t.Errorf("the completed key while another call drops the marker, the durable tier down: lease %v, %v; want ErrStoreUnavailable", l != nil, err)
+		if l != nil || !errors.Is(err, core.ErrStoreUnavailable) || !strings.Contains(err.Error(), "not dropped") {
+			t.Errorf("the completed key while another call drops the marker, the durable tier down: lease %v, %v; want ErrStoreUnavailable, the marker not dropped", l != nil, err)
 		}
 		if l != nil {
 			l.Release(0, nil)
