@@ -94,7 +94,7 @@ func BenchmarkPostgresTx(b *testing.B) {
 		}
 		defer c.Close(ctx)
 		// Reset returns before the backends have exited: wait for them.
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			var others int
 			err := c.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()").Scan(&others)
 			if err != nil {
@@ -102,6 +102,9 @@ func BenchmarkPostgresTx(b *testing.B) {
 			}
 			if others == 0 {
 				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%d backends still up 10s after the pool's reset: their commits are not flushed", others)
 			}
 		}
 		var n int64
