@@ -150,11 +150,7 @@ func (p *proc) listening(within time.Duration) error {
 		}
 		select {
 		case <-done:
-			var state *os.ProcessState
-			if cmd != nil { // nil: killed by the test's cleanup meanwhile
-				state = cmd.ProcessState
-			}
-			return fmt.Errorf("%s exited at start (%v): %w", p.bin, state, errExited)
+			return fmt.Errorf("%s exited at start (%v): %w", p.bin, cmd.ProcessState, errExited)
 		default:
 		}
 		if time.Now().After(deadline) {
