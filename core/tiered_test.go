@@ -1433,7 +1433,8 @@ func TestTieredMissKnownWhileDropping(t *testing.T) {
 		durable.set(true, false)
 		l, _, err := eng.Acquire(&core.Call{Key: "k"})
 		if l != nil || !errors.Is(err, core.ErrStoreUnavailable) || !strings.Contains(err.Error(), "not dropped") {
-			t.Errorf("the completed key while another call drops the marker, the durable tier down: lease %v, %v; want ErrStoreUnavailable, the marker not dropped", l != nil, err)
+			t.Errorf("the completed key while another call drops the marker, the durable tier down: lease %v, %v; "+
+				"want ErrStoreUnavailable, the marker not dropped", l != nil, err)
 		}
 		if l != nil {
 			l.Release(0, nil)
