@@ -47,7 +47,7 @@ func (p *jsonCanon) release() {
 	clear(p.members[:cap(p.members)])
 	clear(p.names[:cap(p.names)])
 	p.members, p.names = p.members[:0], p.names[:0]
-	if cap(p.scratch) > maxKeptScratch || cap(p.members) > maxKeptScratch/32 {
+	if cap(p.scratch) > maxKeptScratch || cap(p.folded) > maxKeptScratch || cap(p.members) > maxKeptScratch/32 {
 		return
 	}
 	parsers.Put(p)
@@ -58,7 +58,8 @@ type jsonCanon struct {
 	pos     int
 	members []member // a stack: the members of the objects being read
 	scratch []byte   // where an object's members are copied to be sorted
-	names   [][]byte // where a large object's names are sorted (sameNames)
+	names   [][]byte // an object's names, folded (sameNames)
+	folded  []byte   // the bytes of the folded names
 }
 
 func (p *jsonCanon) ws() {
@@ -292,7 +293,8 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 	}
 	if !sorted {
 		ms := p.members[base:]
-		slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+		// Their names differ (sameNames): an unstable sort orders them alike.
+		slices.SortFunc(ms, func(a, b member) int { return bytes.Compare(a.key, b.key) })
 		p.scratch = append(p.scratch[:0], dst[start:]...)
 		dst = dst[:start]
 		for i, m := range ms {
@@ -307,26 +309,34 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 
 // sameNames reports whether two of ms, whose keys have no escapes, have
 // one name to encoding/json: equal under Unicode simple case folding, as
-// bytes.EqualFold compares. A large object's names are sorted in folded
-// order, so that the work stays O(n log n) and allocates nothing new.
+// bytes.EqualFold compares. Each name is folded once (appendFolded), into
+// one buffer, and the folded names are compared as bytes: folding them anew
+// at every comparison of a sort made a 1 MiB object of non-ASCII names cost
+// seconds of CPU.
 func (p *jsonCanon) sameNames(ms []member) bool {
+	total := 0
+	for _, m := range ms {
+		total += len(m.key)
+	}
+	p.folded, p.names = slices.Grow(p.folded[:0], total), p.names[:0]
+	for _, m := range ms {
+		start := len(p.folded)
+		p.folded = appendFolded(p.folded, name(m))
+		p.names = append(p.names, p.folded[start:len(p.folded):len(p.folded)])
+	}
 	if len(ms) <= 16 {
-		for i := 1; i < len(ms); i++ {
+		for i := 1; i < len(p.names); i++ {
 			for j := range i {
-				if bytes.EqualFold(name(ms[i]), name(ms[j])) {
+				if bytes.Equal(p.names[i], p.names[j]) {
 					return true
 				}
 			}
 		}
 		return false
 	}
-	p.names = p.names[:0]
-	for _, m := range ms {
-		p.names = append(p.names, name(m))
-	}
-	slices.SortFunc(p.names, compareFolded)
+	slices.SortFunc(p.names, bytes.Compare)
 	for i := 1; i < len(p.names); i++ {
-		if compareFolded(p.names[i-1], p.names[i]) == 0 {
+		if bytes.Equal(p.names[i-1], p.names[i]) {
 			return true
 		}
 	}
@@ -336,34 +346,27 @@ func (p *jsonCanon) sameNames(ms []member) bool {
 // name returns m's name: its key without the quotes.
 func name(m member) []byte { return m.key[1 : len(m.key)-1] }
 
-// compareFolded orders names by their runes, each replaced by the smallest
-// rune of its case-folding orbit: it returns 0 exactly when
+// appendFolded appends b with each rune replaced by the smallest rune of
+// its case-folding orbit (an invalid byte by utf8.RuneError), as
+// encoding/json folds names: two names fold alike exactly when
 // bytes.EqualFold(a, b).
-func compareFolded(a, b []byte) int {
-	for len(a) > 0 && len(b) > 0 {
-		ra, na := foldedRune(a)
-		rb, nb := foldedRune(b)
-		if ra != rb {
-			return int(ra) - int(rb)
+func appendFolded(dst, b []byte) []byte {
+	for i := 0; i < len(b); {
+		if c := b[i]; c < utf8.RuneSelf {
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			dst = append(dst, c)
+			i++
+			continue
 		}
-		a, b = a[na:], b[nb:]
-	}
-	return len(a) - len(b)
-}
-
-// foldedRune decodes the first rune of b and returns the smallest rune of
-// its case-folding orbit, and the rune's length in b.
-func foldedRune(b []byte) (rune, int) {
-	if c := b[0]; c < utf8.RuneSelf {
-		if 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
+		r, n := utf8.DecodeRune(b[i:])
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
 		}
-		return rune(c), 1
+		dst = utf8.AppendRune(dst, least)
+		i += n
 	}
-	r, n := utf8.DecodeRune(b)
-	least := r
-	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-		least = min(least, f)
-	}
-	return least, n
+	return dst
 }
