@@ -76,7 +76,9 @@ func skipSFParams(s string) error {
 			if s[0] == ',' {
 				return errors.New("several keys in one header (a comma-separated list): want one")
 			}
-			return fmt.Errorf("%q after a quoted key: want nothing or ;parameters", s)
+			// Not quoted: the header may be as long as the server allows,
+			// and the error reaches the problem detail and the logs.
+			return fmt.Errorf("%d bytes after a quoted key: want nothing or ;parameters", len(s))
 		}
 		s = strings.TrimLeft(s[1:], " ")
 		n := 0

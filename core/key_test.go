@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -50,6 +51,19 @@ func TestParseKey(t *testing.T) {
 		got, err := parseKey(tt.raw, 255)
 		if (err == nil) != tt.ok || got != tt.want {
 			t.Errorf("parseKey(%q) = %q, %v; want %q, ok=%v", tt.raw, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+// The error of a malformed key header says what is wrong without quoting
+// the header: it is the problem detail and the Event's Err, logged where
+// the key is masked (a 60 KB header made a 60 KB log line of it).
+func TestParseKeyErrorQuotesNoHeader(t *testing.T) {
+	junk := strings.Repeat("x", 64<<10)
+	for _, raw := range []string{`"k"` + junk, `"k";p=1` + junk, `"k" ` + junk} {
+		_, err := parseKey(raw, 255)
+		if err == nil || len(err.Error()) > 100 {
+			t.Errorf("parseKey(%.12q...) = %.100v (%d bytes); want a short error", raw, err, len(fmt.Sprint(err)))
 		}
 	}
 }
