@@ -110,7 +110,8 @@ func MaskKey(key string) string {
 // ran twice) at Error level; conflicts, mismatches, invalid keys, too large
 // or unreadable bodies, quota refusals, responses stored after the lock
 // expired (or may have), the breaker's changes and the tiered store's other
-// fallbacks at Warn; the rest at Debug.
+// fallbacks at Warn; the rest at Debug. The scope is logged as it is: an
+// application that scopes by a secret (an API key) should scope by its hash.
 func SlogObserver(l *slog.Logger) func(Event) {
 	return func(e Event) {
 		level := slog.LevelDebug
