@@ -15,7 +15,10 @@
 // Retry-After is over MaxDelay, and a replay (the server's stored answer,
 // such as an application's own 409 with Retry-After), are returned at once.
 // Any other status, such as an application's own 409, is returned as it
-// is. Replayed and Attempts tell how the final response came.
+// is. Replayed and Attempts tell how the final response came. Beneath it,
+// net/http's own Transport also resends once, uncounted, a request with an
+// Idempotency-Key whose reused connection broke before any answer (a
+// server that closed it, as net/http's does after a handler's panic).
 //
 // Work that sends two requests of one method to one host and path must
 // give each its own key, such as core.DerivedKey(ctx, "refund 2") in the
