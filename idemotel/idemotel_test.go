@@ -343,7 +343,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 }
 
 // TestObserveWithoutSpan: an event without a context, or whose span does
-// not record, is counted all the same; one of no transport (Engine.Do,
+// not record, is counted all the same; one of no transport (core.Do,
 // Once) has idem's method and route attributes, those set.
 func TestObserveWithoutSpan(t *testing.T) {
 	t.Parallel()
