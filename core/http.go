@@ -28,7 +28,7 @@ func (e *Engine) Middleware(next http.Handler) http.Handler {
 }
 
 // MiddlewareWithErrorHandler is Middleware with the Engine's refusals (400,
-// 409, 413, 422, 500, 503) rendered by onError instead of as problem+json,
+// 409, 413, 422, 429, 500, 503) rendered by onError instead of as problem+json,
 // as the framework adapters' ErrorHandler: the refusal's headers
 // (Retry-After, Link) are set on w before onError is called. Replays are
 // written as stored.
