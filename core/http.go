@@ -85,9 +85,9 @@ func patternRoute(p string) (host, route string) {
 
 // Info describes the key a handler runs under.
 type Info struct {
-	Key         string
-	Scope       string
-	Fingerprint [32]byte
+	Key         string   // the client's key, unquoted (as Event.Key)
+	Scope       string   // Config.Scope's answer for the request ("" without a Scope)
+	Fingerprint [32]byte // SHA-256 of the request, as a retry must repeat it
 }
 
 type leaseKey struct{}

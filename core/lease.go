@@ -33,7 +33,9 @@ type Call struct {
 	// which only ends a wait for an in-flight key).
 	Context context.Context
 	// Key is the client's key, as Engine.Key returns it.
-	Key   string
+	Key string
+	// Scope keeps keys apart as Config.Scope does for HTTP: the same Key in
+	// two scopes is two records.
 	Scope string
 	// Method and Route label the Event; Route also joins the scope when
 	// Config.ScopeRoute is set (an HTTP route template, a gRPC full method).

@@ -63,7 +63,7 @@ type Event struct {
 	Context context.Context
 	Outcome Outcome
 	Key     string // the client's key, unquoted; mask it before logging (MaskKey)
-	Scope   string
+	Scope   string // the request's scope (Config.Scope, Call.Scope)
 	Method  string // the HTTP method, a gRPC call's full method, "once" or "do"; the store call of an OutcomeFallback
 	// Route is the route template of an HTTP request ("unmatched" if it
 	// has none), a gRPC call's full method, or Call.Route; empty for
