@@ -14,7 +14,8 @@
 //     a form parser but not to a handler that reads the body as something
 //     else (JSON sent with curl -d's default Content-Type, say), so they
 //     stay apart; a body that starts as JSON does ({, [ or ", after any
-//     whitespace) is taken raw;
+//     whitespace) is taken raw, and so is a body of more pairs than
+//     url.ParseQuery accepts (maxFormPairs);
 //   - multipart/form-data: the parts without the boundary, which a client
 //     draws anew for every attempt (each part's header lines and content),
 //     sorted by form name, the order of the parts of one name kept; a body
@@ -69,18 +70,31 @@ func Body(dst []byte, contentType, mt string, body []byte) ([]byte, bool) {
 	return body, false
 }
 
+// maxFormPairs is the most &-separated pieces a form body put in canonical
+// form may have: url.ParseQuery's default limit (GODEBUG urlmaxqueryparams),
+// past which it refuses the body, and so does a handler's r.ParseForm. A
+// pair costs a 48-byte entry and its share of a sort: a body of a million
+// one-letter pairs cost 35 to 85 times its size in memory and hundreds of
+// times ParseQuery's refusal in CPU.
+const maxFormPairs = 10000
+
 // canonicalForm returns the canonical form of a form body (see the
 // package doc), or false if it has no pairs, does not parse as
-// url.ParseQuery would (a semicolon, a bad escape), or starts as JSON does
-// ({, [ or ", after any whitespace): sorting the &-separated pieces of a
-// JSON document would merge documents that differ, such as two URLs in a
-// string whose query parameters come in another order.
+// url.ParseQuery would (a semicolon, a bad escape, more than maxFormPairs
+// pieces), or starts as JSON does ({, [ or ", after any whitespace):
+// sorting the &-separated pieces of a JSON document would merge documents
+// that differ, such as two URLs in a string whose query parameters come in
+// another order.
 func canonicalForm(body []byte) ([]byte, bool) {
 	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && (t[0] == '{' || t[0] == '[' || t[0] == '"') {
 		return nil, false
 	}
+	n := bytes.Count(body, []byte("&")) + 1 // as url.ParseQuery counts them, empty ones included
+	if n > maxFormPairs {
+		return nil, false
+	}
 	type pair struct{ name, raw []byte }
-	var pairs []pair
+	pairs := make([]pair, 0, n)
 	for rest := body; len(rest) > 0; {
 		var raw []byte
 		raw, rest, _ = bytes.Cut(rest, []byte("&"))
