@@ -46,26 +46,47 @@ func parseKey(raw string, maxLen int) (string, error) {
 }
 
 // parseSFString parses the RFC 8941 String at the start of s and returns
-// its value and what follows it.
+// its value and what follows it. The value is a substring of s unless it
+// holds an escape: then it is built once, at its length.
 func parseSFString(s string) (value, rest string, err error) {
+	end, escaped, err := scanSFString(s)
+	if err != nil {
+		return "", "", err
+	}
+	if !escaped {
+		return s[1:end], s[end+1:], nil
+	}
 	var b strings.Builder
+	b.Grow(end - 1)
+	for i := 1; i < end; i++ {
+		if s[i] == '\\' {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String(), s[end+1:], nil
+}
+
+// scanSFString checks the RFC 8941 String at the start of s and returns
+// the index of its closing quote and whether it holds an escape. It
+// allocates nothing but an error: a key header of a million parameters
+// costs no more than its bytes.
+func scanSFString(s string) (end int, escaped bool, err error) {
 	for i := 1; i < len(s); i++ {
 		switch c := s[i]; {
 		case c == '"':
-			return b.String(), s[i+1:], nil
+			return i, escaped, nil
 		case c == '\\':
 			if i+1 == len(s) || (s[i+1] != '"' && s[i+1] != '\\') {
-				return "", "", errors.New(`bad escape in a quoted key: only \" and \\ are allowed`)
+				return 0, false, errors.New(`bad escape in a quoted key: only \" and \\ are allowed`)
 			}
 			i++
-			b.WriteByte(s[i])
+			escaped = true
 		case c < 0x20 || c > 0x7e:
-			return "", "", fmt.Errorf("byte %#x in a quoted key: want printable ASCII", c)
-		default:
-			b.WriteByte(c)
+			return 0, false, fmt.Errorf("byte %#x in a quoted key: want printable ASCII", c)
 		}
 	}
-	return "", "", errors.New("quoted key without its closing quote")
+	return 0, false, errors.New("quoted key without its closing quote")
 }
 
 // skipSFParams checks that s holds only the parameters of an Item
@@ -100,25 +121,31 @@ func skipSFParams(s string) error {
 	return nil
 }
 
+// errBadParam is the error of a parameter's malformed value: one value,
+// not one allocated for every parameter a header holds.
+var errBadParam = errors.New("bad parameter value after a quoted key")
+
 // skipSFBareItem skips the bare item (a parameter's value) at the start of
 // s: a number, String, Token, Byte Sequence or Boolean.
 func skipSFBareItem(s string) (string, error) {
-	bad := errors.New("bad parameter value after a quoted key")
 	switch {
 	case s == "":
-		return "", bad
+		return "", errBadParam
 	case s[0] == '"':
-		_, rest, err := parseSFString(s)
-		return rest, err
+		end, _, err := scanSFString(s)
+		if err != nil {
+			return "", err
+		}
+		return s[end+1:], nil
 	case s[0] == '?':
 		if len(s) < 2 || s[1] != '0' && s[1] != '1' {
-			return "", bad
+			return "", errBadParam
 		}
 		return s[2:], nil
 	case s[0] == ':':
 		end := strings.IndexByte(s[1:], ':')
 		if end < 0 || strings.Trim(s[1:end+1], "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") != "" {
-			return "", bad
+			return "", errBadParam
 		}
 		return s[end+2:], nil
 	case s[0] == '-' || s[0] >= '0' && s[0] <= '9':
@@ -136,7 +163,7 @@ func skipSFBareItem(s string) (string, error) {
 		digits := i - start
 		switch {
 		case digits == 0, dot < 0 && digits > 15, dot >= 0 && (dot-start > 12 || i-dot-1 < 1 || i-dot-1 > 3):
-			return "", bad
+			return "", errBadParam
 		}
 		return s[i:], nil
 	case s[0] == '*' || s[0] >= 'A' && s[0] <= 'Z' || s[0] >= 'a' && s[0] <= 'z':
@@ -146,7 +173,7 @@ func skipSFBareItem(s string) (string, error) {
 		}
 		return s[i:], nil
 	}
-	return "", bad
+	return "", errBadParam
 }
 
 // isTChar reports whether c is a token character (RFC 9110).
