@@ -2,6 +2,7 @@ package canon
 
 import (
 	"bytes"
+	"math"
 	"slices"
 	"sync"
 	"unicode"
@@ -23,6 +24,9 @@ const maxJSONDepth = 64
 // back, which costs dozens of allocations per request. It appends the
 // canonical form to dst.
 func canonicalJSON(dst, body []byte) ([]byte, bool) {
+	if len(dst)+len(body) > math.MaxInt32 { // beyond a member's offsets
+		return nil, false
+	}
 	p := parsers.Get().(*jsonCanon)
 	defer p.release()
 	p.in, p.pos = body, 0
@@ -44,10 +48,9 @@ const maxKeptScratch = 64 << 10
 // release puts p back in parsers, holding no reference to the body.
 func (p *jsonCanon) release() {
 	p.in = nil
-	clear(p.members[:cap(p.members)])
-	clear(p.names[:cap(p.names)])
+	clear(p.names[:cap(p.names)]) // members hold offsets, no references
 	p.members, p.names = p.members[:0], p.names[:0]
-	if cap(p.scratch) > maxKeptScratch || cap(p.folded) > maxKeptScratch || cap(p.members) > maxKeptScratch/32 {
+	if cap(p.scratch) > maxKeptScratch || cap(p.folded) > maxKeptScratch || cap(p.members) > maxKeptScratch/16 {
 		return
 	}
 	parsers.Put(p)
@@ -217,11 +220,15 @@ func (p *jsonCanon) array(dst []byte, depth int) ([]byte, bool) {
 }
 
 // A member is one "key":value of an object, written to the output at
-// [from, to); key is the key as written in the input, quotes included.
+// [from, to); its key is the input's [k0, k1), as written, quotes
+// included. Offsets of 32 bits (canonicalJSON takes larger bodies raw):
+// 16 bytes a member, not 40, over a wide object's hundred thousand.
 type member struct {
-	key      []byte
-	from, to int
+	k0, k1, from, to int32
 }
+
+// key returns m's key as written, quotes included.
+func (p *jsonCanon) key(m member) []byte { return p.in[m.k0:m.k1] }
 
 // object writes the members to dst in the order they come, and sorts them
 // only if they are out of order, through one scratch buffer shared by every
@@ -259,6 +266,7 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 		if !ok {
 			return nil, false
 		}
+		k1 := p.pos
 		p.ws()
 		if p.pos >= len(p.in) || p.in[p.pos] != ':' {
 			return nil, false
@@ -266,7 +274,7 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 		p.pos++
 		if n := len(p.members); n > base {
 			dst = append(dst, ',')
-			sorted = sorted && bytes.Compare(p.members[n-1].key, key) <= 0
+			sorted = sorted && bytes.Compare(p.key(p.members[n-1]), key) <= 0
 		}
 		from := len(dst)
 		dst = append(append(dst, key...), ':')
@@ -274,7 +282,12 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 			return nil, false
 		}
 		escaped = escaped || bytes.IndexByte(key, '\\') >= 0
-		p.members = append(p.members, member{key: key, from: from, to: len(dst)})
+		if len(p.members) == cap(p.members) {
+			// Doubled: append grows a large slice by a quarter, which
+			// allocates five times the final size over a wide object.
+			p.members = slices.Grow(p.members, max(cap(p.members), 16))
+		}
+		p.members = append(p.members, member{int32(k1 - len(key)), int32(k1), int32(from), int32(len(dst))})
 		p.ws()
 		if p.pos >= len(p.in) {
 			return nil, false
@@ -294,14 +307,14 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 	if !sorted {
 		ms := p.members[base:]
 		// Their names differ (sameNames): an unstable sort orders them alike.
-		slices.SortFunc(ms, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+		slices.SortFunc(ms, func(a, b member) int { return bytes.Compare(p.key(a), p.key(b)) })
 		p.scratch = append(p.scratch[:0], dst[start:]...)
 		dst = dst[:start]
 		for i, m := range ms {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = append(dst, p.scratch[m.from-start:m.to-start]...)
+			dst = append(dst, p.scratch[int(m.from)-start:int(m.to)-start]...)
 		}
 	}
 	return append(dst, '}'), true
@@ -316,12 +329,12 @@ func (p *jsonCanon) object(dst []byte, depth int) ([]byte, bool) {
 func (p *jsonCanon) sameNames(ms []member) bool {
 	total := 0
 	for _, m := range ms {
-		total += len(m.key)
+		total += int(m.k1 - m.k0)
 	}
-	p.folded, p.names = slices.Grow(p.folded[:0], total), p.names[:0]
+	p.folded, p.names = slices.Grow(p.folded[:0], total), slices.Grow(p.names[:0], len(ms))
 	for _, m := range ms {
 		start := len(p.folded)
-		p.folded = appendFolded(p.folded, name(m))
+		p.folded = appendFolded(p.folded, p.in[m.k0+1:m.k1-1]) // its name: the key without the quotes
 		p.names = append(p.names, p.folded[start:len(p.folded):len(p.folded)])
 	}
 	if len(ms) <= 16 {
@@ -342,9 +355,6 @@ func (p *jsonCanon) sameNames(ms []member) bool {
 	}
 	return false
 }
-
-// name returns m's name: its key without the quotes.
-func name(m member) []byte { return m.key[1 : len(m.key)-1] }
 
 // appendFolded appends b with each rune replaced by the smallest rune of
 // its case-folding orbit (an invalid byte by utf8.RuneError), as
