@@ -299,8 +299,9 @@ func TestCanonicalJSONMemory(t *testing.T) {
 // its members and folded names once cost 36 times, grown by append a
 // quarter at a time.
 func TestCanonicalJSONWideObjectMemory(t *testing.T) {
+	limit := uint64(10)
 	if raceEnabled {
-		t.Skip("the race detector allocates too")
+		limit = 16 // the race detector allocates too: 12.7x here (36x before the members' cut)
 	}
 	var b bytes.Buffer
 	b.WriteString("{")
@@ -315,8 +316,8 @@ func TestCanonicalJSONWideObjectMemory(t *testing.T) {
 	var ok bool
 	if n := bytesAllocated(func() { _, ok = canonicalJSON(nil, body) }); !ok {
 		t.Fatal("not canonicalised")
-	} else if n > 10*uint64(len(body)) {
-		t.Errorf("canonicalising %d bytes allocated %d bytes; want at most 10x", len(body), n)
+	} else if n > limit*uint64(len(body)) {
+		t.Errorf("canonicalising %d bytes allocated %d bytes; want at most %dx", len(body), n, limit)
 	}
 }
 
