@@ -51,8 +51,8 @@ type memEntry struct {
 	scope   *memScope         // the scope its lock counts in (Config.Quota)
 }
 
-// NewMemoryStore returns an empty store holding at most maxEntries keys;
-// zero or less means 100,000.
+// NewMemoryStore returns an empty store holding at most maxEntries keys,
+// and as many Config.Quota scopes; zero or less means 100,000.
 func NewMemoryStore(maxEntries int) *MemoryStore {
 	if maxEntries <= 0 {
 		maxEntries = defaultMemoryMaxEntries

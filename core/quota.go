@@ -142,7 +142,8 @@ type memScope struct {
 
 // admit admits a new key of the scope of ctx's quota, if any, at now: it
 // returns the scope to count the key's lock against (nil without a quota),
-// or a *QuotaError.
+// or a *QuotaError, or ErrStoreFull for a new scope beyond the store's
+// maximum.
 func (s *MemoryStore) admit(ctx context.Context, now time.Time) (*memScope, error) {
 	id, q, ok := QuotaFromContext(ctx)
 	if !ok {
@@ -150,6 +151,11 @@ func (s *MemoryStore) admit(ctx context.Context, now time.Time) (*memScope, erro
 	}
 	sc := s.scopes[id]
 	if sc == nil {
+		if len(s.scopes) >= s.max {
+			// Scopes count as keys do: those of released keys stay for
+			// the window, and would otherwise pile up past the bound.
+			return nil, ErrStoreFull
+		}
 		sc = &memScope{id: id, index: -1}
 	}
 	n := 0
