@@ -16,6 +16,21 @@ import (
 	"github.com/idem-go/idem/swagger/swaggertest"
 )
 
+// TestOperationsWithoutEngine: like echoidem's, fiberidem's and
+// fiberv3idem's Operations, a nil Engine documents core's default methods.
+func TestOperationsWithoutEngine(t *testing.T) {
+	t.Parallel()
+	noop := func(*gin.Context) {}
+	gin.SetMode(gin.TestMode)
+	r := gin.New()
+	r.POST("/orders", noop)
+	r.GET("/orders", noop)
+	ops := ginidem.Operations(nil, r.Routes())
+	if len(ops) != 1 || ops[0] != (swagger.Operation{Method: http.MethodPost, Path: "/orders"}) {
+		t.Fatalf("Operations = %v, want core's default methods: [{POST /orders}]", ops)
+	}
+}
+
 func TestOperations(t *testing.T) {
 	t.Parallel()
 	noop := func(*gin.Context) {}
