@@ -1,18 +1,18 @@
 package ginidem
 
 import (
-	"slices"
-
 	"github.com/gin-gonic/gin"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/internal/routedoc"
 	"github.com/idem-go/idem/swagger/route"
 )
 
 // Operations returns the operations of routes that eng covers (those whose
-// method is one of core.Config.Methods), for swagger.OptionsFor: the routes
-// whose API description documents the Idempotency-Key header. Paths are
-// converted to OpenAPI syntax (/orders/:id → /orders/{id}).
+// method is one of core.Config.Methods; POST, PUT, PATCH and DELETE if eng
+// is nil), for swagger.OptionsFor: the routes whose API description
+// documents the Idempotency-Key header. Paths are converted to OpenAPI
+// syntax (/orders/:id → /orders/{id}).
 //
 // Gin's route table does not say which middleware a route runs, so routes
 // are the routes the middleware covers: all of r.Routes() when it is used
@@ -27,17 +27,14 @@ import (
 //	}
 //	ops := ginidem.Operations(eng, covered)
 //
-// Call it after every route is registered. The result is sorted (see
-// route.Sort) and never nil: with no covered route it is empty
-// and documents nothing (a nil swagger.Options.Operations would document
-// every operation).
+// Call it after every route is registered. The result is sorted by path and
+// method, without duplicates, and never nil: with no covered route it is
+// empty and documents nothing (a nil swagger.Options.Operations would
+// document every operation).
 func Operations(eng *core.Engine, routes gin.RoutesInfo) []route.Operation {
-	ops := make([]route.Operation, 0, len(routes))
-	methods := eng.Config().Methods
-	for _, rt := range routes {
-		if slices.Contains(methods, rt.Method) {
-			ops = append(ops, route.Operation{Method: rt.Method, Path: route.Normalize(rt.Path)})
-		}
+	rs := make([]routedoc.Route, len(routes))
+	for i, rt := range routes {
+		rs[i] = routedoc.Route{Method: rt.Method, Path: rt.Path}
 	}
-	return route.Sort(ops)
+	return routedoc.Operations(rs, eng, "", nil)
 }
