@@ -616,3 +616,32 @@ func serveOrders(stream bool) func(t *testing.T, cfg core.Config, run func()) st
 		return listen(t, app)
 	}
 }
+
+// A Buffered flight whose commit fails answers 503 store-unavailable: with
+// Config.ErrorHandler, the hook renders it, as it renders the other 503s.
+func TestFiberBufferedFailedCommitErrorHandler(t *testing.T) {
+	t.Parallel()
+	store := idemtest.NewTxStore(t).(*idemtest.TxStore)
+	store.FailCommits(true)
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Post("/orders", fiberidem.New(fiberidem.Config{
+		Engine: newEngine(t, core.Config{Store: store}),
+		ErrorHandler: func(c *fiber.Ctx, p *core.Problem) error {
+			return c.Status(p.Status).JSON(fiber.Map{"error": p.Title})
+		},
+	}), func(c *fiber.Ctx) error {
+		c.Set("X-Order-Id", "42")
+		return c.Status(fiber.StatusCreated).SendString("created")
+	})
+	req := httptest.NewRequest(fiber.MethodPost, "/orders", strings.NewReader(order))
+	req.Header.Set("Idempotency-Key", "buffered-eh-1")
+	resp, err := app.Test(req, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != fiber.StatusServiceUnavailable || string(body) != `{"error":"Idempotency store unavailable"}` ||
+		resp.Header.Get("X-Order-Id") != "" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("failed commit: got %d %v %s, want the 503 rendered by the error handler", resp.StatusCode, resp.Header, body)
+	}
+}

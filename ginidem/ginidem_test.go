@@ -519,3 +519,24 @@ func TestGinBuffered(t *testing.T) {
 		t.Fatalf("middleware after ginidem saw %q, want 201 5 true twice", inner)
 	}
 }
+
+// A Buffered flight whose commit fails answers 503 store-unavailable: with
+// WithErrorHandler, the hook renders it, as it renders the other 503s.
+func TestGinBufferedFailedCommitErrorHandler(t *testing.T) {
+	t.Parallel()
+	store := idemtest.NewTxStore(t).(*idemtest.TxStore)
+	store.FailCommits(true)
+	r := gin.New()
+	r.Use(ginidem.New(newEngine(t, core.Config{Store: store}), ginidem.WithErrorHandler(func(c *gin.Context, p *core.Problem) {
+		c.JSON(p.Status, gin.H{"error": p.Title})
+	})))
+	r.POST("/orders", func(c *gin.Context) {
+		c.Header("X-Order-Id", "42")
+		c.String(http.StatusCreated, "created")
+	})
+	rec := post(r, "/orders", "buffered-eh-1")
+	if rec.Code != http.StatusServiceUnavailable || rec.Body.String() != `{"error":"Idempotency store unavailable"}` ||
+		rec.Header().Get("X-Order-Id") != "" || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("failed commit: got %d %v %s, want the 503 rendered by the error handler", rec.Code, rec.Header(), rec.Body)
+	}
+}
