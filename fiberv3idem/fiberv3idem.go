@@ -112,6 +112,12 @@ func New(config ...Config) fiber.Handler {
 			// A Buffered flight that failed to commit: nothing of the
 			// handler's was kept, nor is any of it sent.
 			httpadapt.ResetHeader(&res.Header, st.Preset.Header)
+			if cfg.ErrorHandler != nil {
+				res.ResetBody()
+				res.SetStatusCode(failed.StatusCode)
+				httpadapt.FastProblemHeaders(&res.Header, failed)
+				return cfg.ErrorHandler(c, failed.Problem)
+			}
 			httpadapt.WriteResponse(res, &res.Header, failed)
 		}
 		return nil

@@ -125,6 +125,16 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			header = st.w.Header()
 		}
 		resp = f.Complete(st.w.Status(), header)
+		if resp != nil && resp.Problem != nil && o.errorHandler != nil {
+			// A Buffered flight whose commit failed: its 503 goes through
+			// the hook, as Begin's refusals do, with the headers set before
+			// the handlers.
+			c.Writer = st.w.ResponseWriter
+			f.ResetHeader(c.Writer.Header())
+			resp.SetHeaders(c.Writer.Header())
+			o.errorHandler(c, resp.Problem)
+			return
+		}
 		if st.w.buffered {
 			st.w.send(resp)
 		}
