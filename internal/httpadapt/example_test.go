@@ -17,7 +17,7 @@ type noStore struct{}
 func (noStore) Get(string) any { return nil }
 
 // An adapter over net/http in a few lines: Begin, then write the Engine's
-// response or run the handler on Capture's writer and Finish.
+// response or run the handler on the Flight's ResponseWriter and Finish.
 func ExampleProtected() {
 	eng, err := core.New(core.Config{})
 	if err != nil {

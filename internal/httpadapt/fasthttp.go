@@ -19,8 +19,8 @@ import (
 // fasthttp reuses a request's and a response's buffers once the handler
 // returns, and Fiber's strings point into them: whatever the Engine keeps
 // (key, scope, method, path, headers, body) is copied here first. The
-// interfaces below are the methods of fasthttp's types that both Fiber
-// majors' fasthttp versions have (v1.51 for Fiber v2, v1.69 for Fiber v3).
+// interfaces below are the methods of fasthttp's types that the adapters
+// use (fasthttp v1.78, which fiberidem and fiberv3idem require).
 
 // FastRequestHeader is what the adapters read of a *fasthttp.RequestHeader.
 type FastRequestHeader interface {
