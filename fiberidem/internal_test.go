@@ -40,12 +40,12 @@ func TestRouteTemplate(t *testing.T) {
 		g := app.Group("/api", record) // a Group's Use route: no template
 		app.Post("/orders/:id", record, func(c *fiber.Ctx) error { return nil })
 		g.Post("/orders/:id", record, func(c *fiber.Ctx) error { return nil })
-		for _, path := range []string{"/orders/7", "/api/orders/8"} {
+		for _, path := range []string{"/orders/7", "/api/orders/8", "/orders/9/"} { // a trailing slash routes as without
 			if _, err := app.Test(httptest.NewRequest("POST", path, nil)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		want := []string{"", "", "/orders/:id", "", "", "/api/orders/:id"}
+		want := []string{"", "", "/orders/:id", "", "", "/api/orders/:id", "", "", "/orders/:id"}
 		if len(got) != len(want) {
 			t.Fatalf("flag %v: templates %q, want %q", flag, got, want)
 		}
