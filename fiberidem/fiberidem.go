@@ -3,6 +3,7 @@ package fiberidem
 import (
 	"errors"
 	"reflect"
+	"strings"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
@@ -166,6 +167,15 @@ func isUseRoute(c *fiber.Ctx, r *fiber.Route) bool {
 		return reflect.ValueOf(r).Elem().FieldByIndex(useField).Bool() // reads, allocates nothing
 	}
 	// A Fiber without the flag: a route whose pattern does not match the
-	// whole path is a Use prefix (slower: parses the pattern).
-	return r.Path != c.Path() && !fiber.RoutePatternMatch(c.Path(), r.Path, c.App().Config())
+	// whole path, as the router matched it (a trailing slash ignored unless
+	// StrictRouting), is a Use prefix (slower: parses the pattern).
+	path := c.Path()
+	if r.Path == path {
+		return false
+	}
+	cfg := c.App().Config()
+	if !cfg.StrictRouting && len(path) > 1 {
+		path = strings.TrimRight(path, "/")
+	}
+	return !fiber.RoutePatternMatch(path, r.Path, cfg)
 }
