@@ -558,9 +558,11 @@ func (f *Flight) ResponseWriter(w http.ResponseWriter) http.ResponseWriter {
 // reach the client), or, if the handler wrote nothing, 200 and the headers
 // as they are now, as net/http then sends them. A Buffered flight's
 // response is sent then, or, if its commit failed, the 503 that Complete
-// returns, with the headers set before the handler. Once f has ended
-// (Finish, Abandon, Abort), Finish does nothing.
-func (f *Flight) Finish() { f.writer.finish() }
+// returns, with the headers set before the handler: through answer (an
+// adapter's error handler, which writes to the writer ResponseWriter was
+// given), or as problem+json if answer is nil. Once f has ended (Finish,
+// Abandon, Abort), Finish does nothing.
+func (f *Flight) Finish(answer func(*Response)) { f.writer.finish(answer) }
 
 // Abandon ends f without storing, as Abort, once the handler, given
 // ResponseWriter, has returned a response that is not its to keep (a
@@ -574,7 +576,7 @@ func (f *Flight) Abandon() {
 	w.ended = true
 	f.lease.Release(0, errAborted)
 	if f.Buffered() && !w.hijacked {
-		w.send(nil)
+		w.send()
 	}
 }
 
@@ -659,7 +661,7 @@ func (w *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // finish is Flight.Finish.
-func (w *captureWriter) finish() {
+func (w *captureWriter) finish(answer func(*Response)) {
 	if w.ended {
 		return
 	}
@@ -676,20 +678,22 @@ func (w *captureWriter) finish() {
 	}
 	resp := w.flight.complete(status, header, owned) // if Storable panics, a deferred Abort still counts
 	w.ended = true
-	if w.flight.Buffered() {
-		w.send(resp)
+	switch {
+	case resp != nil:
+		w.flight.ResetHeader(w.ResponseWriter.Header())
+		if answer != nil {
+			answer(resp)
+		} else {
+			resp.Write(w.ResponseWriter)
+		}
+	case w.flight.Buffered():
+		w.send()
 	}
 }
 
-// send sends a Buffered flight's held response, or resp instead with the
-// headers set before the handler.
-func (w *captureWriter) send(resp *Response) {
+// send sends a Buffered flight's held response.
+func (w *captureWriter) send() {
 	h := w.ResponseWriter.Header()
-	if resp != nil {
-		w.flight.ResetHeader(h)
-		resp.Write(w.ResponseWriter)
-		return
-	}
 	status := w.status
 	if status == 0 {
 		status = http.StatusOK

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/core/idemtest"
 )
 
 func TestStoredHeaders(t *testing.T) {
@@ -101,6 +102,37 @@ func TestMiddlewareWithErrorHandler(t *testing.T) {
 	w := post(t, h, "", "{}")
 	if got == nil || got.Type != problemType("missing-key") || w.Code != http.StatusBadRequest || !strings.HasPrefix(w.Body.String(), "app's own") {
 		t.Fatalf("problem %+v, status %d, body %q", got, w.Code, w.Body)
+	}
+}
+
+// A Buffered flight whose commit fails answers 503 store-unavailable
+// without any of the handler's response: through the error handler of
+// MiddlewareWithErrorHandler as the other refusals, Retry-After kept, or
+// as problem+json through Middleware.
+func TestMiddlewareBufferedFailedCommit(t *testing.T) {
+	store := idemtest.NewTxStore(t).(*idemtest.TxStore)
+	store.FailCommits(true)
+	eng, _ := core.New(core.Config{Store: store})
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Order-Id", "42")
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte("created")) //nolint:errcheck
+	})
+	var got *core.Problem
+	withHandler := eng.MiddlewareWithErrorHandler(func(w http.ResponseWriter, r *http.Request, p *core.Problem) {
+		got = p
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(p.Status)
+		w.Write([]byte("app's own: " + p.Title)) //nolint:errcheck
+	})(handler)
+	w := post(t, withHandler, "failed-commit-1", "{}")
+	if got == nil || got.Type != problemType("store-unavailable") || w.Code != http.StatusServiceUnavailable ||
+		w.Body.String() != "app's own: Idempotency store unavailable" || w.Header().Get("Retry-After") == "" || w.Header().Get("X-Order-Id") != "" {
+		t.Fatalf("with an error handler: problem %+v, %d %v %q", got, w.Code, w.Header(), w.Body)
+	}
+	w = post(t, eng.Middleware(handler), "failed-commit-2", "{}")
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "store-unavailable") || w.Header().Get("X-Order-Id") != "" {
+		t.Fatalf("without: %d %v %q", w.Code, w.Header(), w.Body)
 	}
 }
 

@@ -48,11 +48,17 @@ func (e *Engine) middleware(next http.Handler, onError func(http.ResponseWriter,
 		}
 		req := NewRequest(r, route, w)
 		req.Host = host
+		var refuse func(*Response)
+		if onError != nil {
+			refuse = func(resp *Response) {
+				resp.SetHeaders(w.Header())
+				onError(w, r, resp.Problem)
+			}
+		}
 		f, resp := e.Begin(&req)
 		switch {
-		case resp != nil && resp.Problem != nil && onError != nil:
-			resp.SetHeaders(w.Header())
-			onError(w, r, resp.Problem)
+		case resp != nil && resp.Problem != nil && refuse != nil:
+			refuse(resp)
 			return
 		case resp != nil:
 			resp.Write(w)
@@ -63,7 +69,7 @@ func (e *Engine) middleware(next http.Handler, onError func(http.ResponseWriter,
 		}
 		defer f.Abort() // after a panic; a no-op once Finish ran
 		next.ServeHTTP(f.ResponseWriter(w), f.Request(r))
-		f.Finish()
+		f.Finish(refuse)
 	})
 }
 

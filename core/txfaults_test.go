@@ -95,7 +95,7 @@ func TestTxTooManyHeadersNotAnswered(t *testing.T) {
 		}
 		defer f.Abort()
 		h(f.ResponseWriter(rec), f.Request(req))
-		f.Finish()
+		f.Finish(nil)
 		return rec.Code
 	}
 	first := serve()
@@ -313,11 +313,11 @@ func TestFlightEndsOnce(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, "once")
 		if end == "Finish" {
-			f.Finish()
+			f.Finish(nil)
 		} else {
 			f.Abandon()
 		}
-		f.Finish()
+		f.Finish(nil)
 		f.Abandon()
 		f.Abort()
 		if rec.Code != http.StatusCreated || rec.Body.String() != "once" {

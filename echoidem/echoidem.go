@@ -91,13 +91,25 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 				// so that what the client gets is what is stored.
 				c.Error(err)
 			}
+			finished = true
 			if unrouted(err) {
 				f.Abandon() // sent, not stored: the key is released
-			} else {
-				f.Finish()
+				return nil
 			}
-			finished = true
-			return nil
+			var answerErr error
+			f.Finish(func(failed *core.Response) {
+				// A Buffered flight's failed commit: nothing of the
+				// handler's was sent, whatever res says.
+				res.Writer = w
+				res.Committed, res.Status, res.Size = false, http.StatusOK, 0
+				if cfg.ErrorHandler == nil {
+					failed.Write(res)
+					return
+				}
+				failed.SetHeaders(res.Header())
+				answerErr = cfg.ErrorHandler(c, failed.Problem)
+			})
+			return answerErr
 		}
 	}
 }

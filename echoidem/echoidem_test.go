@@ -451,3 +451,47 @@ func TestEchoHostRoutes(t *testing.T) {
 	}
 	wantRuns(t, &runs, 1)
 }
+
+// A Buffered flight whose commit fails answers 503 store-unavailable,
+// none of the handler's response: as problem+json, or through
+// Config.ErrorHandler as the other refusals, Retry-After kept and Echo's
+// Response taking the 503 as the status sent.
+func TestEchoBufferedFailedCommit(t *testing.T) {
+	t.Parallel()
+	store := idemtest.NewTxStore(t).(*idemtest.TxStore)
+	store.FailCommits(true)
+	eng := newEngine(t, core.Config{Store: store})
+	for name, cfg := range map[string]echoidem.Config{
+		"problem": {Engine: eng},
+		"error handler": {Engine: eng, ErrorHandler: func(c echo.Context, p *core.Problem) error {
+			return echo.NewHTTPError(p.Status, p.Title).SetInternal(p)
+		}},
+	} {
+		var logged int
+		e := newEcho()
+		e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+			return func(c echo.Context) error { // as Echo's Logger reads the status
+				if err := next(c); err != nil {
+					c.Error(err)
+				}
+				logged = c.Response().Status
+				return nil
+			}
+		}, echoidem.NewWithConfig(cfg))
+		e.POST("/orders", func(c echo.Context) error {
+			c.Response().Header().Set("X-Order-Id", "42")
+			return c.String(http.StatusCreated, "created")
+		})
+		rec := send(e, http.MethodPost, "/orders", "failed-commit-"+name)
+		body := rec.Body.String()
+		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("X-Order-Id") != "" || rec.Header().Get("Retry-After") == "" ||
+			logged != http.StatusServiceUnavailable {
+			t.Fatalf("%s: %d %v %q (Echo's Response says %d), want 503 with Retry-After and none of the handler's", name, rec.Code, rec.Header(), body, logged)
+		}
+		if want := `{"message":"Idempotency store unavailable"}` + "\n"; cfg.ErrorHandler != nil && body != want {
+			t.Fatalf("%s: body %q, want the app's %q", name, body, want)
+		} else if cfg.ErrorHandler == nil && !strings.Contains(body, "store-unavailable") {
+			t.Fatalf("%s: body %q, want the store-unavailable problem", name, body)
+		}
+	}
+}

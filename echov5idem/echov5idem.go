@@ -99,10 +99,19 @@ func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 			}
 			if unrouted(err) {
 				f.Abandon() // sent, not stored: the key is released
-			} else {
-				f.Finish()
+				return nil
 			}
-			return nil
+			var answer func(*core.Response)
+			var answerErr error
+			if cfg.ErrorHandler != nil {
+				answer = func(failed *core.Response) { // a Buffered flight's failed commit
+					c.SetResponse(w)
+					failed.SetHeaders(w.Header())
+					answerErr = cfg.ErrorHandler(c, failed.Problem)
+				}
+			}
+			f.Finish(answer)
+			return answerErr
 		}
 	}, nil
 }

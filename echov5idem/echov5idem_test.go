@@ -505,3 +505,36 @@ func TestBuffered(t *testing.T) {
 	}
 	wantRuns(t, &runs, 4)
 }
+
+// A Buffered flight whose commit fails answers 503 store-unavailable,
+// none of the handler's response: as problem+json, or through
+// Config.ErrorHandler as the other refusals, Retry-After kept.
+func TestBufferedFailedCommit(t *testing.T) {
+	t.Parallel()
+	store := idemtest.NewTxStore(t).(*idemtest.TxStore)
+	store.FailCommits(true)
+	eng := newEngine(t, core.Config{Store: store})
+	for name, cfg := range map[string]echov5idem.Config{
+		"problem": {Engine: eng},
+		"error handler": {Engine: eng, ErrorHandler: func(c *echo.Context, p *core.Problem) error {
+			return c.JSON(p.Status, map[string]string{"error": p.Title})
+		}},
+	} {
+		e := newEcho()
+		e.Use(echov5idem.NewWithConfig(cfg))
+		e.POST("/orders", func(c *echo.Context) error {
+			c.Response().Header().Set("X-Order-Id", "42")
+			return c.String(http.StatusCreated, "created")
+		})
+		rec := send(e, http.MethodPost, "/orders", "failed-commit-"+name)
+		body := rec.Body.String()
+		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("X-Order-Id") != "" || rec.Header().Get("Retry-After") == "" {
+			t.Fatalf("%s: %d %v %q, want 503 with Retry-After and none of the handler's", name, rec.Code, rec.Header(), body)
+		}
+		if want := `{"error":"Idempotency store unavailable"}` + "\n"; cfg.ErrorHandler != nil && body != want {
+			t.Fatalf("%s: body %q, want the app's %q", name, body, want)
+		} else if cfg.ErrorHandler == nil && !strings.Contains(body, "store-unavailable") {
+			t.Fatalf("%s: body %q, want the store-unavailable problem", name, body)
+		}
+	}
+}
