@@ -58,6 +58,8 @@ func ExampleMigrations() {
 	// migrations/0002_steps.up.sql
 	// migrations/0003_quota.down.sql
 	// migrations/0003_quota.up.sql
+	// migrations/0004_quota_window.down.sql
+	// migrations/0004_quota_window.up.sql
 }
 
 // A consumer applies each event once: the balance's update and the

@@ -50,8 +50,8 @@ func TestIntegrationMigrateConcurrent(t *testing.T) {
 	var version, rows int
 	err := pool.QueryRow(ctx, "SELECT max(version), count(*) FROM "+pgx.Identifier{opts.Schema, pgstore.VersionTable}.Sanitize()+
 		" WHERE table_name = 'my_keys'").Scan(&version, &rows)
-	if err != nil || version != 3 || rows != 1 {
-		t.Fatalf("version %d in %d rows (%v), want 3 in 1", version, rows, err)
+	if err != nil || version != 4 || rows != 1 {
+		t.Fatalf("version %d in %d rows (%v), want 4 in 1", version, rows, err)
 	}
 	var indexes []string
 	r, err := pool.Query(ctx, "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'my_keys' ORDER BY 1", opts.Schema)
@@ -78,7 +78,7 @@ func TestIntegrationMigrateConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	indexes, err = pgx.CollectRows(r, pgx.RowTo[string])
-	if want := []string{"my_keys_quota_pkey", "my_keys_quota_until_idx"}; err != nil || !slices.Equal(indexes, want) {
+	if want := []string{"my_keys_quota_pkey", "my_keys_quota_until_idx", "my_keys_quota_window_idx"}; err != nil || !slices.Equal(indexes, want) {
 		t.Fatalf("indexes of the quota table %v, %v; want %v", indexes, err, want)
 	}
 	s, err := pgstore.New(pool, &pgstore.Options{Schema: opts.Schema, Table: "my_keys", JanitorInterval: -1})
@@ -210,8 +210,8 @@ func TestIntegrationMigrateWhileServing(t *testing.T) {
 		t.Fatalf("Migrate after the request finished: %v", err)
 	}
 	var version int
-	if err := pool.QueryRow(ctx, "SELECT version FROM "+pgx.Identifier{schema, pgstore.VersionTable}.Sanitize()).Scan(&version); err != nil || version != 3 {
-		t.Fatalf("version %d (%v), want 3", version, err)
+	if err := pool.QueryRow(ctx, "SELECT version FROM "+pgx.Identifier{schema, pgstore.VersionTable}.Sanitize()).Scan(&version); err != nil || version != 4 {
+		t.Fatalf("version %d (%v), want 4", version, err)
 	}
 }
 

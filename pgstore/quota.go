@@ -27,13 +27,16 @@ func buildQuotaStatements(o *Options) quotaStatements {
 		// Under the scope's advisory lock, in a snapshot taken after it:
 		// counts the scope's admitted live locks but $2's and its
 		// admissions in the window but $3's (a run again after a lost
-		// reply), then admits $2's lock of token $3 ($4 InFlight, $5
-		// PerWindow, $6 Window), or deletes it.
+		// reply), each up to its bound and the window's from the oldest
+		// on (docs/design.md, Quotas), then admits $2's lock of token $3
+		// ($4 InFlight, $5 PerWindow, $6 Window), or deletes it.
 		admit: `WITH inflight AS (
-	SELECT count(*) AS n FROM ` + t + `
+	SELECT count(*) AS n FROM (SELECT FROM ` + t + `
 	WHERE quota_scope = $1 AND status = 'processing' AND locked_until > now() AND quota_token = lock_token AND key <> $2
+	LIMIT $4) l
 ), win AS (
-	SELECT count(*) AS n, min(until) AS oldest FROM ` + tq + ` WHERE scope = $1 AND until > now() AND token <> $3
+	SELECT count(*) AS n, min(until) AS oldest FROM (SELECT until FROM ` + tq + `
+	WHERE scope = $1 AND until > now() AND token <> $3 ORDER BY until LIMIT $5) w
 ), verdict AS (
 	SELECT ($4 = 0 OR inflight.n < $4) AS room, ($4 = 0 OR inflight.n < $4) AND ($5 = 0 OR win.n < $5) AS ok,
 		GREATEST(EXTRACT(EPOCH FROM win.oldest - now()), 0.001)::float8 AS retry

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS idempotency_keys_quota_window_idx;
