@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -57,14 +58,34 @@ func testPurgeInvalidatesCaches(t *testing.T, c redis.UniversalClient, prefix st
 			t.Fatalf("not a replay: %d", w.Code)
 		}
 	}
+	// The Stores subscribe in the background: a purge published before
+	// both subscriptions are live reaches neither.
+	ctx, channel := context.Background(), prefix+":purged"
+	for deadline := time.Now().Add(30 * time.Second); ; runtime.Gosched() {
+		n, err := c.PubSubNumSub(ctx, channel).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n[channel] == int64(len(stores)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d subscriptions to %s after 30 s, want %d", n[channel], channel, len(stores))
+		}
+	}
 	admin := mustNew(t, c, &redislock.Options{Prefix: prefix})
 	id := core.ID("", "purged-key", "")
-	if err := admin.Purge(context.Background(), id); err != nil {
+	if err := admin.Purge(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range stores {
-		if got := <-s.got; got != id {
-			t.Fatalf("invalidated %q, want %q", got, id)
+		select {
+		case got := <-s.got:
+			if got != id {
+				t.Fatalf("invalidated %q, want %q", got, id)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no invalidation 30 s after the purge")
 		}
 	}
 	if w := post(instances[1]); w.Header().Get(core.HeaderReplay) != "" || runs.Load() != 2 {
