@@ -86,7 +86,9 @@ type Config struct {
 
 	// Scope returns the scope of a request, such as the tenant or the
 	// authenticated user. Keys of different scopes never meet. It gets a
-	// copy of the Request (so does TTL). Default: none, one scope for all
+	// copy of the Request (so does TTL), whose Header and Body it must not
+	// read after it returns: Fiber's adapters read the framework's buffers,
+	// reused for the next request. Default: none, one scope for all
 	// requests.
 	Scope func(*Request) string
 	// ScopeRoute makes the route template part of the scope, so one key may

@@ -34,8 +34,8 @@ var ConfigDefault = Config{
 	Next: nil,
 }
 
-// configDefault returns config[0] (or ConfigDefault) with its zero fields
-// set to their defaults; it panics without an Engine.
+// configDefault returns config[0], or ConfigDefault; it panics without an
+// Engine.
 func configDefault(config ...Config) Config {
 	cfg := ConfigDefault
 	if len(config) > 0 {
