@@ -41,7 +41,7 @@ func ExampleProtected() {
 		}
 		defer f.Abort() // a panic: the lock is released, nothing stored
 		handler(f.ResponseWriter(w), f.Request(r))
-		f.Finish()
+		f.Finish(nil) // a failed commit's 503 as problem+json
 	}
 	for range 2 {
 		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("book"))

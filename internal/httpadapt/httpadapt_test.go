@@ -338,7 +338,7 @@ func TestProtected(t *testing.T) {
 		cw.Header().Set("X-Run", string(rune('0'+runs)))
 		cw.WriteHeader(http.StatusCreated)
 		cw.Write(body) //nolint:errcheck
-		f.Finish()
+		f.Finish(nil)
 		return w
 	}
 	first := serve("alice")
