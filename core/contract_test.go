@@ -90,15 +90,21 @@ func TestProblemDocsURL(t *testing.T) {
 	}
 }
 
-func TestMiddlewareWithErrorHandler(t *testing.T) {
-	eng, _ := core.New(core.Config{Required: true})
-	var got *core.Problem
-	h := eng.MiddlewareWithErrorHandler(func(w http.ResponseWriter, r *http.Request, p *core.Problem) {
-		got = p
+// appsOwn is an error handler that renders a refusal its own way and
+// keeps its Problem in got.
+func appsOwn(got **core.Problem) func(http.ResponseWriter, *http.Request, *core.Problem) {
+	return func(w http.ResponseWriter, r *http.Request, p *core.Problem) {
+		*got = p
 		w.Header().Set("Content-Type", "text/plain")
 		w.WriteHeader(p.Status)
 		w.Write([]byte("app's own: " + p.Title)) //nolint:errcheck
-	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("handler ran") }))
+	}
+}
+
+func TestMiddlewareWithErrorHandler(t *testing.T) {
+	eng, _ := core.New(core.Config{Required: true})
+	var got *core.Problem
+	h := eng.MiddlewareWithErrorHandler(appsOwn(&got))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("handler ran") }))
 	w := post(t, h, "", "{}")
 	if got == nil || got.Type != problemType("missing-key") || w.Code != http.StatusBadRequest || !strings.HasPrefix(w.Body.String(), "app's own") {
 		t.Fatalf("problem %+v, status %d, body %q", got, w.Code, w.Body)
@@ -119,12 +125,7 @@ func TestMiddlewareBufferedFailedCommit(t *testing.T) {
 		w.Write([]byte("created")) //nolint:errcheck
 	})
 	var got *core.Problem
-	withHandler := eng.MiddlewareWithErrorHandler(func(w http.ResponseWriter, r *http.Request, p *core.Problem) {
-		got = p
-		w.Header().Set("Content-Type", "text/plain")
-		w.WriteHeader(p.Status)
-		w.Write([]byte("app's own: " + p.Title)) //nolint:errcheck
-	})(handler)
+	withHandler := eng.MiddlewareWithErrorHandler(appsOwn(&got))(handler)
 	w := post(t, withHandler, "failed-commit-1", "{}")
 	if got == nil || got.Type != problemType("store-unavailable") || w.Code != http.StatusServiceUnavailable ||
 		w.Body.String() != "app's own: Idempotency store unavailable" || w.Header().Get("Retry-After") == "" || w.Header().Get("X-Order-Id") != "" {
