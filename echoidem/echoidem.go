@@ -91,24 +91,24 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 				// so that what the client gets is what is stored.
 				c.Error(err)
 			}
-			finished = true
+			var answerErr error
 			if unrouted(err) {
 				f.Abandon() // sent, not stored: the key is released
-				return nil
+			} else {
+				f.Finish(func(failed *core.Response) {
+					// A Buffered flight's failed commit: nothing of the
+					// handler's was sent, whatever res says.
+					res.Writer = w
+					res.Committed, res.Status, res.Size = false, http.StatusOK, 0
+					if cfg.ErrorHandler == nil {
+						failed.Write(res)
+						return
+					}
+					failed.SetHeaders(res.Header())
+					answerErr = cfg.ErrorHandler(c, failed.Problem)
+				})
 			}
-			var answerErr error
-			f.Finish(func(failed *core.Response) {
-				// A Buffered flight's failed commit: nothing of the
-				// handler's was sent, whatever res says.
-				res.Writer = w
-				res.Committed, res.Status, res.Size = false, http.StatusOK, 0
-				if cfg.ErrorHandler == nil {
-					failed.Write(res)
-					return
-				}
-				failed.SetHeaders(res.Header())
-				answerErr = cfg.ErrorHandler(c, failed.Problem)
-			})
+			finished = true
 			return answerErr
 		}
 	}

@@ -101,10 +101,10 @@ func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 				f.Abandon() // sent, not stored: the key is released
 				return nil
 			}
-			var answer func(*core.Response)
+			var answer func(*core.Response) // a Buffered flight's failed commit: problem+json
 			var answerErr error
 			if cfg.ErrorHandler != nil {
-				answer = func(failed *core.Response) { // a Buffered flight's failed commit
+				answer = func(failed *core.Response) {
 					c.SetResponse(w)
 					failed.SetHeaders(w.Header())
 					answerErr = cfg.ErrorHandler(c, failed.Problem)
