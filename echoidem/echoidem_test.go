@@ -495,3 +495,28 @@ func TestEchoBufferedFailedCommit(t *testing.T) {
 		}
 	}
 }
+
+// A panic while a Buffered flight finishes (here Config.Storable's) gets
+// Recover's 500, not the handler's 201 that Echo's Response took as sent
+// while nothing was; the key is released, and its retry runs.
+func TestEchoBufferedPanicInFinish(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	eng := newEngine(t, core.Config{Store: idemtest.NewTxStore(t), Storable: func(code int) bool {
+		if runs.Load() == 1 {
+			panic("storable")
+		}
+		return core.DefaultStorable(code)
+	}})
+	e := newEcho()
+	e.Use(middleware.Recover(), echoidem.New(eng))
+	e.POST("/orders", func(c echo.Context) error {
+		runs.Add(1)
+		return c.String(http.StatusCreated, "created")
+	})
+	if rec := send(e, http.MethodPost, "/orders", "panic-in-finish"); rec.Code != http.StatusInternalServerError || rec.Body.String() == "created" {
+		t.Fatalf("a panic in Finish: %d %q, want Recover's 500", rec.Code, rec.Body)
+	}
+	wantResponse(t, "retry", send(e, http.MethodPost, "/orders", "panic-in-finish"), http.StatusCreated, "created", false)
+	wantRuns(t, &runs, 2)
+}
