@@ -201,8 +201,15 @@ func (m *incoming) Get(name string) string {
 var fingerprintBuf = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // fingerprint is the SHA-256 of the full method, a NUL and the
-// deterministic encoding of the request.
+// deterministic encoding of the request less its unknown fields: the
+// handler never sees them, and their bytes are kept as sent, so a newer
+// client's map field (which Go encodes in random order) would make each
+// retry another request.
 func fingerprint(method string, m proto.Message) ([32]byte, error) {
+	if unknown(m.ProtoReflect(), false) {
+		m = proto.Clone(m)
+		unknown(m.ProtoReflect(), true)
+	}
 	bp := fingerprintBuf.Get().(*[]byte)
 	b := append(append((*bp)[:0], method...), 0)
 	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, m)
@@ -212,6 +219,39 @@ func fingerprint(method string, m proto.Message) ([32]byte, error) {
 		fingerprintBuf.Put(bp)
 	}
 	return sum, err
+}
+
+// unknown reports whether m, or a message inside it, holds unknown
+// fields; if discard, it drops them all.
+func unknown(m protoreflect.Message, discard bool) bool {
+	found := len(m.GetUnknown()) > 0
+	if found && discard {
+		m.SetUnknown(nil)
+	}
+	in := func(v protoreflect.Value) bool {
+		found = unknown(v.Message(), discard) || found
+		return discard || !found
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsMap():
+			if fd.MapValue().Message() != nil {
+				v.Map().Range(func(_ protoreflect.MapKey, e protoreflect.Value) bool { return in(e) })
+			}
+		case fd.IsList():
+			if fd.Message() != nil {
+				for i, l := 0, v.List(); i < l.Len(); i++ {
+					if !in(l.Get(i)) {
+						break
+					}
+				}
+			}
+		case fd.Message() != nil:
+			in(v)
+		}
+		return discard || !found
+	})
+	return found
 }
 
 // run runs the handler under the lease and stores its reply if the policy

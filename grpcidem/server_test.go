@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -248,6 +250,7 @@ func testServer(t *testing.T, newStore func(t *testing.T) core.Store) {
 		{"Replay", testReplay},
 		{"Mismatch", testMismatch},
 		{"DeterministicFingerprint", testDeterministicFingerprint},
+		{"UnknownFields", testUnknownFields},
 		{"ConcurrentDuplicates", testConcurrentDuplicates},
 		{"ConcurrentDuplicatesHeld", testConcurrentDuplicatesHeld},
 		{"ConcurrentDuplicatesWait", testConcurrentDuplicatesWait},
@@ -368,6 +371,36 @@ func testDeterministicFingerprint(t *testing.T, newStore func(*testing.T) core.S
 	for range 3 { // maps are encoded in key order, whatever Go's iteration order
 		wantReplayOf(t, h.call(&testpb.CreateRequest{Item: "book", Qty: 1, Labels: labels()}, key(k)...), first)
 	}
+	h.wantRuns(1)
+}
+
+// mapEntry is the encoding of an entry of a map<string, string> field
+// numbered 9, which the test service does not know: a newer client's.
+func mapEntry(k, v string) []byte {
+	e := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), k)
+	e = protowire.AppendString(protowire.AppendTag(e, 2, protowire.BytesType), v)
+	return protowire.AppendBytes(protowire.AppendTag(nil, 9, protowire.BytesType), e)
+}
+
+// testUnknownFields sends a field of a newer schema, a map that Go encodes
+// in random order, in two orders: one request, and the retry replays.
+func testUnknownFields(t *testing.T, newStore func(*testing.T) core.Store) {
+	h := start(t, core.Config{Store: newStore(t)})
+	withLabels := func(entries ...[]byte) *testpb.CreateRequest {
+		req := order("book", 1)
+		req.ProtoReflect().SetUnknown(slices.Concat(entries...))
+		return req
+	}
+	a, b := mapEntry("a", "1"), mapEntry("b", "2")
+	k := idemtest.Key(t)
+	first := h.call(withLabels(a, b), key(k)...)
+	wantOK(t, first)
+	wantReplayOf(t, h.call(withLabels(b, a), key(k)...), first)
+	h.wantRuns(1)
+	// A known field still tells two requests apart.
+	other := withLabels(a, b)
+	other.Qty = 2
+	wantRefusal(t, h.call(other, key(k)...), codes.AlreadyExists, grpcidem.ReasonKeyReused, false)
 	h.wantRuns(1)
 }
 
