@@ -297,8 +297,9 @@ func (s *server) store(l *core.Lease, c *capture, method string, resp any, err e
 	rec := &core.Record{Code: int(code), Header: c.record()}
 	var merr error
 	if code == codes.OK {
+		// A nil *Reply is a message: gRPC sends it empty, and so will a replay.
 		m, ok := resp.(proto.Message)
-		if !ok || m == nil || !m.ProtoReflect().IsValid() {
+		if !ok || m == nil {
 			l.Release(int(code), errNotProto)
 			return !l.Buffered()
 		}

@@ -41,7 +41,8 @@ import (
 // service is the test service. Create and Update count their runs, set
 // header and trailer metadata, and answer by item: "panic" panics on the
 // first run, "invalid" fails with InvalidArgument and a BadRequest detail,
-// "internal" with Internal, "big" returns a 2 KiB note; anything else gets
+// "internal" with Internal, "nil" returns a nil *Order (gRPC sends an
+// empty one), "big" returns a 2 KiB note; anything else gets
 // an order whose id is its run's number, so a second run shows.
 type service struct {
 	testpb.UnimplementedOrdersServer
@@ -69,6 +70,8 @@ func (s *service) Create(ctx context.Context, req *testpb.CreateRequest) (*testp
 		return nil, st.Err()
 	case "internal":
 		return nil, status.Error(codes.Internal, "database down")
+	case "nil":
+		return nil, nil
 	}
 	id := "ord_" + strconv.FormatInt(n, 10)
 	grpc.SetHeader(ctx, metadata.Pairs("x-order-id", id, "x-request-id", "req-"+id)) //nolint:errcheck
@@ -257,6 +260,7 @@ func testServer(t *testing.T, newStore func(t *testing.T) core.Store) {
 		{"PanicReleasesKey", testPanicReleasesKey},
 		{"StoredError", testStoredError},
 		{"InternalNotStored", testInternalNotStored},
+		{"NilReply", testNilReply},
 		{"StorePolicy", testStorePolicy},
 		{"Keys", testKeys},
 		{"Scope", testScope},
@@ -521,6 +525,22 @@ func testInternalNotStored(t *testing.T, newStore func(*testing.T) core.Store) {
 		wantNotReplay(t, r)
 	}
 	h.wantRuns(2)
+}
+
+// testNilReply checks that a nil reply, which gRPC answers as an empty
+// message, is stored as one: the handler ran, a retry replays it.
+func testNilReply(t *testing.T, newStore func(*testing.T) core.Store) {
+	h := start(t, core.Config{Store: newStore(t)})
+	k := idemtest.Key(t)
+	first := h.call(order("nil", 1), key(k)...)
+	wantOK(t, first)
+	wantNotReplay(t, first)
+	r := h.call(order("nil", 1), key(k)...)
+	wantOK(t, r)
+	if !grpcidem.Replayed(r.header) || !proto.Equal(r.reply, first.reply) || !proto.Equal(r.reply, &testpb.Order{}) {
+		t.Fatalf("retry: %v, header %v; want a replay of the empty order", r.reply, r.header)
+	}
+	h.wantRuns(1)
 }
 
 func testStorePolicy(t *testing.T, newStore func(*testing.T) core.Store) {
