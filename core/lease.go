@@ -50,10 +50,11 @@ type Call struct {
 	// Code then holds its answers, 0 for success (OK) as in gRPC: InFlight,
 	// Reused, Unavailable and OverQuota are those to ErrInFlight,
 	// ErrKeyReused, ErrStoreUnavailable and ErrQuotaExceeded, and a record's
-	// Code is the answer stored. Without a Transport, a record's Code is an
-	// HTTP status, a failure from 400 on.
-	Transport                                string
-	InFlight, Reused, Unavailable, OverQuota int
+	// Code is the answer stored, or Omitted if its body was not (0: Code).
+	// Without a Transport, a record's Code is an HTTP status, a failure
+	// from 400 on.
+	Transport                                         string
+	InFlight, Reused, Unavailable, OverQuota, Omitted int
 	// Check, if set, vets a completed record of the same fingerprint before
 	// it is replayed (a gRPC reply of the method's output type): an error
 	// makes it a corrupt record, never replayed, as one that does not decode.
@@ -104,7 +105,8 @@ func (e *Engine) Observe(ev Event) {
 func (e *Engine) Acquire(c *Call) (*Lease, *Record, error) {
 	a := &noAnswers
 	if c.Transport != "" {
-		a = &answers{transport: c.Transport, conflict: c.InFlight, mismatch: c.Reused, unavailable: c.Unavailable, quota: c.OverQuota}
+		a = &answers{transport: c.Transport, conflict: c.InFlight, mismatch: c.Reused, unavailable: c.Unavailable, quota: c.OverQuota,
+			omitted: c.Omitted}
 	}
 	if c.Check != nil {
 		if a == &noAnswers {
@@ -119,9 +121,9 @@ func (e *Engine) Acquire(c *Call) (*Lease, *Record, error) {
 // their events, and the codes a stored record may hold. Without a
 // transport, events carry no code.
 type answers struct {
-	transport                              string
-	conflict, mismatch, unavailable, quota int
-	check                                  func(*Record) error // vets a record before it is replayed; nil: any
+	transport                                       string
+	conflict, mismatch, unavailable, quota, omitted int
+	check                                           func(*Record) error // vets a record before it is replayed; nil: any
 }
 
 var noAnswers answers
@@ -425,7 +427,11 @@ func (l *Lease) replay(raw []byte) (*Lease, *Record, error) {
 		l.observe(OutcomeStoreError, l.answers.unavailable)
 		return nil, nil, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	}
-	l.observe(OutcomeReplay, rec.Code)
+	code := rec.Code
+	if rec.BodyOmitted && l.answers.omitted != 0 {
+		code = l.answers.omitted
+	}
+	l.observe(OutcomeReplay, code)
 	return nil, rec, nil
 }
 

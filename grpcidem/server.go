@@ -117,7 +117,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	answer := &stored{method: info.FullMethod}
 	c := core.Call{Context: ctx, Key: key, Method: info.FullMethod, Route: info.FullMethod, Transport: transport,
 		InFlight: int(codes.Aborted), Reused: int(codes.AlreadyExists), Unavailable: int(codes.Unavailable),
-		OverQuota: int(codes.ResourceExhausted), Check: answer.check}
+		OverQuota: int(codes.ResourceExhausted), Omitted: int(codes.FailedPrecondition), Check: answer.check}
 	if c.Fingerprint, err = fingerprint(info.FullMethod, msg); err != nil {
 		return nil, status.Errorf(codes.Internal, "grpcidem: fingerprint of %s: %v", info.FullMethod, err)
 	}

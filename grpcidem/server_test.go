@@ -614,7 +614,16 @@ func testScope(t *testing.T, newStore func(*testing.T) core.Store) {
 }
 
 func testReplyOmitted(t *testing.T, newStore func(*testing.T) core.Store) {
-	h := start(t, core.Config{Store: newStore(t), MaxStoredBodyBytes: 1024})
+	var replays []int // the codes of the replays' events
+	var mu sync.Mutex
+	observer := func(ev core.Event) {
+		if ev.Outcome == core.OutcomeReplay {
+			mu.Lock()
+			replays = append(replays, ev.Code)
+			mu.Unlock()
+		}
+	}
+	h := start(t, core.Config{Store: newStore(t), MaxStoredBodyBytes: 1024, Observer: observer})
 	k := idemtest.Key(t)
 	first := h.call(order("big", 1), key(k)...)
 	wantOK(t, first)
@@ -627,6 +636,11 @@ func testReplyOmitted(t *testing.T, newStore func(*testing.T) core.Store) {
 		t.Fatalf("omitted reply's header %v", r.header)
 	}
 	h.wantRuns(1)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []int{int(codes.FailedPrecondition)}; !slices.Equal(replays, want) {
+		t.Fatalf("replay events of codes %v, want %v: the code the client got", replays, want)
+	}
 }
 
 func testSkip(t *testing.T, newStore func(*testing.T) core.Store) {
