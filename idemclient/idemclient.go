@@ -6,7 +6,8 @@
 // work that runs under a key of idem's (a handler, core.Do), the key
 // core.DerivedKey gives for its method, host and path, so that a run again
 // of the work sends the same key; otherwise a fresh UUIDv4. The request is
-// sent again with that same key and the same body after a network error, a
+// sent again with that same key and the same body after a network error (not
+// net/http's refusal of a request it cannot send, such as a bad header), a
 // 409 that says the key is in flight (idem's problem type
 // key-in-flight of docs/problems.md, under any Config.ProblemDocsURL, or a Retry-After),
 // a 429 or a 5xx but 501: up to MaxAttempts in all, waiting 100 ms, 200 ms,
@@ -323,7 +324,7 @@ func replayBody(r *http.Request, limit int64) (func() (io.ReadCloser, error), er
 func (t *Transport) retry(resp *http.Response, err error, s settings) (time.Duration, bool) {
 	if err != nil {
 		var cert *tls.CertificateVerificationError
-		return 0, !errors.As(err, &cert)
+		return 0, !errors.As(err, &cert) && !refused(err)
 	}
 	if resp.Header.Get(s.replayHeader) == "true" {
 		return 0, false
@@ -338,6 +339,24 @@ func (t *Transport) retry(resp *http.Response, err error, s settings) (time.Dura
 		return min(wait, s.maxDelay), true
 	}
 	return 0, false
+}
+
+// refusals are in the errors of net/http's Transport for a request it
+// refuses before sending it; net/http exports no type for them.
+var refusals = []string{
+	"unsupported protocol scheme", "net/http: invalid header ", "net/http: invalid trailer ", "net/http: invalid method ",
+	"http: no Host in request URL", "net/http: nil Request.",
+}
+
+// refused reports whether err is net/http's refusal of a request: a
+// network error it is not, and every attempt would get it again.
+func refused(err error) bool {
+	for _, r := range refusals {
+		if strings.Contains(err.Error(), r) {
+			return true
+		}
+	}
+	return false
 }
 
 // keyInFlight ends the type of idem's key-in-flight problem

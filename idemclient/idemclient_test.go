@@ -911,3 +911,37 @@ func TestCloseIdleConnections(t *testing.T) {
 	}
 	(&Transport{Base: &tracked{base: http.DefaultTransport}}).CloseIdleConnections() // a Base without the method: nothing to do
 }
+
+// counted counts the attempts it sends on through base.
+type counted struct {
+	base http.RoundTripper
+	n    atomic.Int32
+}
+
+func (c *counted) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.base.RoundTrip(r)
+}
+
+// A request net/http refuses to send, whatever the network, is not retried.
+func TestRefusedNotRetried(t *testing.T) {
+	t.Parallel()
+	url, base := serve(t, &flaky{})
+	for name, req := range map[string]func() *http.Request{
+		"unsupported scheme": func() *http.Request { return post(t, "ftp"+strings.TrimPrefix(url, "http"), "{}") },
+		"invalid header":     func() *http.Request { r := post(t, url, "{}"); r.Header.Set("X-Note", "a\nb"); return r },
+		"invalid method":     func() *http.Request { r := post(t, url, "{}"); r.Method = "PO ST"; return r },
+		"no host":            func() *http.Request { return post(t, "http:///orders", "{}") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cb := &counted{base: base}
+			tr := &Transport{Base: cb, Methods: []string{http.MethodPost, "PO ST"}}
+			ft := useFakeTime(tr)
+			_, err := tr.RoundTrip(req())
+			if err == nil || cb.n.Load() != 1 || len(ft.Waits()) != 0 {
+				t.Fatalf("error %v after %d attempts, waits %v; want an error after 1, no wait", err, cb.n.Load(), ft.Waits())
+			}
+		})
+	}
+}
