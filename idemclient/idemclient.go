@@ -7,12 +7,12 @@
 // core.DerivedKey gives for its method, host and path, so that a run again
 // of the work sends the same key; otherwise a fresh UUIDv4. The request is
 // sent again with that same key and the same body after a network error (not
-// net/http's refusal of a request it cannot send, such as a bad header), a
-// 409 that says the key is in flight (idem's problem type
-// key-in-flight of docs/problems.md, under any Config.ProblemDocsURL, or a Retry-After),
-// a 429 or a 5xx but 501: up to MaxAttempts in all, waiting 100 ms, 200 ms,
-// 400 ms (±25 %) or the response's Retry-After, whichever is longer, and
-// never past the request context's deadline; a 429 or 503 whose
+// net/http's refusal of a request it cannot send, such as a bad header, nor
+// an error reading the body), a 409 that says the key is in flight (idem's
+// problem type key-in-flight of docs/problems.md, under any
+// Config.ProblemDocsURL, or a Retry-After), a 429 or a 5xx but 501: up to
+// MaxAttempts in all, waiting 100 ms, 200 ms, 400 ms (±25 %) or the
+// response's Retry-After, whichever is longer, and never past the request context's deadline; a 429 or 503 whose
 // Retry-After is over MaxDelay, and a replay (the server's stored answer,
 // such as an application's own 409 with Retry-After), are returned at once.
 // Any other status, such as an application's own 409, is returned as it
@@ -41,6 +41,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -244,12 +245,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	r := tmpl
 	for {
 		info.attempts++
+		var body *callerBody
+		if req.GetBody != nil && r.Body != nil && r.Body != http.NoBody {
+			body = &callerBody{ReadCloser: r.Body}
+			r.Body = body
+		}
 		resp, err := base.RoundTrip(r)
 		if err == nil && resp.Request == nil {
 			resp.Request = r
 		}
 		wait, again := t.retry(resp, err, s)
-		if again && (info.attempts >= s.maxAttempts || replay == nil || ctx.Err() != nil) {
+		if again && (info.attempts >= s.maxAttempts || replay == nil || ctx.Err() != nil || body.failed(err)) {
 			again = false
 		}
 		if again {
@@ -279,14 +285,37 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err := sleep(ctx, wait); err != nil {
 			return nil, fmt.Errorf("idemclient: waiting after %d attempts: %w", info.attempts, err)
 		}
-		body, err := replay()
-		if err != nil {
+		next := *tmpl
+		if next.Body, err = replay(); err != nil {
 			return nil, fmt.Errorf("idemclient: body for attempt %d: %w", info.attempts+1, err)
 		}
-		next := *tmpl
-		next.Body = body
 		r = &next
 	}
+}
+
+// callerBody is an attempt's body from the caller's GetBody (or Body); it
+// records a read error, which net/http returns as the attempt's own.
+type callerBody struct {
+	io.ReadCloser
+	err atomic.Pointer[error]
+}
+
+func (b *callerBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.err.CompareAndSwap(nil, &err)
+	}
+	return n, err
+}
+
+// failed reports whether an attempt failed with the body's read error: a
+// body given again would fail again.
+func (b *callerBody) failed(err error) bool {
+	if b == nil || err == nil {
+		return false
+	}
+	e := b.err.Load()
+	return e != nil && errors.Is(err, *e)
 }
 
 // replayBody sets up r's body for the first attempt and returns what gives

@@ -569,6 +569,20 @@ func TestBodyReplayed(t *testing.T) {
 			t.Fatalf("error %v, body closed %d times, %d requests sent; want the read error, 1, 0", err, c.closes.Load(), len(srv.Seen()))
 		}
 	})
+	// A body the caller can give again fails again: its error is no network's.
+	t.Run("read error, GetBody", func(t *testing.T) {
+		t.Parallel()
+		url, base := serve(t, &flaky{})
+		cb := &counted{base: base}
+		tr := &Transport{Base: cb}
+		ft := useFakeTime(tr)
+		req, _ := http.NewRequest(http.MethodPost, url, errReader{strings.NewReader("abc")})
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(errReader{strings.NewReader("abc")}), nil }
+		_, err := tr.RoundTrip(req)
+		if err == nil || !strings.Contains(err.Error(), "disk gone") || cb.n.Load() != 1 || len(ft.Waits()) != 0 {
+			t.Fatalf("error %v after %d attempts, waits %v; want the read error after 1, no wait", err, cb.n.Load(), ft.Waits())
+		}
+	})
 }
 
 func TestMethods(t *testing.T) {
