@@ -360,7 +360,7 @@ func (t *Transport) retry(resp *http.Response, err error, s settings) (time.Dura
 	}
 	switch code := resp.StatusCode; {
 	case code == http.StatusConflict && inFlight(resp), code == http.StatusTooManyRequests,
-		code >= 500 && code != http.StatusNotImplemented:
+		code >= 500 && code < 600 && code != http.StatusNotImplemented:
 		wait := retryAfter(resp.Header.Get("Retry-After"), t.clock())
 		if wait > s.maxDelay && (code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable) {
 			return 0, false // a quota or an outage that long: retrying sooner would be refused again

@@ -330,7 +330,7 @@ func TestGivesUp(t *testing.T) {
 
 func TestNotRetried(t *testing.T) {
 	t.Parallel()
-	for _, code := range []int{200, 201, 204, 301, 400, 401, 403, 404, 408, 412, 413, 422, 501} {
+	for _, code := range []int{200, 201, 204, 301, 400, 401, 403, 404, 408, 412, 413, 422, 501, 600, 999} {
 		t.Run(fmt.Sprint(code), func(t *testing.T) {
 			t.Parallel()
 			srv := &flaky{fails: 1, fail: status(code)}
