@@ -32,16 +32,17 @@ func (s *Store) janitor() {
 // Options.JanitorBatch rows, each DELETE its own transaction that skips
 // the rows live requests hold. It runs on a connection of its own (not one
 // of the pool's) and only if no other instance is sweeping the table (a
-// session advisory lock); otherwise it returns 0 at once. The janitor
-// calls it; call it yourself with Options.JanitorInterval < 0.
+// session advisory lock); otherwise it returns 0 at once. Without a
+// deadline in ctx, each statement takes at most Options.Timeout. The
+// janitor calls it; call it yourself with Options.JanitorInterval < 0.
 func (s *Store) Sweep(ctx context.Context) (deleted int64, err error) {
 	return s.sweep(ctx, nil)
 }
 
 // sweep is Sweep for the janitor too: once stop is closed it ends between
 // two statements, never in one (PostgreSQL could still run a statement its
-// client gave up on, after Close returned), and with stop each statement
-// runs within Options.Timeout.
+// client gave up on, after Close returned). With stop, or a ctx without a
+// deadline, the connection and each statement take at most Options.Timeout.
 func (s *Store) sweep(ctx context.Context, stop <-chan struct{}) (deleted int64, err error) {
 	stopped := func() bool {
 		select {
@@ -51,8 +52,9 @@ func (s *Store) sweep(ctx context.Context, stop <-chan struct{}) (deleted int64,
 			return false
 		}
 	}
+	_, hasDeadline := ctx.Deadline()
 	bound := func() (context.Context, context.CancelFunc) {
-		if stop == nil || s.opts.Timeout <= 0 {
+		if stop == nil && hasDeadline || s.opts.Timeout <= 0 {
 			return ctx, func() {}
 		}
 		return context.WithTimeout(ctx, s.opts.Timeout)

@@ -4,10 +4,12 @@ package pgstore_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-go/idem/pgstore"
 	"github.com/idem-go/idem/pgstore/pgtest"
@@ -160,5 +162,57 @@ func TestIntegrationJanitor(t *testing.T) {
 	seed(t, exec, table, "again-", 1)
 	if got := len(keys(t, q, table)); got != 3+2+3 {
 		t.Fatalf("%d rows after Close, want 8", got)
+	}
+}
+
+// deadlineTracer counts the statements of a connection sent without a
+// deadline in their context.
+type deadlineTracer struct{ unbounded, all atomic.Int32 }
+
+func (tr *deadlineTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	tr.all.Add(1)
+	if _, ok := ctx.Deadline(); !ok {
+		tr.unbounded.Add(1)
+	}
+	return ctx
+}
+
+func (*deadlineTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestIntegrationSweepBoundsStatements: Sweep given a context without a
+// deadline runs each statement within Options.Timeout, as the Options
+// promise, so that a sweep of a cron job cannot hang on a stalled server
+// (holding the janitor's advisory lock on its session).
+func TestIntegrationSweepBoundsStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, schema := pgtest.Pool(t)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &deadlineTracer{}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	opts := &pgstore.Options{Schema: schema, JanitorInterval: -1}
+	if err := pgstore.Migrate(ctx, pool, opts); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgstore.New(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tr.all.Store(0)
+	tr.unbounded.Store(0)
+	if _, err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if all, unbounded := tr.all.Load(), tr.unbounded.Load(); all == 0 || unbounded != 0 {
+		t.Fatalf("Sweep(context.Background()) sent %d statements, %d of them without a deadline; want none", all, unbounded)
 	}
 }
