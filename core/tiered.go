@@ -762,19 +762,25 @@ func (t *tiered) Unlock(ctx context.Context, key string) error {
 	return t.adminBoth(func(a Admin) error { return a.Unlock(ctx, key) })
 }
 
-// InFlight implements Admin: the locks of both tiers, each key once.
+// InFlight implements Admin: the locks of both tiers, each key once. When
+// one tier fails, the other's locks: every lock is taken in the durable
+// tier, and the fast tier holds those taken while the durable one was down,
+// so that a tier's outage, when the locks matter most, leaves neither the
+// list nor idemprom's stuck-keys gauge empty. An error only if both fail.
 func (t *tiered) InFlight(ctx context.Context, limit int) ([]KeyState, error) {
 	d, f, err := t.admins()
 	if err != nil {
 		return nil, err
 	}
-	out, err := d.InFlight(ctx, limit)
-	if err != nil {
-		return nil, err
-	}
-	fast, err := f.InFlight(ctx, limit)
-	if err != nil {
-		return nil, err
+	out, derr := d.InFlight(ctx, limit)
+	fast, ferr := f.InFlight(ctx, limit)
+	switch {
+	case derr != nil && ferr != nil:
+		return nil, derr
+	case derr != nil:
+		out = nil
+	case ferr != nil:
+		fast = nil
 	}
 	for _, st := range fast {
 		if !slices.ContainsFunc(out, func(o KeyState) bool { return o.Key == st.Key }) {

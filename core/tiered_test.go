@@ -1501,3 +1501,32 @@ func TestTieredMissDuringLateDrop(t *testing.T) {
 		durable.set(false, false)
 	})
 }
+
+// TestTieredInFlightOneTierDown: with one tier down, InFlight lists the
+// other's locks, so that idemctl inflight, the admin handler and
+// idemprom's stuck-keys gauge still see the keys in flight during an
+// outage; only both tiers down is an error.
+func TestTieredInFlightOneTierDown(t *testing.T) {
+	ctx := context.Background()
+	for _, down := range []string{"fast", "durable"} {
+		fast, durable := newTier(), newTier()
+		store := core.NewTiered(fast, durable)
+		if _, tok, err := store.Acquire(ctx, "held", time.Minute); err != nil || tok == "" {
+			t.Fatalf("acquire: token %q, %v", tok, err)
+		}
+		failing := fast
+		if down == "durable" {
+			failing = durable
+		}
+		failing.set(true, false)
+		keys, err := store.(core.Admin).InFlight(ctx, 10)
+		if err != nil || len(keys) != 1 || keys[0].Key != "held" {
+			t.Errorf("%s tier down: InFlight = %v, %v; want the key held", down, keys, err)
+		}
+		fast.set(true, false)
+		durable.set(true, false)
+		if _, err := store.(core.Admin).InFlight(ctx, 10); err == nil {
+			t.Errorf("both tiers down: InFlight without an error")
+		}
+	}
+}
