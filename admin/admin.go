@@ -91,7 +91,7 @@ type Key struct {
 	Header      map[string][]string `json:"header,omitempty"`       // only when asked for the body
 	Body        string              `json:"body,omitempty"`         // only when asked
 	BodyBase64  bool                `json:"body_base64,omitempty"`  // Body is base64: not UTF-8
-	Error       string              `json:"error,omitempty"`        // the record does not decode, or does not open
+	Error       string              `json:"error,omitempty"`        // the record does not decode, does not open, or is in clear under a Sealer
 	// SealedBy is the id of the key that sealed the record
 	// (core.Config.Sealer). Without the keys, only it and the times show.
 	SealedBy string `json:"sealed_by,omitempty"`
@@ -106,6 +106,8 @@ type KeyList struct {
 // error wrapping core.ErrNotFound. The stored headers and body are left out
 // unless withBody. A record sealed by an Engine's core.Config.Sealer is
 // opened with sealer; without it (nil), only its times and SealedBy show.
+// Given a sealer, a record stored in clear, which an Engine with a Sealer
+// refuses past Config.ClearRecordsUntil, shows with an Error saying so.
 func Inspect(ctx context.Context, store core.Admin, id string, withBody bool, sealer core.Sealer) (Key, error) {
 	st, err := store.Inspect(ctx, id)
 	if err != nil {
@@ -141,6 +143,10 @@ func OldestInFlight(ctx context.Context, store core.Admin) (time.Duration, error
 	return max(time.Since(locks[0].LockedAt), 0), nil
 }
 
+// errClear is Key.Error of a record stored in clear, inspected with a Sealer.
+const errClear = "stored in clear, not sealed: an Engine with a Sealer answers 503 for it (a record that does not open), " +
+	"unless before its Config.ClearRecordsUntil"
+
 func describe(ctx context.Context, st core.KeyState, now time.Time, withBody bool, sealer core.Sealer) Key {
 	k := Key{ID: st.Key, Expires: st.Expires}
 	if st.Record == nil {
@@ -162,6 +168,11 @@ func describe(ctx context.Context, st core.KeyState, now time.Time, withBody boo
 	if err != nil {
 		k.Size, k.Error = int64(len(st.Record)), err.Error()
 		return k
+	}
+	if sealer != nil && rec.SealedBy == "" {
+		// The Engine with this Sealer refuses it as a record that does not
+		// open (core.ErrCorruptRecord: 503), past Config.ClearRecordsUntil.
+		k.Error = errClear
 	}
 	k.Scope, k.Key, k.Code = rec.Scope, rec.Key, rec.Code
 	k.Created, k.Completed = rec.RequestedAt, rec.CompletedAt

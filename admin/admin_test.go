@@ -300,3 +300,37 @@ func TestInspectSealed(t *testing.T) {
 		t.Fatalf("Inspect with the wrong keys = %+v, %v", k, err)
 	}
 }
+
+// A record stored in clear, inspected with the Sealer of an Engine that
+// answers 503 for it, says so: the operator looking for the cause of the
+// 503s does not see a healthy record.
+func TestInspectClearUnderSealer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := core.NewMemoryStore(0)
+	complete(t, newEngine(t, store), "alice", "k", &core.Record{Code: 201, Body: []byte(`{"id":9}`)})
+	id := core.ID("alice", "k", "")
+	keys, err := seal.ParseKeys("k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, seal.KeySize)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealer := seal.New(keys)
+
+	// What the Engine with the Sealer answers: no replay, a store error.
+	eng, err := core.New(core.Config{Store: store, Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, rec, err := eng.Acquire(&core.Call{Scope: "alice", Key: "k", Route: "/orders", Fingerprint: sha256.Sum256([]byte("k"))})
+	if l != nil || rec != nil || !errors.Is(err, core.ErrCorruptRecord) {
+		t.Fatalf("Engine with a Sealer on a clear record: lease %v, record %v, %v; want ErrCorruptRecord", l != nil, rec, err)
+	}
+
+	k, err := admin.Inspect(ctx, store, id, false, sealer)
+	if err != nil || !strings.Contains(k.Error, "stored in clear") || k.Code != 201 || k.Key != "k" {
+		t.Fatalf("Inspect with a Sealer = %+v, %v; want the record with an Error saying it is in clear", k, err)
+	}
+	if k, err := admin.Inspect(ctx, store, id, false, nil); err != nil || k.Error != "" {
+		t.Fatalf("Inspect without a Sealer = %+v, %v; want no error", k, err)
+	}
+}

@@ -24,8 +24,9 @@
 // seal.ParseKeys): inspect then opens them.
 //
 // Exit codes: 0 done, 1 not found, 2 refused (in flight, or unlock without
-// -yes), 3 store error, 4 a record that does not decode or open (inspect
-// prints what it can and why), 64 usage error.
+// -yes), 3 store error, 4 a record that does not decode or open, or, with
+// IDEM_SEAL_KEYS, one stored in clear, which an Engine with a Sealer refuses
+// (inspect prints what it can and why), 64 usage error.
 package main
 
 import (
@@ -59,7 +60,7 @@ const (
 	exitNotFound = 1
 	exitRefused  = 2
 	exitStore    = 3
-	exitRecord   = 4  // inspect: the record does not decode, or does not open with IDEM_SEAL_KEYS
+	exitRecord   = 4  // inspect: the record does not decode, does not open with IDEM_SEAL_KEYS, or is in clear under them
 	exitUsage    = 64 // EX_USAGE of sysexits.h
 )
 
