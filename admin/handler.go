@@ -38,6 +38,12 @@ const DefaultTimeout = 5 * time.Second
 //	POST …/unlock   (same parameters):                 {"id": …, "unlocked": true}
 //	GET  …/inflight[?limit=N]:                         a KeyList, oldest first
 //
+// An unlock drops the lock whoever holds it: if its request is still
+// running (a slow handler, not a dead one), a retry then runs the handler
+// a second time, a doubled effect; idemctl asks for -yes, the handler asks
+// nothing, so let only operators who check the key's age (inflight) call
+// it. A purge is refused while the key is in flight.
+//
 // Every request must pass authorize first: 403 for all of them if it is nil,
 // 401 (with WWW-Authenticate: Bearer) when it returns false. Stored headers
 // and bodies (body=1) also need WithBodyAuthorizer's: 403 without. A purge
