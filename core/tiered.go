@@ -757,9 +757,26 @@ func (t *tiered) Purge(ctx context.Context, key string) error {
 	return ErrInFlight
 }
 
-// Unlock implements Admin: the lock goes from both tiers.
+// Unlock implements Admin: the lock goes from both tiers, durable first.
+// ErrNotFound only if neither holds one, ErrInFlight if either refuses. If
+// the fast tier fails after the durable one's lock went, the error says so.
 func (t *tiered) Unlock(ctx context.Context, key string) error {
-	return t.adminBoth(func(a Admin) error { return a.Unlock(ctx, key) })
+	d, f, err := t.admins()
+	if err != nil {
+		return err
+	}
+	derr := d.Unlock(ctx, key)
+	if derr != nil && !errors.Is(derr, ErrNotFound) {
+		return derr
+	}
+	ferr := f.Unlock(ctx, key)
+	switch {
+	case ferr == nil, errors.Is(ferr, ErrNotFound) && derr == nil:
+		return nil
+	case derr == nil && !errors.Is(ferr, ErrInFlight):
+		return fmt.Errorf("idem: unlocked in the durable tier only: the fast tier failed (%w): unlock again once it answers", ferr)
+	}
+	return ferr
 }
 
 // InFlight implements Admin: the locks of both tiers, each key once. When
@@ -801,24 +818,6 @@ func (t *tiered) admins() (durable, fast Admin, err error) {
 		return nil, nil, errNoAdmin
 	}
 	return d, f, nil
-}
-
-// adminBoth runs op on both tiers, durable first: ErrNotFound only if both
-// say so, ErrInFlight if either does.
-func (t *tiered) adminBoth(op func(Admin) error) error {
-	d, f, err := t.admins()
-	if err != nil {
-		return err
-	}
-	derr := op(d)
-	if errors.Is(derr, ErrInFlight) || derr != nil && !errors.Is(derr, ErrNotFound) {
-		return derr
-	}
-	ferr := op(f)
-	if errors.Is(ferr, ErrNotFound) && derr == nil {
-		return nil
-	}
-	return ferr
 }
 
 // checkpointers returns the tiers as Checkpointers.

@@ -1530,3 +1530,30 @@ func TestTieredInFlightOneTierDown(t *testing.T) {
 		}
 	}
 }
+
+// TestTieredUnlockFastTierDown: an unlock that dropped the durable tier's
+// lock and then met the fast tier down says that half of it happened, and
+// is not mistaken for one that changed nothing.
+func TestTieredUnlockFastTierDown(t *testing.T) {
+	ctx := context.Background()
+	fast, durable := newTier(), newTier()
+	store := core.NewTiered(fast, durable)
+	if _, tok, err := store.Acquire(ctx, "held", time.Minute); err != nil || tok == "" {
+		t.Fatalf("acquire: token %q, %v", tok, err)
+	}
+	fast.set(true, false)
+	err := store.(core.Admin).Unlock(ctx, "held")
+	if !errors.Is(err, errTierDown) || !strings.Contains(err.Error(), "durable tier only") {
+		t.Fatalf("Unlock with the fast tier down = %v; want the tier's error, saying the durable tier's lock went", err)
+	}
+	if keys, err := durable.s.InFlight(ctx, 10); err != nil || len(keys) != 0 {
+		t.Fatalf("durable tier after the unlock: %v, %v; want no lock", keys, err)
+	}
+	fast.set(false, false)
+	if err := store.(core.Admin).Unlock(ctx, "held"); err != nil && !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("Unlock again with both tiers up = %v", err)
+	}
+	if _, tok, err := store.Acquire(ctx, "held", time.Minute); err != nil || tok == "" {
+		t.Fatalf("acquire after the unlock: token %q, %v", tok, err)
+	}
+}
