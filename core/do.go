@@ -40,9 +40,9 @@ const (
 // replayed true (a transient error is never replayed).
 //
 // fn's context carries the key: Step and DerivedKey work inside it. A result
-// whose encoding is over Config.MaxStoredBodyBytes (or fails) is returned
-// but not stored; with a TxStore, whose transaction is then rolled back
-// with fn's writes, Do returns an error instead. With the store failing and
+// whose encoding is over Config.MaxStoredBodyBytes (or fails) is returned,
+// and stored as a permanent error saying so: fn ran, and later calls get
+// that error rather than a second run. With the store failing and
 // Config.FailClosed off, fn runs unprotected; with it on, or with the store
 // busy (ErrStoreBusy), Do returns an error wrapping ErrStoreUnavailable.
 // With a TxStore, fn writes through the transaction of its context, and a
@@ -101,14 +101,7 @@ func Do[T any](ctx context.Context, e *Engine, scope, key string, fn func(contex
 	var p *permanentError
 	switch {
 	case errors.As(err, &p):
-		msg := err.Error()
-		if n := e.cfg.MaxStoredBodyBytes; len(msg) > n { // else stored as its hash
-			for n > 0 && !utf8.RuneStart(msg[n]) {
-				n-- // not in the middle of a character
-			}
-			msg = msg[:n]
-		}
-		if cerr := l.Complete(&Record{Code: doPermanent, Body: []byte(msg)}); cerr != nil {
+		if cerr := l.Complete(&Record{Code: doPermanent, Body: e.message(err.Error())}); cerr != nil {
 			return result, false, cerr
 		}
 		return result, false, err
@@ -116,29 +109,31 @@ func Do[T any](ctx context.Context, e *Engine, scope, key string, fn func(contex
 		l.Release(0, err)
 		return result, false, err
 	}
-	body, merr := marshal(result)
-	var reason error // why the result is not stored
-	switch {
+	stored := &Record{Code: doResult}
+	var merr error
+	switch stored.Body, merr = marshal(result); {
 	case merr != nil:
-		reason = fmt.Errorf("idem: encoding Do's result: %w", merr)
-	case len(body) > e.cfg.MaxStoredBodyBytes:
-		reason = fmt.Errorf("idem: Do's result is %d bytes, over MaxStoredBodyBytes", len(body))
-	default:
-		if err := l.Complete(&Record{Code: doResult, Body: body}); err != nil {
-			var zero T
-			return zero, false, err
-		}
-		return result, false, nil
+		stored = &Record{Code: doPermanent, Body: e.message("idem: Do's result did not encode: " + merr.Error())}
+	case len(stored.Body) > e.cfg.MaxStoredBodyBytes:
+		stored = &Record{Code: doPermanent, Body: e.message(fmt.Sprintf("idem: Do's result was %d bytes, over MaxStoredBodyBytes", len(stored.Body)))}
 	}
-	buffered := l.Buffered()
-	l.Release(0, reason)
-	if buffered {
-		// Released, the key's transaction rolled fn's writes back: the
-		// result must not be delivered.
+	if err := l.Complete(stored); err != nil {
 		var zero T
-		return zero, false, fmt.Errorf("%w: fn's writes were rolled back", reason)
+		return zero, false, err
 	}
 	return result, false, nil
+}
+
+// message is a permanent error's message as Do stores it: its first
+// MaxStoredBodyBytes bytes, not cut in the middle of a character.
+func (e *Engine) message(msg string) []byte {
+	if n := e.cfg.MaxStoredBodyBytes; len(msg) > n {
+		for n > 0 && !utf8.RuneStart(msg[n]) {
+			n--
+		}
+		msg = msg[:n]
+	}
+	return []byte(msg)
 }
 
 // Permanent marks err as final for Do: its message (its first

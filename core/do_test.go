@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -81,18 +82,27 @@ func TestDoPanicReleases(t *testing.T) {
 	}
 }
 
-func TestDoResultTooLargeNotStored(t *testing.T) {
-	var ev events
-	e := newDoEngine(t, core.Config{MaxStoredBodyBytes: 10, Observer: ev.observe})
-	runs := 0
-	fn := func(context.Context) (string, error) { runs++; return "longer than ten bytes", nil }
-	for range 2 {
-		if got, replayed, err := core.Do(context.Background(), e, "s", "k", fn); err != nil || replayed || got == "" {
-			t.Fatalf("Do = %q, %v, %v", got, replayed, err)
+// A result too large to store (or that does not encode) is returned once,
+// and later calls get an error saying so, replayed: fn ran, and running it
+// again is what Do is for avoiding.
+func TestDoResultNotStorable(t *testing.T) {
+	for name, opts := range map[string]core.DoOptions{
+		"too large":       {},
+		"does not encode": {Marshal: func(any) ([]byte, error) { return nil, errors.New("no encoding") }},
+	} {
+		e := newDoEngine(t, core.Config{MaxStoredBodyBytes: 64})
+		runs := 0
+		fn := func(context.Context) (string, error) { runs++; return strings.Repeat("x", 100), nil }
+		if got, replayed, err := core.Do(context.Background(), e, "s", "k", fn, opts); err != nil || replayed || len(got) != 100 {
+			t.Fatalf("%s: first Do = %q, %v, %v; want the result", name, got, replayed, err)
 		}
-	}
-	if runs != 2 || ev.count(core.OutcomeNotStored) != 2 {
-		t.Fatalf("runs %d, not stored %d; want 2 and 2", runs, ev.count(core.OutcomeNotStored))
+		got, replayed, err := core.Do(context.Background(), e, "s", "k", fn, opts)
+		if err == nil || !replayed || got != "" || !strings.HasPrefix(err.Error(), "idem: Do's result") {
+			t.Fatalf("%s: second Do = %q, %v, %v; want the stored error, replayed", name, got, replayed, err)
+		}
+		if runs != 1 {
+			t.Fatalf("%s: fn ran %d times; want once", name, runs)
+		}
 	}
 }
 
@@ -245,24 +255,29 @@ func (t watchedTx) Rollback(ctx context.Context) error {
 	return t.Tx.Rollback(ctx)
 }
 
-// With a TxStore, fn writes through the key's transaction: a result that
-// Do does not store (over MaxStoredBodyBytes, or that does not encode)
-// rolls those writes back, so Do must not report it as a success.
-func TestDoTxResultNotStored(t *testing.T) {
+// With a TxStore, a result Do cannot store (over MaxStoredBodyBytes, or
+// that does not encode) commits fn's writes with the error stored in its
+// place, as a permanent error does: the result is returned, a retry gets
+// the error.
+func TestDoTxResultNotStorable(t *testing.T) {
 	for name, opts := range map[string]core.DoOptions{
 		"too large":       {},
 		"does not encode": {Marshal: func(any) ([]byte, error) { return nil, errors.New("no encoding") }},
 	} {
 		store := &watchedTxStore{TxStore: idemtest.NewTxStore(t).(*idemtest.TxStore)}
-		e := newDoEngine(t, core.Config{Store: store, MaxStoredBodyBytes: 10})
-		got, _, err := core.Do(context.Background(), e, "s", "k", func(ctx context.Context) (string, error) {
+		e := newDoEngine(t, core.Config{Store: store, MaxStoredBodyBytes: 64})
+		fn := func(ctx context.Context) (string, error) {
 			if !idemtest.InTx(ctx) {
 				t.Errorf("%s: fn runs without the key's transaction", name)
 			}
-			return "longer than ten bytes", nil
-		}, opts)
-		if n := store.rollbacks.Load(); n != 1 || err == nil || got != "" {
-			t.Errorf("%s: Do = %q, %v after %d rollbacks; want an error and no result: fn's writes were rolled back", name, got, err, n)
+			return strings.Repeat("x", 100), nil
+		}
+		got, _, err := core.Do(context.Background(), e, "s", "k", fn, opts)
+		if n := store.rollbacks.Load(); n != 0 || err != nil || len(got) != 100 {
+			t.Errorf("%s: Do = %q, %v after %d rollbacks; want the result, committed", name, got, err, n)
+		}
+		if _, replayed, err := core.Do(context.Background(), e, "s", "k", fn, opts); err == nil || !replayed {
+			t.Errorf("%s: retry = %v, replayed %v; want the stored error", name, err, replayed)
 		}
 	}
 }
