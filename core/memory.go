@@ -20,7 +20,8 @@ const defaultMemoryMaxEntries = 100_000
 // "Memory store").
 //
 // MemoryStore implements Waiter, Checkpointer, and Invalidator (a purge
-// drops the record from the replay caches of the Engines on it).
+// drops the record from the replay caches of the Engines on it). Make one
+// with NewMemoryStore; the zero value is not usable.
 type MemoryStore struct {
 	max int
 	now func() time.Time

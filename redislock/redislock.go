@@ -92,7 +92,8 @@ type Options struct {
 // Store is a core.Store on Redis: a single node, Sentinel (a failover
 // client) or Cluster. It is safe for concurrent use and keeps no state of
 // its own besides its scripts waiting for a batch, so any number of
-// instances may share one Redis.
+// instances may share one Redis. Make one with New; the zero value is not
+// usable.
 type Store struct {
 	client     redis.Scripter
 	batch      *batcher             // of a *redis.Client; nil: see cluster

@@ -157,7 +157,8 @@ func checkID(id string) error {
 }
 
 // Sealer is a core.Sealer: AES-256-GCM with a random nonce, under the keys
-// of a KeyProvider. It is safe for concurrent use.
+// of a KeyProvider. It is safe for concurrent use. Make one with New; the
+// zero value is not usable.
 type Sealer struct {
 	keys  KeyProvider
 	aeads sync.Map // key id → *aead
