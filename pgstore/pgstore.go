@@ -113,7 +113,7 @@ func (o *Options) ident(table string) string {
 
 // Store is a core.Store on a PostgreSQL table (see the package doc). It is
 // safe for concurrent use; any number of instances may share the table.
-// Make one with New or NewTx; the zero value is not usable.
+// Make one with New; the zero value is not usable.
 type Store struct {
 	pool    *pgxpool.Pool
 	opts    Options

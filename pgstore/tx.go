@@ -39,6 +39,7 @@ var ErrWorkAborted = errors.New("pgstore: a statement of the request failed and 
 // handler writes its rows through that transaction (Tx), and the record
 // commits with them. A key's effect and its stored response are committed
 // together or not at all. See docs/pgstore.md for sizing and timeouts.
+// Make one with NewTx; the zero value is not usable.
 type TxStore struct {
 	*Store
 	keys    chan struct{} // keysOf(pool)
