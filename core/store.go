@@ -30,7 +30,8 @@ var (
 // A key is an opaque string chosen by the Engine: it already combines the
 // scope, the client's key and (optionally) the route, and it holds only the
 // characters [0-9a-f]. A record is an opaque byte slice encoded by the Engine
-// (see Record); a store keeps it as is. The interface uses standard types only
+// (see Record); a store keeps it as is, and may keep the slice itself: the
+// caller does not modify it after. The interface uses standard types only
 // so a store package need not import anything but this contract.
 //
 // Every method must be safe for concurrent use, and Acquire must be atomic
