@@ -97,7 +97,7 @@ func (b *breaker) done(err error) (to breakerState, changed bool) {
 	switch {
 	case !failed && b.state == breakerClosed:
 		b.count = 0
-	case !failed:
+	case !failed: // half-open's probe, or a call made before it opened: the store answered
 		b.state, b.count = breakerClosed, 0
 		return breakerClosed, true
 	case b.state == breakerHalfOpen, b.state == breakerClosed && b.count+1 >= b.failures:
@@ -106,7 +106,7 @@ func (b *breaker) done(err error) (to breakerState, changed bool) {
 	case b.state == breakerClosed:
 		b.count++
 	}
-	// Open: a call made before it opened changes nothing.
+	// Open: a failure of a call made before it opened changes nothing.
 	return 0, false
 }
 
