@@ -121,8 +121,9 @@ func (h *handlers) list(c *echo.Context) error {
 }
 
 // renderError is the app's HTTPErrorHandler: an *echo.HTTPError keeps its
-// status and message, any other error is a 500 (or the status it carries)
-// whose text goes to the log only (orders.ServerError).
+// status and message, any other error the status it carries (500 if none)
+// with that status's text under 500 (Echo's 404 and 405), else a message
+// whose error goes to the log only (orders.ServerError).
 func (h *handlers) renderError(c *echo.Context, err error) {
 	if r, _ := echo.UnwrapResponse(c.Response()); r != nil && r.Committed {
 		return
@@ -134,6 +135,11 @@ func (h *handlers) renderError(c *echo.Context, err error) {
 	var msg string
 	if he := (*echo.HTTPError)(nil); errors.As(err, &he) {
 		msg = he.Message
+	} else if status < http.StatusInternalServerError {
+		// Echo's own client errors (its router's ErrNotFound and
+		// ErrMethodNotAllowed) are no *echo.HTTPError in v5: the status's
+		// text, as in Echo v4, and no failure of the order service to log.
+		msg = http.StatusText(status)
 	} else {
 		msg = orders.ServerError(h.log, err)
 	}
