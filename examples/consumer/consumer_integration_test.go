@@ -225,6 +225,16 @@ func schema(t *testing.T) (string, *pgx.Conn) {
 	return url, conn
 }
 
+// randomText returns n texts of crypto/rand joined: about 10 kB for 400,
+// which PostgreSQL cannot compress under btree's limit of 2704 bytes.
+func randomText(n int) string {
+	var b strings.Builder
+	for range n {
+		b.WriteString(rand.Text())
+	}
+	return b.String()
+}
+
 // consumer is a running consumer process.
 type consumer struct {
 	t    *testing.T
@@ -268,8 +278,9 @@ func (c *consumer) stop() {
 }
 
 // TestConsumerDeadLetter: an event that PostgreSQL refuses for its data (a
-// balance past bigint's range) goes to the dead-letter stream with its
-// error and is acknowledged, once; the events around it apply.
+// balance past bigint's range; an account too long for the primary key's
+// index, SQLSTATE 54000) goes to the dead-letter stream with its error and
+// is acknowledged, once; the events around it apply.
 func TestConsumerDeadLetter(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "consumer")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
@@ -285,6 +296,7 @@ func TestConsumerDeadLetter(t *testing.T) {
 		{"id": "ev-1", "account": "acct", "amount": "1"},
 		{"id": "ev-2", "account": "acct", "amount": "9223372036854775807"}, // 1 + this overflows
 		{"id": "ev-3", "account": "acct", "amount": "2"},
+		{"id": "ev-4", "account": randomText(400), "amount": "1"},
 	} {
 		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: e}).Err(); err != nil {
 			t.Fatal(err)
@@ -296,7 +308,7 @@ func TestConsumerDeadLetter(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		groups, err := rdb.XInfoGroups(ctx, stream).Result()
-		if err == nil && len(groups) == 1 && groups[0].Pending == 0 && groups[0].EntriesRead == 3 {
+		if err == nil && len(groups) == 1 && groups[0].Pending == 0 && groups[0].EntriesRead == 4 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -314,8 +326,9 @@ func TestConsumerDeadLetter(t *testing.T) {
 		t.Errorf("balance %d, %d ledger entries; want 3, 2 (ev-1 and ev-3)", balance, entries)
 	}
 	letters, err := rdb.XRange(ctx, dead, "-", "+").Result()
-	if err != nil || len(letters) != 1 || letters[0].Values["id"] != "ev-2" ||
-		!strings.Contains(fmt.Sprint(letters[0].Values["error"]), "22003") {
-		t.Fatalf("dead letters: %+v, %v; want ev-2 once, with SQLSTATE 22003", letters, err)
+	if err != nil || len(letters) != 2 || letters[0].Values["id"] != "ev-2" ||
+		!strings.Contains(fmt.Sprint(letters[0].Values["error"]), "22003") ||
+		letters[1].Values["id"] != "ev-4" || !strings.Contains(fmt.Sprint(letters[1].Values["error"]), "54000") {
+		t.Fatalf("dead letters: %d, %v; want ev-2 once, with SQLSTATE 22003, then ev-4, with 54000", len(letters), err)
 	}
 }

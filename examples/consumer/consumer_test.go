@@ -28,13 +28,14 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// A data or integrity error is a refusal, wrapped or not; a connection
-// error or another SQLSTATE is not.
+// A data, integrity or program-limit error is a refusal, wrapped or not; a
+// connection error or another SQLSTATE is not.
 func TestRefused(t *testing.T) {
 	t.Parallel()
 	for err, want := range map[error]bool{
 		&pgconn.PgError{Code: "22003"}:                            true,
 		fmt.Errorf("credit: %w", &pgconn.PgError{Code: "23505"}):  true,
+		&pgconn.PgError{Code: "54000"}:                            true, // an index row over btree's limit
 		&pgconn.PgError{Code: "40001"}:                            false,
 		&pgconn.PgError{Code: "57P01"}:                            false,
 		errors.New("dial tcp 127.0.0.1:5432: connection refused"): false,

@@ -23,8 +23,9 @@
 // published several times under one id. The consumer creates its tables on
 // start: accounts(account text primary key, balance bigint not null),
 // ledger_entries (one row per application) and the inbox's. An event that
-// PostgreSQL refuses for its data (a data or integrity error: a balance
-// out of bigint's range) would fail again each time it is claimed: it goes
+// PostgreSQL refuses for its data (a data or integrity error, such as a
+// balance out of bigint's range, or a program limit, such as an account too
+// long for its index) would fail again each time it is claimed: it goes
 // to DEAD_STREAM with the error, for an operator to look at and publish
 // again, and is acknowledged, rather than claimed again for ever. Other
 // errors (PostgreSQL down) leave it pending, claimed again after
@@ -47,7 +48,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -262,11 +262,16 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 }
 
 // refused reports whether PostgreSQL refused an event for its data (SQLSTATE
-// class 22, data exception, or 23, integrity constraint violation): trying
+// class 22, data exception, 23, integrity constraint violation, or 54,
+// program limit exceeded: an account or id too long for its index): trying
 // again fails again until the data it meets changes.
 func refused(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	class := pgErr.Code[:min(2, len(pgErr.Code))]
+	return class == "22" || class == "23" || class == "54"
 }
 
 // deadLetter adds the entry m to the dead-letter stream, with its entry id
