@@ -279,8 +279,8 @@ func (c *consumer) stop() {
 
 // TestConsumerDeadLetter: an event that PostgreSQL refuses for its data (a
 // balance past bigint's range; an account too long for the primary key's
-// index, SQLSTATE 54000) goes to the dead-letter stream with its error and
-// is acknowledged, once; the events around it apply.
+// index, SQLSTATE 54000), or a malformed one, goes to the dead-letter stream
+// with its error and is acknowledged, once; the events around it apply.
 func TestConsumerDeadLetter(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "consumer")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
@@ -297,6 +297,7 @@ func TestConsumerDeadLetter(t *testing.T) {
 		{"id": "ev-2", "account": "acct", "amount": "9223372036854775807"}, // 1 + this overflows
 		{"id": "ev-3", "account": "acct", "amount": "2"},
 		{"id": "ev-4", "account": randomText(400), "amount": "1"},
+		{"id": "ev-5", "account": "acct", "amount": "1.5"}, // malformed
 	} {
 		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: e}).Err(); err != nil {
 			t.Fatal(err)
@@ -308,7 +309,7 @@ func TestConsumerDeadLetter(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		groups, err := rdb.XInfoGroups(ctx, stream).Result()
-		if err == nil && len(groups) == 1 && groups[0].Pending == 0 && groups[0].EntriesRead == 4 {
+		if err == nil && len(groups) == 1 && groups[0].Pending == 0 && groups[0].EntriesRead == 5 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -326,9 +327,10 @@ func TestConsumerDeadLetter(t *testing.T) {
 		t.Errorf("balance %d, %d ledger entries; want 3, 2 (ev-1 and ev-3)", balance, entries)
 	}
 	letters, err := rdb.XRange(ctx, dead, "-", "+").Result()
-	if err != nil || len(letters) != 2 || letters[0].Values["id"] != "ev-2" ||
+	if err != nil || len(letters) != 3 || letters[0].Values["id"] != "ev-2" ||
 		!strings.Contains(fmt.Sprint(letters[0].Values["error"]), "22003") ||
-		letters[1].Values["id"] != "ev-4" || !strings.Contains(fmt.Sprint(letters[1].Values["error"]), "54000") {
-		t.Fatalf("dead letters: %d, %v; want ev-2 once, with SQLSTATE 22003, then ev-4, with 54000", len(letters), err)
+		letters[1].Values["id"] != "ev-4" || !strings.Contains(fmt.Sprint(letters[1].Values["error"]), "54000") ||
+		letters[2].Values["id"] != "ev-5" || letters[2].Values["amount"] != "1.5" {
+		t.Fatalf("dead letters: %d, %v; want ev-2 once, with SQLSTATE 22003, then ev-4, with 54000, then the malformed ev-5", len(letters), err)
 	}
 }

@@ -29,7 +29,9 @@
 // to DEAD_STREAM with the error, for an operator to look at and publish
 // again, and is acknowledged, rather than claimed again for ever. Other
 // errors (PostgreSQL down) leave it pending, claimed again after
-// CLAIM_AFTER. An event published again under an id already applied is
+// CLAIM_AFTER. A malformed entry (no id or account, an amount that is not
+// an integer, a bad delay_ms) never becomes valid either: it goes to
+// DEAD_STREAM too. An event published again under an id already applied is
 // skipped, whatever its fields (the inbox keeps ids, not payloads).
 //
 // With -generic it uses core.Engine.Once on the Redis store instead of the
@@ -199,10 +201,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		for _, m := range msgs {
 			ev, err := parse(m.Values)
 			if err != nil {
-				// A malformed entry never becomes valid: acknowledge it,
-				// rather than claim it again for ever.
-				log.Warn("dropping a malformed event", "entry", m.ID, "err", err)
-				rdb.XAck(ctx, cfg.stream, cfg.group, m.ID)
+				// A malformed entry never becomes valid: to the dead-letter
+				// stream, rather than claimed again for ever, or lost.
+				deadLetter(ctx, rdb, cfg, log, m, err)
 				continue
 			}
 			if ev.Delay > 0 {
@@ -274,8 +275,8 @@ func refused(err error) bool {
 	return class == "22" || class == "23" || class == "54"
 }
 
-// deadLetter adds the entry m to the dead-letter stream, with its entry id
-// and the error, then acknowledges it. A consumer killed in between leaves
+// deadLetter adds the entry m, malformed or refused by PostgreSQL, to the
+// dead-letter stream, with its entry id and the error, then acknowledges it. A consumer killed in between leaves
 // it pending, and the next adds it again: a dead letter may be there twice
 // (the two streams may live on different nodes of a cluster, where one
 // MULTI cannot hold both).
@@ -286,7 +287,7 @@ func deadLetter(ctx context.Context, rdb redis.UniversalClient, cfg config, log 
 		log.Warn("event not moved to the dead-letter stream: left pending", "entry", m.ID, "err", err)
 		return
 	}
-	log.Error("event refused by PostgreSQL: moved to the dead-letter stream", "entry", m.ID, "dead_stream", cfg.dead, "err", reason)
+	log.Error("event moved to the dead-letter stream", "entry", m.ID, "dead_stream", cfg.dead, "err", reason)
 	if err := rdb.XAck(ctx, cfg.stream, cfg.group, m.ID).Err(); err != nil {
 		log.Warn("XACK", "entry", m.ID, "err", err)
 	}
