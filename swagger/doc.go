@@ -1,6 +1,7 @@
 // Package swagger documents idem in API descriptions. Every covered
 // operation of a Swagger 2.0 (swag) or OpenAPI 3 document gets the key
-// header parameter (required exactly when the Engine requires a key), the
+// header parameter (required exactly when the Engine requires a key; its
+// maxLength, and a pattern of the printable ASCII it accepts), the
 // 400, 409 (with Retry-After), 413, 422 and 503 responses, and the 429 of
 // an Engine with a quota, as RFC 9457 problem details (ProblemSchema), and
 // the X-Idempotency-Replay and X-Idempotency-Body-Omitted headers on the

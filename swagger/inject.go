@@ -373,6 +373,11 @@ func (in *injector) ref(ref string) *yaml.Node {
 	return n
 }
 
+// keyPattern is the documented pattern of the key header: printable ASCII
+// (0x20 to 0x7E), as the Engine accepts, a quoted key and its parameters
+// included (core's parseKey refuses any other byte).
+const keyPattern = "^[ -~]+$"
+
 func (in *injector) keyParam() *yaml.Node {
 	o := in.opts
 	desc := "Idempotency key: a unique value per operation, such as a UUID, sent unchanged with every retry of it. " +
@@ -384,9 +389,9 @@ func (in *injector) keyParam() *yaml.Node {
 	if !o.Required {
 		desc += " Optional: a request without a key runs unprotected."
 	}
-	limits := []any{"minLength", integer(1)}
+	limits := []any{"minLength", integer(1), "pattern", str(keyPattern)}
 	if o.MaxKeyLength > 0 {
-		limits = []any{"maxLength", integer(o.MaxKeyLength), "minLength", integer(1)}
+		limits = []any{"maxLength", integer(o.MaxKeyLength), "minLength", integer(1), "pattern", str(keyPattern)}
 	}
 	ttl := integer(int(o.ResponseTTL / time.Second))
 	if in.v3 {
