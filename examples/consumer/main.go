@@ -276,10 +276,10 @@ func refused(err error) bool {
 }
 
 // deadLetter adds the entry m, malformed or refused by PostgreSQL, to the
-// dead-letter stream, with its entry id and the error, then acknowledges it. A consumer killed in between leaves
-// it pending, and the next adds it again: a dead letter may be there twice
-// (the two streams may live on different nodes of a cluster, where one
-// MULTI cannot hold both).
+// dead-letter stream, with its entry id and the error, then acknowledges
+// it. A consumer killed in between leaves it pending, and the next adds it
+// again: a dead letter may be there twice (the two streams may live on
+// different nodes of a cluster, where one MULTI cannot hold both).
 func deadLetter(ctx context.Context, rdb redis.UniversalClient, cfg config, log *slog.Logger, m redis.XMessage, reason error) {
 	values := maps.Clone(m.Values)
 	values["entry"], values["error"] = m.ID, reason.Error()
