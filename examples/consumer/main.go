@@ -4,7 +4,13 @@
 // in one transaction, and the stream entry is acknowledged (XACK) after
 // the commit. A consumer killed at any instant leaves its entries pending;
 // the live consumers of the group claim them after CLAIM_AFTER (XAUTOCLAIM)
-// and apply them, or skip those applied before the kill.
+// and apply them, or skip those applied before the kill. An entry a live
+// consumer holds longer than CLAIM_AFTER (a long batch, a slow event) is
+// claimed too, and the inbox skips it where the first application
+// committed: set CLAIM_AFTER above the longest event. Each process joins
+// the group as CONSUMER; the default, new at each start, leaves the dead
+// ones listed in XINFO CONSUMERS (XGROUP DELCONSUMER removes them): a
+// fixed name per instance avoids that.
 //
 //	go run .        # until SIGTERM or SIGINT
 //
