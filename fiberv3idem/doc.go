@@ -21,8 +21,10 @@
 // fiber.Config.BodyLimit (4 MiB by default) is refused by fasthttp before
 // any middleware runs, with the ErrorHandler's 413, not idem's
 // body-too-large problem (core.Config.MaxBodyBytes, 1 MiB, applies below
-// it; with StreamRequestBody, to any size). Operations lists the
-// covered routes for package swagger.
+// it; with StreamRequestBody, to any size). Likewise request headers over
+// fiber.Config.ReadBufferSize (4 KiB) get fasthttp's 431, a key of that
+// length included, where other frameworks give idem's 400 invalid-key.
+// Operations lists the covered routes for package swagger.
 //
 // See Example; the reasons and edge cases are in docs/design.md,
 // "fiberidem" and "fiberv3idem".
