@@ -4,7 +4,8 @@
 //
 // New makes a Telemetry on a MeterProvider (nil: otel.GetMeterProvider()):
 // pass Telemetry.Observe as core.Config.Observer and wrap the store with
-// Telemetry.InstrumentStore, as with idemprom. Instruments are prefixed
+// Telemetry.InstrumentStore, as with idemprom; ObserveStuckKeys adds the
+// gauge of the oldest lock in flight. Instruments are prefixed
 // idempotency. and attributes follow OpenTelemetry's semantic conventions
 // where they have one (http.route, rpc.method, error.type); routes past
 // Options.MaxRoutes count as "_OTHER". Observe also sets, on the span of

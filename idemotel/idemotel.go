@@ -71,6 +71,7 @@ type Telemetry struct {
 	failed [instrument.NumOps][len(storeErrorTypes)]opOptions // ops with error.type
 	states [len(breakerStates)]seriesOptions
 
+	meter     metric.Meter // for ObserveStuckKeys
 	maxRoutes int
 	mu        sync.RWMutex
 	series    map[seriesKey]seriesOptions // attribute sets built once per label set
@@ -107,7 +108,7 @@ func New(mp metric.MeterProvider, opts *Options) (*Telemetry, error) {
 		mp = otel.GetMeterProvider()
 	}
 	m := mp.Meter(ScopeName)
-	t := &Telemetry{maxRoutes: o.MaxRoutes, series: make(map[seriesKey]seriesOptions), routes: make(map[string]struct{})}
+	t := &Telemetry{meter: m, maxRoutes: o.MaxRoutes, series: make(map[seriesKey]seriesOptions), routes: make(map[string]struct{})}
 	var errs [7]error
 	t.requests, errs[0] = m.Int64Counter("idempotency.requests", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests with an idempotency key, by outcome (replay, stored, conflict, ...), method and route template."))

@@ -40,6 +40,9 @@ func TestPrometheusNames(t *testing.T) {
 	tel.Observe(core.Event{Outcome: core.OutcomeReplay, Transport: "kafka", Method: "consume", Route: "orders"})
 	s := tel.InstrumentStore(core.NewMemoryStore(0))
 	s.Acquire(context.Background(), "k", time.Minute)
+	if err := tel.ObserveStuckKeys(s.(core.Admin), 0); err != nil {
+		t.Fatal(err)
+	}
 
 	exported := map[string]string{
 		"idempotency_requests_total": "COUNTER [error_type idempotency_outcome rpc_method rpc_system_name]" +
@@ -48,20 +51,22 @@ func TestPrometheusNames(t *testing.T) {
 		"idempotency_request_duration_seconds": "HISTOGRAM [error_type idempotency_outcome rpc_method rpc_system_name]" +
 			" [http_request_method http_route idempotency_outcome]" +
 			" [idempotency_method idempotency_outcome idempotency_route idempotency_transport]",
-		"idempotency_store_operation_duration_seconds": "HISTOGRAM [idempotency_store_operation]",
-		"idempotency_store_errors_total":               "COUNTER [idempotency_store_operation]",
-		"idempotency_inflight_requests":                "GAUGE []",
-		"idempotency_store_fallbacks_total":            "COUNTER []",
-		"idempotency_store_breaker_state":              "GAUGE [idempotency_breaker_state]",
+		"idempotency_store_operation_duration_seconds":        "HISTOGRAM [idempotency_store_operation]",
+		"idempotency_store_errors_total":                      "COUNTER [idempotency_store_operation]",
+		"idempotency_inflight_requests":                       "GAUGE []",
+		"idempotency_store_fallbacks_total":                   "COUNTER []",
+		"idempotency_store_breaker_state":                     "GAUGE [idempotency_breaker_state]",
+		"idempotency_oldest_inflight_start_timestamp_seconds": "GAUGE []",
 	}
 	relabelled := map[string]string{
-		"idempotency_requests_total":                   "COUNTER [method outcome route]",
-		"idempotency_request_duration_seconds":         "HISTOGRAM [method outcome route]",
-		"idempotency_store_operation_duration_seconds": "HISTOGRAM [operation]",
-		"idempotency_store_errors_total":               "COUNTER [operation]",
-		"idempotency_inflight_requests":                "GAUGE []",
-		"idempotency_store_fallbacks_total":            "COUNTER []",
-		"idempotency_store_breaker_state":              "GAUGE [state]",
+		"idempotency_requests_total":                          "COUNTER [method outcome route]",
+		"idempotency_request_duration_seconds":                "HISTOGRAM [method outcome route]",
+		"idempotency_store_operation_duration_seconds":        "HISTOGRAM [operation]",
+		"idempotency_store_errors_total":                      "COUNTER [operation]",
+		"idempotency_inflight_requests":                       "GAUGE []",
+		"idempotency_store_fallbacks_total":                   "COUNTER []",
+		"idempotency_store_breaker_state":                     "GAUGE [state]",
+		"idempotency_oldest_inflight_start_timestamp_seconds": "GAUGE []",
 	}
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -3,7 +3,10 @@ package idemotel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/instrument"
@@ -45,4 +48,35 @@ func storeErrorType(err error) int {
 		return 3
 	}
 	return 0
+}
+
+// DefaultStuckInterval is how often ObserveStuckKeys reads the store at
+// most.
+const DefaultStuckInterval = 30 * time.Second
+
+// ObserveStuckKeys adds the gauge idempotency.oldest_inflight_start_timestamp
+// (unit s): when the oldest key in flight in store (core.Admin.InFlight) was
+// locked, in Unix seconds, left out when no key is in flight or the read
+// failed. Through a Prometheus exporter it is idemprom's
+// idempotency_oldest_inflight_start_timestamp_seconds, which the
+// IdempotencyKeyStuck alert reads. The store is read at most every interval
+// (DefaultStuckInterval if 0), within a 5 s timeout, since listing keys
+// scans it (instrument.OldestLock). Call it once per Telemetry.
+func (t *Telemetry) ObserveStuckKeys(store core.Admin, interval time.Duration) error {
+	if interval <= 0 {
+		interval = DefaultStuckInterval
+	}
+	oldest := instrument.NewOldestLock(store, interval)
+	_, err := t.meter.Float64ObservableGauge("idempotency.oldest_inflight_start_timestamp", metric.WithUnit("s"),
+		metric.WithDescription("When the oldest idempotency key in flight in the store was locked, in Unix seconds; absent when none is."),
+		metric.WithFloat64Callback(func(ctx context.Context, o metric.Float64Observer) error {
+			if at, ok := oldest.Read(ctx); ok {
+				o.Observe(float64(at.UnixNano()) / 1e9)
+			}
+			return nil
+		}))
+	if err != nil {
+		return fmt.Errorf("idemotel: %w", err)
+	}
+	return nil
 }

@@ -8,8 +8,12 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/core/idemtest"
+	"github.com/idem-go/idem/idemotel"
 )
 
 // TestStoreConformance runs the store suite over an instrumented
@@ -231,4 +235,53 @@ func TestStoreWrapperConcurrent(t *testing.T) {
 		<-done
 	}
 	wantPoints(t, reader, "idempotency.inflight_requests", map[string]int64{"": n / 3})
+}
+
+// TestObserveStuckKeys: the gauge is the time the oldest lock in flight was
+// taken, in Unix seconds, and absent when no key is in flight.
+func TestObserveStuckKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	tel, err := idemotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := core.NewMemoryStore(0)
+	if err := tel.ObserveStuckKeys(store, time.Nanosecond); err != nil { // read at each collection
+		t.Fatal(err)
+	}
+	oldest := func() []float64 {
+		t.Helper()
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(ctx, &rm); err != nil {
+			t.Fatal(err)
+		}
+		var values []float64
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name == "idempotency.oldest_inflight_start_timestamp" {
+					for _, p := range m.Data.(metricdata.Gauge[float64]).DataPoints {
+						values = append(values, p.Value)
+					}
+				}
+			}
+		}
+		return values
+	}
+	if v := oldest(); len(v) != 0 {
+		t.Fatalf("no key in flight: gauge %v, want none", v)
+	}
+	for _, k := range []string{"a", "b"} {
+		if _, _, err := store.Acquire(ctx, k, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := store.InFlight(ctx, 1)
+	if err != nil || len(keys) != 1 {
+		t.Fatal(keys, err)
+	}
+	if v, want := oldest(), float64(keys[0].LockedAt.UnixNano())/1e9; len(v) != 1 || v[0] != want {
+		t.Fatalf("keys in flight: gauge %v, want [%v], the oldest lock's time", v, want)
+	}
 }

@@ -2,12 +2,12 @@ package idemprom
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/instrument"
 )
 
 // DefaultStuckInterval is how often NewStuckKeys reads the store at most.
@@ -25,42 +25,20 @@ func NewStuckKeys(store core.Admin, interval time.Duration) prometheus.Collector
 	if interval <= 0 {
 		interval = DefaultStuckInterval
 	}
-	return &stuckKeys{store: store, interval: interval, now: time.Now,
+	return &stuckKeys{oldest: instrument.NewOldestLock(store, interval),
 		desc: prometheus.NewDesc("idempotency_oldest_inflight_start_timestamp_seconds",
 			"When the oldest idempotency key in flight in the store was locked, in Unix seconds; absent when none is.", nil, nil)}
 }
 
 type stuckKeys struct {
-	store    core.Admin
-	interval time.Duration
-	now      func() time.Time
-	desc     *prometheus.Desc
-
-	mu     sync.Mutex
-	read   time.Time // when the store was last read; zero: never, or failed
-	oldest time.Time // the oldest lock's time; zero: none
+	oldest *instrument.OldestLock
+	desc   *prometheus.Desc
 }
 
 func (s *stuckKeys) Describe(ch chan<- *prometheus.Desc) { ch <- s.desc }
 
 func (s *stuckKeys) Collect(ch chan<- prometheus.Metric) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	if s.read.IsZero() || now.Sub(s.read) >= s.interval {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		keys, err := s.store.InFlight(ctx, 1)
-		cancel()
-		if err != nil {
-			s.read = time.Time{}
-			return
-		}
-		s.read, s.oldest = now, time.Time{}
-		if len(keys) > 0 {
-			s.oldest = keys[0].LockedAt
-		}
-	}
-	if !s.oldest.IsZero() {
-		ch <- prometheus.MustNewConstMetric(s.desc, prometheus.GaugeValue, float64(s.oldest.UnixNano())/1e9)
+	if t, ok := s.oldest.Read(context.Background()); ok {
+		ch <- prometheus.MustNewConstMetric(s.desc, prometheus.GaugeValue, float64(t.UnixNano())/1e9)
 	}
 }
