@@ -14,6 +14,7 @@ import (
 // TestQuota runs the conformance suite of core.Config.Quota on the stores
 // newStore returns, through an Engine: 200 concurrent new keys of one
 // scope, of which exactly the bound are admitted, other scopes unaffected,
+// 100 concurrent duplicates of one key run once and take one slot,
 // replays never refused, slots freed by completion, release and a crashed
 // lock's expiry, and the window sliding. opts as for TestStore.
 func TestQuota(t *testing.T, newStore func(t *testing.T) core.Store, opts ...Option) {
@@ -26,6 +27,7 @@ func TestQuota(t *testing.T, newStore func(t *testing.T) core.Store, opts ...Opt
 		{"InFlightBoundExact", testQuotaInFlight},
 		{"PerWindowBoundExact", testQuotaPerWindow},
 		{"ReplaysNeverRefused", testQuotaReplays},
+		{"ConcurrentDuplicatesRunOnce", testQuotaDuplicates},
 		{"CrashedLockFreesItsSlot", testQuotaCrashedLock},
 		{"AdminUnlockFreesItsSlot", testQuotaAdminUnlock},
 		{"WindowSlides", testQuotaWindowSlides},
@@ -202,6 +204,66 @@ func testQuotaReplays(t *testing.T, s core.Store, _ *options) {
 	}
 	if n := ev.count(core.OutcomeReplay); n != 3 {
 		t.Fatalf("%d replays, want 3", n)
+	}
+}
+
+// Of 100 concurrent duplicates of one new key of a scope under a quota,
+// one runs and takes one slot: the others are answered in flight (or
+// refused), and take none, so that another new key is still admitted
+// while the key runs; once it completes, 100 duplicates at once are its
+// replays, and take no slot either.
+func testQuotaDuplicates(t *testing.T, s core.Store, _ *options) {
+	const n = 100
+	e, ev := quotaEngine(t, s, core.Quota{InFlight: 2, PerWindow: 2, Window: time.Hour}, core.Config{})
+	scope, key := "quota-"+Key(t), Key(t)
+	burst := func() (leases []*core.Lease, records int) {
+		var (
+			mu    sync.Mutex
+			wg    sync.WaitGroup
+			start = make(chan struct{})
+		)
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				l, rec, err := e.Acquire(quotaCall(scope, key))
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case l != nil && l.Protected() && err == nil:
+					leases = append(leases, l)
+				case rec != nil && err == nil:
+					if rec.Code != 201 || string(rec.Body) != "once" {
+						t.Errorf("replay: %d %q, want 201 \"once\"", rec.Code, rec.Body)
+					}
+					records++
+				case errors.Is(err, core.ErrInFlight), errors.Is(err, core.ErrQuotaExceeded):
+				default:
+					t.Errorf("duplicate: lease %v, record %v, err %v; want a lease, the replay, ErrInFlight or ErrQuotaExceeded", l, rec, err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		return leases, records
+	}
+	leases, records := burst()
+	if len(leases) != 1 || records != 0 {
+		for _, l := range leases {
+			l.Release(0, nil)
+		}
+		t.Fatalf("%d duplicates of a new key: %d leases, %d replays (store error: %v); want 1 lease", n, len(leases), records, ev.storeErr)
+	}
+	// The duplicates took no slot: the second of InFlight and PerWindow is free.
+	wantAdmitted(t, e, scope).Release(0, nil)
+	wantRefused(t, e, scope)
+	leases[0].Complete(&core.Record{Code: 201, Body: []byte("once")})
+	if again, records := burst(); len(again) != 0 || records != n {
+		for _, l := range again {
+			l.Release(0, nil)
+		}
+		t.Fatalf("%d duplicates of the completed key: %d leases, %d replays; want none and %d", n, len(again), records, n)
 	}
 }
 
