@@ -63,8 +63,10 @@ func call(key string) *core.Call {
 }
 
 // runCalls makes n concurrent calls of one key, each of whose work counts
-// its run and completes with body; it returns the runs and the results.
-func runCalls(t *testing.T, e *core.Engine, key string, n int, started chan<- struct{}, hold <-chan struct{},
+// its run, tells started (if not nil), waits for hold and completes with
+// body; answered, if not nil, is called as each call without a lease
+// returns. It returns the runs and the results.
+func runCalls(t *testing.T, e *core.Engine, key string, n int, started chan<- struct{}, hold <-chan struct{}, answered func(),
 ) (runs int64, results []*core.Record, errs []error) {
 	t.Helper()
 	results, errs = make([]*core.Record, n), make([]error, n)
@@ -76,6 +78,9 @@ func runCalls(t *testing.T, e *core.Engine, key string, n int, started chan<- st
 			l, rec, err := e.Acquire(call(key))
 			results[i], errs[i] = rec, err
 			if l == nil {
+				if answered != nil {
+					answered()
+				}
 				return
 			}
 			if !l.Protected() {
@@ -94,11 +99,29 @@ func runCalls(t *testing.T, e *core.Engine, key string, n int, started chan<- st
 	return runs, results, errs
 }
 
+// Of 100 concurrent calls of one key, one runs, held until the 99 others
+// have their answer: none of them runs alongside it. A second run, which
+// would wait for the others too, releases the hold and fails the count.
 func testLeaseRunsOnce(t *testing.T, s core.Store) {
+	const n = 100
 	e := newEngine(t, core.Config{Store: s})
-	hold := make(chan struct{})
-	close(hold)
-	runs, results, errs := runCalls(t, e, Key(t), 100, nil, hold)
+	hold, started := make(chan struct{}), make(chan struct{}, n)
+	var (
+		answered atomic.Int64
+		once     sync.Once
+	)
+	release := func() { once.Do(func() { close(hold) }) }
+	go func() {
+		<-started
+		<-started // a second run, or runCalls's end
+		release()
+	}()
+	runs, results, errs := runCalls(t, e, Key(t), n, started, hold, func() {
+		if answered.Add(1) == n-1 {
+			release()
+		}
+	})
+	close(started)
 	if runs != 1 {
 		t.Fatalf("work ran %d times, want 1", runs)
 	}
@@ -121,7 +144,7 @@ func testLeaseWait(t *testing.T, s core.Store) {
 	var errs []error
 	go func() {
 		defer close(done)
-		runs, results, errs = runCalls(t, e, Key(t), 50, started, hold)
+		runs, results, errs = runCalls(t, e, Key(t), 50, started, hold, nil)
 	}()
 	<-started
 	close(hold)
