@@ -3,6 +3,7 @@ package idemtest
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -129,5 +130,83 @@ func testDoErrors(t *testing.T, s core.Store) {
 	_, replayed, err := core.Do(ctx, e, "do", key, ok)
 	if err == nil || err.Error() != "card declined" || !replayed || runs != 3 {
 		t.Fatalf("after a permanent error: replayed %v, err %v, runs %d; want the stored error", replayed, err, runs)
+	}
+}
+
+// A run whose step charged, then failed, is retried by 50 concurrent calls
+// of its key: the work runs once more, held until the 49 others are
+// answered in flight, and its step returns the checkpoint of the first
+// run's charge rather than charge again; 50 calls after it get its result.
+func testStepsConcurrentRetries(t *testing.T, s core.Store) {
+	if _, ok := s.(core.TxStore); !ok {
+		checkpointer(t, s) // skips a store that keeps no checkpoints
+	}
+	e := newEngine(t, core.Config{Store: s})
+	key := Key(t)
+	const n = 50
+	var (
+		charges, runs, inFlight atomic.Int64
+		once                    sync.Once
+	)
+	hold := make(chan struct{})
+	release := func() { once.Do(func() { close(hold) }) }
+	errAgain := errors.New("failed after the charge")
+	work := func(fail bool) func(context.Context) (string, error) {
+		return func(ctx context.Context) (string, error) {
+			if runs.Add(1) > 2 { // a duplicate ran alongside: let both end, the count fails
+				release()
+			}
+			ch, err := core.Step(ctx, "charge", func(context.Context) (string, error) {
+				return "ch_" + strconv.FormatInt(charges.Add(1), 10), nil
+			})
+			if err == nil && fail {
+				return "", errAgain
+			}
+			<-hold
+			return ch, err
+		}
+	}
+	if _, _, err := core.Do(context.Background(), e, "steps", key, work(true)); !errors.Is(err, errAgain) {
+		t.Fatalf("first run: err %v, want its own", err)
+	}
+	burst := func() (results []string, replays []bool, errs []error) {
+		var wg sync.WaitGroup
+		results, replays, errs = make([]string, n), make([]bool, n), make([]error, n)
+		start := make(chan struct{})
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				results[i], replays[i], errs[i] = core.Do(context.Background(), e, "steps", key, work(false))
+				if errors.Is(errs[i], core.ErrInFlight) && inFlight.Add(1) == n-1 {
+					release()
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		return results, replays, errs
+	}
+	results, _, errs := burst()
+	if charges.Load() != 1 || runs.Load() != 2 {
+		t.Fatalf("%d charges in %d runs of the work, want 1 charge in 2 runs", charges.Load(), runs.Load())
+	}
+	for i := range n {
+		if !errors.Is(errs[i], core.ErrInFlight) && (errs[i] != nil || results[i] != "ch_1") {
+			t.Fatalf("retry %d: %q, err %v; want the first run's charge ch_1 or ErrInFlight", i, results[i], errs[i])
+		}
+	}
+	if inFlight.Load() != n-1 {
+		t.Fatalf("%d of %d concurrent retries answered in flight, want %d", inFlight.Load(), n, n-1)
+	}
+	results, replays, errs := burst()
+	for i := range n {
+		if errs[i] != nil || results[i] != "ch_1" || !replays[i] {
+			t.Fatalf("call %d after the retry: %q, replayed %v, err %v; want the replay of ch_1", i, results[i], replays[i], errs[i])
+		}
+	}
+	if charges.Load() != 1 || runs.Load() != 2 {
+		t.Fatalf("%d charges in %d runs of the work after the replays, want 1 in 2", charges.Load(), runs.Load())
 	}
 }

@@ -30,6 +30,7 @@ func TestLease(t *testing.T, newStore func(t *testing.T) core.Store, opts ...Opt
 		{"DoReplaysTypedResult", testDoReplay},
 		{"DoConcurrentCalls", testDoConcurrent},
 		{"DoTransientAndPermanentErrors", testDoErrors},
+		{"StepsConcurrentRetries", testStepsConcurrentRetries},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
