@@ -868,6 +868,9 @@ func TestIntegrationCluster(t *testing.T) {
 	t.Run("conformance", func(t *testing.T) {
 		idemtest.TestStore(t, func(t *testing.T) core.Store { return mustNew(t, client, nil) })
 	})
+	t.Run("lease", func(t *testing.T) { // concurrent calls of one key through the Engine: Acquire, Once, Do, Step
+		idemtest.TestLease(t, func(t *testing.T) core.Store { return mustNew(t, client, nil) })
+	})
 	t.Run("quota", func(t *testing.T) { // the scope's keys in another slot than the request's
 		idemtest.TestQuota(t, func(t *testing.T) core.Store { return mustNew(t, client, nil) })
 	})
