@@ -179,7 +179,15 @@ func (a *app) drainEvents() {
 // blackhole listens on loopback and accepts connections that never answer,
 // for timeouts. It returns the address.
 func blackhole(t testing.TB) string {
+	addr, _ := countingBlackhole(t)
+	return addr
+}
+
+// countingBlackhole is blackhole, and the number of connections it has
+// accepted.
+func countingBlackhole(t testing.TB) (string, *atomic.Int32) {
 	t.Helper()
+	var accepted atomic.Int32
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -197,6 +205,7 @@ func blackhole(t testing.TB) string {
 			if err != nil {
 				return
 			}
+			accepted.Add(1)
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
@@ -211,7 +220,7 @@ func blackhole(t testing.TB) string {
 			c.Close()
 		}
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), &accepted
 }
 
 // testKey returns a fresh client key.
