@@ -3,11 +3,16 @@
 package blackbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -327,6 +332,37 @@ func getJSON(t *testing.T, c *http.Client, url string, v any) {
 	}
 }
 
+// threadStates returns the states of the threads of process pid, from
+// /proc/pid/task/*/stat ("T" stopped by a signal), and whether all are
+// stopped. Without /proc (not Linux), it reports them stopped.
+func threadStates(t *testing.T, pid int) (string, bool) {
+	t.Helper()
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		return "", true
+	}
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(stats) == 0 {
+		t.Fatalf("threads of process %d: %v (none found)", pid, err)
+	}
+	var states []string
+	stopped := true
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // the thread exited
+		}
+		if err != nil {
+			t.Fatalf("threads of process %d: %v", pid, err)
+		}
+		// "pid (comm) S ...": the state follows the last ')'.
+		_, rest, _ := strings.Cut(string(b[bytes.LastIndexByte(b, ')')+1:]), " ")
+		state, _, _ := strings.Cut(rest, " ")
+		states = append(states, state)
+		stopped = stopped && state == "T"
+	}
+	return strings.Join(states, " "), stopped
+}
+
 // startPaymentsOnRedis starts a provider and one examples/payments instance
 // (r.procs[0]) on a Redis of the test's own, with env added to the
 // instance's environment; r's client times out after timeout.
@@ -383,15 +419,33 @@ func TestPaymentsRedisDown(t *testing.T) {
 // to its end under the key's lock: the retry gets 409, then the payment.
 func TestPaymentsClientGivesUp(t *testing.T) {
 	r, _, prov := startPaymentsOnRedis(t, 30*time.Second, "IDEM_FAIL_CLOSED=1")
-	signal := func(sig syscall.Signal) {
+	signal := func(sig syscall.Signal) (pid int) {
 		prov.mu.Lock()
 		defer prov.mu.Unlock()
-		if prov.cmd != nil {
-			prov.cmd.Process.Signal(sig) //nolint:errcheck
+		if prov.cmd == nil {
+			t.Fatalf("the provider is not running")
 		}
+		if err := prov.cmd.Process.Signal(sig); err != nil {
+			t.Fatalf("%v to the provider: %v", sig, err)
+		}
+		return prov.cmd.Process.Pid
 	}
-	signal(syscall.SIGSTOP) // the provider hangs
 	t.Cleanup(func() { signal(syscall.SIGCONT) })
+	// The provider hangs: every thread of it stopped before the first
+	// request, as /proc shows it (a SIGSTOP is a request to the kernel,
+	// which the process's threads act on when they next run; the provider
+	// once answered the first attempt with a 201, which fails the test).
+	// SIGSTOP again while one is not, within the bound.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		states, stopped := threadStates(t, signal(syscall.SIGSTOP))
+		if stopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the provider's threads are not stopped after SIGSTOP: %s", states)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	const body = `{"amount": 700, "account": "a"}`
 	for attempt := range 2 { // the client gives up after 1 s, twice
