@@ -634,7 +634,13 @@ func testFaults(t *testing.T, unbatched bool) {
 // unprotected, and their retries would run the handler again.
 func TestIntegrationClosedConnections(t *testing.T) {
 	srv := startRedisServer(t)
-	client := srv.client(t)
+	// NewClient's defaults, but a pool that holds the 20 connections
+	// killPool kills: the default is 10 per GOMAXPROCS, 10 on one CPU.
+	client, err := redislock.NewClient("redis://" + srv.addr() + "?pool_size=" + strconv.Itoa(closedConnsPool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
 	admin := redis.NewClient(&redis.Options{Addr: srv.addr()})
 	t.Cleanup(func() { admin.Close() })
 	testClosedConnections(t, client, admin)
@@ -645,9 +651,13 @@ func TestIntegrationClosedConnections(t *testing.T) {
 // sends on it: the store runs a script again when it meets a connection
 // that Redis had closed, so the requests still run once and replay.
 func TestIntegrationClosedConnectionsTLS(t *testing.T) {
-	client, admin := tlsRedis(t, "")
+	client, admin := tlsRedis(t, "pool_size="+strconv.Itoa(closedConnsPool))
 	testClosedConnections(t, client, admin)
 }
+
+// closedConnsPool is the pool of testClosedConnections's clients: room for
+// the 20 connections it kills, whatever the machine's CPUs.
+const closedConnsPool = 32
 
 // testClosedConnections has admin kill 20 idle connections of client's
 // pool, more than max_retries+1 (4), then sends 10 keys twice each: every
@@ -766,6 +776,10 @@ func killPool(t *testing.T, client redis.UniversalClient, admin *redis.Client, n
 // fillPool leaves n idle connections in c's pool.
 func fillPool(t testing.TB, c *redis.Client, n int) {
 	t.Helper()
+	if size := c.Options().PoolSize; n > size {
+		// c.Conn would wait out the pool timeout for the connection past it.
+		t.Fatalf("fillPool: %d idle connections wanted, the pool holds %d", n, size)
+	}
 	ctx := context.Background()
 	conns := make([]*redis.Conn, n)
 	for i := range conns {
