@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -70,19 +71,19 @@ func (tr *sqlTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Tra
 
 func (*sqlTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// TestAdminInFlightUsesIndex: the planner can answer InFlight from the
-// partial index of the 'processing' rows (with sequential scans off, as on
-// a table too large for them).
-func TestAdminInFlightUsesIndex(t *testing.T) {
+// tracedStore returns a store without a janitor, in a schema of its own,
+// on a pool of its own whose connections trace their statements to tr and
+// set params.
+func tracedStore(t *testing.T, tr pgx.QueryTracer, params map[string]string) (*pgxpool.Pool, *pgstore.Store) {
+	t.Helper()
 	ctx := context.Background()
 	_, schema := pgtest.Pool(t)
 	cfg, err := pgxpool.ParseConfig(pgtest.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &sqlTracer{}
 	cfg.ConnConfig.Tracer = tr
-	cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
+	maps.Copy(cfg.ConnConfig.RuntimeParams, params)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +97,17 @@ func TestAdminInFlightUsesIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(s.Close)
+	return pool, s
+}
+
+// TestAdminInFlightUsesIndex: the planner can answer InFlight from the
+// partial index of the 'processing' rows (with sequential scans off, as on
+// a table too large for them).
+func TestAdminInFlightUsesIndex(t *testing.T) {
+	ctx := context.Background()
+	tr := &sqlTracer{}
+	pool, s := tracedStore(t, tr, map[string]string{"enable_seqscan": "off"})
 	tr.mu.Lock()
 	tr.sql = nil
 	tr.mu.Unlock()

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-go/idem/pgstore"
 	"github.com/idem-go/idem/pgstore/pgtest"
@@ -186,27 +185,8 @@ func (*deadlineTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 func TestIntegrationSweepBoundsStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, schema := pgtest.Pool(t)
-	cfg, err := pgxpool.ParseConfig(pgtest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr := &deadlineTracer{}
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	opts := &pgstore.Options{Schema: schema, JanitorInterval: -1}
-	if err := pgstore.Migrate(ctx, pool, opts); err != nil {
-		t.Fatal(err)
-	}
-	s, err := pgstore.New(pool, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	_, s := tracedStore(t, tr, nil)
 	tr.all.Store(0)
 	tr.unbounded.Store(0)
 	if _, err := s.Sweep(ctx); err != nil {
