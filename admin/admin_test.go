@@ -256,17 +256,23 @@ func TestWriteKeysEscapes(t *testing.T) {
 	}
 }
 
+// testSealer returns a Sealer of one key, k1.
+func testSealer(t *testing.T) *seal.Sealer {
+	t.Helper()
+	keys, err := seal.ParseKeys("k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, seal.KeySize)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seal.New(keys)
+}
+
 // A sealed record shows its times and key id without the keys, and all of
 // it with them; WriteKey says which.
 func TestInspectSealed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := core.NewMemoryStore(0)
-	keys, err := seal.ParseKeys("k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, seal.KeySize)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sealer := seal.New(keys)
+	sealer := testSealer(t)
 	eng, err := core.New(core.Config{Store: store, Sealer: sealer})
 	if err != nil {
 		t.Fatal(err)
@@ -310,11 +316,7 @@ func TestInspectClearUnderSealer(t *testing.T) {
 	store := core.NewMemoryStore(0)
 	complete(t, newEngine(t, store), "alice", "k", &core.Record{Code: 201, Body: []byte(`{"id":9}`)})
 	id := core.ID("alice", "k", "")
-	keys, err := seal.ParseKeys("k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, seal.KeySize)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sealer := seal.New(keys)
+	sealer := testSealer(t)
 
 	// What the Engine with the Sealer answers: no replay, a store error.
 	eng, err := core.New(core.Config{Store: store, Sealer: sealer})
