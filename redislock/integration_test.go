@@ -60,6 +60,13 @@ func TestIntegrationConformance(t *testing.T) {
 	})
 }
 
+// TestIntegrationQuotaRefreshKeepsSlot: a refresh moves the admitted lock's
+// slot with the lock on a real Redis (quota_refresh.lua), in real time.
+func TestIntegrationQuotaRefreshKeepsSlot(t *testing.T) {
+	c, prefix := redistest.Client(t)
+	testQuotaRefreshKeepsSlot(t, mustNew(t, c, &redislock.Options{Prefix: prefix}), time.Sleep) // the server's TTLs and TIME
+}
+
 // TestIntegrationTTLs reads the TTLs back with PTTL.
 func TestIntegrationTTLs(t *testing.T) {
 	ctx := context.Background()

@@ -101,3 +101,62 @@ func TestQuotaKeys(t *testing.T) {
 		t.Fatalf("admissions %v, want k1's and k3's", n)
 	}
 }
+
+// heldLocks is a store whose Engine never refreshes its locks (the test
+// does, on the store itself), and which keeps the last lock taken.
+type heldLocks struct {
+	core.Store
+	key, token string
+}
+
+func (h *heldLocks) EnforcesQuota() bool { return true }
+
+func (h *heldLocks) Acquire(ctx context.Context, key string, lockTTL time.Duration) ([]byte, string, error) {
+	rec, token, err := h.Store.Acquire(ctx, key, lockTTL)
+	if token != "" {
+		h.key, h.token = key, token
+	}
+	return rec, token, err
+}
+
+func (*heldLocks) Refresh(context.Context, string, string, time.Duration) error { return nil }
+
+// A refresh moves the admitted lock's slot with the lock (quota_refresh),
+// on miniredis (TestIntegrationQuotaRefreshKeepsSlot: on Redis).
+func TestQuotaRefreshKeepsSlot(t *testing.T) {
+	m, c := newMiniredis(t)
+	now := time.Now()
+	m.SetTime(now) // the quota scripts read TIME
+	testQuotaRefreshKeepsSlot(t, mustNew(t, c, nil), func(d time.Duration) {
+		now = now.Add(d)
+		m.SetTime(now)
+		m.FastForward(d)
+	})
+}
+
+// testQuotaRefreshKeepsSlot: a lock refreshed past its first lease still
+// counts in its scope, so the scope's next key is refused until it ends;
+// pass lets time pass for the store.
+func testQuotaRefreshKeepsSlot(t *testing.T, s *redislock.Store, pass func(time.Duration)) {
+	h := &heldLocks{Store: s}
+	eng, err := core.New(core.Config{Store: h, LockTTL: time.Second, Quota: core.Quota{InFlight: 1}, Observer: func(core.Event) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(key string) (*core.Lease, error) {
+		l, _, err := eng.Acquire(&core.Call{Context: context.Background(), Scope: "alice", Key: key})
+		return l, err
+	}
+	l, err := call("k1")
+	if err != nil || l == nil || !l.Protected() {
+		t.Fatalf("first key: %v, %v", l, err)
+	}
+	defer l.Release(0, nil)
+	if err := s.Refresh(context.Background(), h.key, h.token, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	pass(1500 * time.Millisecond) // past the first lease (1 s), within the refreshed one
+	if _, err := call("k2"); !errors.Is(err, core.ErrQuotaExceeded) {
+		t.Fatalf("a key of the scope while the refreshed lock runs: %v, want ErrQuotaExceeded", err)
+	}
+}
