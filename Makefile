@@ -30,12 +30,16 @@ demo:
 	@if [ -n "$(DEMO_URL)" ]; then ./bin/demo -url '$(DEMO_URL)'; else ./bin/demo -exec ./bin/server-$(FRAMEWORK); fi
 
 ## test: unit tests of every module, with the race detector; every module
-## runs, and the target fails at the end if any did.
+## runs, and the target fails at the end if any did. Then the allocation
+## tests again without it, which adds allocations of its own: their exact
+## budgets hold only there.
 test:
 	@failed=; for m in $(MODULES); do \
 		echo "==> test $$m"; \
 		(cd $$m && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) test -race -count=1 ./...) || failed="$$failed $$m"; \
 	done; \
+	echo "==> allocation budgets, without the race detector"; \
+	GOWORK=off $(GO) test -count=1 -run 'Alloc|AppendsToDst|FormBound|WideObject' ./core/... ./internal/... || failed="$$failed allocations"; \
 	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
 
 ## test-integration: unit and integration tests against real services
