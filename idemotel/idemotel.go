@@ -72,6 +72,8 @@ type Telemetry struct {
 	states [len(breakerStates)]seriesOptions
 
 	meter     metric.Meter // for ObserveStuckKeys
+	stuckMu   sync.Mutex
+	stuck     []*instrument.OldestLock // ObserveStuckKeys's stores; the gauge is made with the first
 	maxRoutes int
 	mu        sync.RWMutex
 	series    map[seriesKey]seriesOptions // attribute sets built once per label set

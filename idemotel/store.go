@@ -61,22 +61,45 @@ const DefaultStuckInterval = 30 * time.Second
 // idempotency_oldest_inflight_start_timestamp_seconds, which the
 // IdempotencyKeyStuck alert reads. The store is read at most every interval
 // (DefaultStuckInterval if 0), within a 5 s timeout, since listing keys
-// scans it (instrument.OldestLock). Call it once per Telemetry.
+// scans it (instrument.OldestLock). Call it once per store: a Telemetry
+// shared by the Engines of several stores has one gauge, the oldest lock of
+// them all (the stores that answer). Its MeterProvider has one such gauge:
+// give the stores to one Telemetry's ObserveStuckKeys, not one each.
 func (t *Telemetry) ObserveStuckKeys(store core.Admin, interval time.Duration) error {
 	if interval <= 0 {
 		interval = DefaultStuckInterval
 	}
-	oldest := instrument.NewOldestLock(store, interval)
-	_, err := t.meter.Float64ObservableGauge("idempotency.oldest_inflight_start_timestamp", metric.WithUnit("s"),
-		metric.WithDescription("When the oldest idempotency key in flight in the store was locked, in Unix seconds; absent when none is."),
-		metric.WithFloat64Callback(func(ctx context.Context, o metric.Float64Observer) error {
-			if at, ok := oldest.Read(ctx); ok {
-				o.Observe(float64(at.UnixNano()) / 1e9)
-			}
-			return nil
-		}))
-	if err != nil {
-		return fmt.Errorf("idemotel: %w", err)
+	t.stuckMu.Lock()
+	defer t.stuckMu.Unlock()
+	if len(t.stuck) == 0 {
+		// One callback for every store: the SDK ignores the callbacks of an
+		// observable instrument made again, and a gauge's observations of
+		// one attribute set would replace each other.
+		_, err := t.meter.Float64ObservableGauge("idempotency.oldest_inflight_start_timestamp", metric.WithUnit("s"),
+			metric.WithDescription("When the oldest idempotency key in flight in the store was locked, in Unix seconds; absent when none is."),
+			metric.WithFloat64Callback(t.observeStuck))
+		if err != nil {
+			return fmt.Errorf("idemotel: %w", err)
+		}
+	}
+	t.stuck = append(t.stuck, instrument.NewOldestLock(store, interval))
+	return nil
+}
+
+// observeStuck is the callback of the stuck-keys gauge: the oldest lock of
+// ObserveStuckKeys's stores.
+func (t *Telemetry) observeStuck(ctx context.Context, o metric.Float64Observer) error {
+	t.stuckMu.Lock()
+	stores := t.stuck[:len(t.stuck):len(t.stuck)] // appended to, never changed
+	t.stuckMu.Unlock()
+	var oldest time.Time
+	for _, s := range stores {
+		if at, ok := s.Read(ctx); ok && (oldest.IsZero() || at.Before(oldest)) {
+			oldest = at
+		}
+	}
+	if !oldest.IsZero() {
+		o.Observe(float64(oldest.UnixNano()) / 1e9)
 	}
 	return nil
 }

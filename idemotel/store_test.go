@@ -251,24 +251,7 @@ func TestObserveStuckKeys(t *testing.T) {
 	if err := tel.ObserveStuckKeys(store, time.Nanosecond); err != nil { // read at each collection
 		t.Fatal(err)
 	}
-	oldest := func() []float64 {
-		t.Helper()
-		var rm metricdata.ResourceMetrics
-		if err := reader.Collect(ctx, &rm); err != nil {
-			t.Fatal(err)
-		}
-		var values []float64
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				if m.Name == "idempotency.oldest_inflight_start_timestamp" {
-					for _, p := range m.Data.(metricdata.Gauge[float64]).DataPoints {
-						values = append(values, p.Value)
-					}
-				}
-			}
-		}
-		return values
-	}
+	oldest := func() []float64 { t.Helper(); return stuckGauge(t, reader) }
 	if v := oldest(); len(v) != 0 {
 		t.Fatalf("no key in flight: gauge %v, want none", v)
 	}
@@ -284,4 +267,56 @@ func TestObserveStuckKeys(t *testing.T) {
 	if v, want := oldest(), float64(keys[0].LockedAt.UnixNano())/1e9; len(v) != 1 || v[0] != want {
 		t.Fatalf("keys in flight: gauge %v, want [%v], the oldest lock's time", v, want)
 	}
+}
+
+// TestObserveStuckKeysStores: a Telemetry shared by the Engines of two
+// stores, each given to ObserveStuckKeys, has one gauge, the oldest lock
+// of either: the store whose lock is newer does not hide the other's.
+func TestObserveStuckKeysStores(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	tel, err := idemotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older, newer, idle := core.NewMemoryStore(0), core.NewMemoryStore(0), core.NewMemoryStore(0)
+	for _, s := range []core.Store{older, newer} {
+		if _, _, err := s.Acquire(ctx, "k", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond) // the second lock is the newer
+	}
+	for _, s := range []*core.MemoryStore{newer, older, idle} {
+		if err := tel.ObserveStuckKeys(s, time.Nanosecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := older.InFlight(ctx, 1)
+	if err != nil || len(keys) != 1 {
+		t.Fatal(keys, err)
+	}
+	if values, want := stuckGauge(t, reader), float64(keys[0].LockedAt.UnixNano())/1e9; len(values) != 1 || values[0] != want {
+		t.Fatalf("gauge %v, want [%v]: the oldest lock of the stores", values, want)
+	}
+}
+
+// stuckGauge collects reader's values of the stuck-keys gauge.
+func stuckGauge(t *testing.T, reader sdkmetric.Reader) []float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var values []float64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == "idempotency.oldest_inflight_start_timestamp" {
+				for _, p := range m.Data.(metricdata.Gauge[float64]).DataPoints {
+					values = append(values, p.Value)
+				}
+			}
+		}
+	}
+	return values
 }
