@@ -396,6 +396,11 @@ func TestTimeout(t *testing.T) {
 	if ev := closed.event(t); ev.Outcome != core.OutcomeStoreError || !strings.Contains(ev.Err.Error(), "timeout") {
 		t.Fatalf("outcome = %v (%v), want a store_error with a timeout", ev.Outcome, ev.Err)
 	}
+	// The kernel completes a connection before the blackhole's Accept
+	// returns it: wait for the count to see the one the request made.
+	for deadline := time.Now().Add(5 * time.Second); accepted.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if n := accepted.Load(); n != 1 {
 		t.Errorf("the timed-out request made %d connections, want 1: one attempt", n)
 	}
