@@ -784,13 +784,24 @@ func (t *tiered) Unlock(ctx context.Context, key string) error {
 // tier, and the fast tier holds those taken while the durable one was down,
 // so that a tier's outage, when the locks matter most, leaves neither the
 // list nor idemprom's stuck-keys gauge empty. An error only if both fail.
+// The tiers are asked at once, so that one that stalls until ctx's
+// deadline does not leave the other no time.
 func (t *tiered) InFlight(ctx context.Context, limit int) ([]KeyState, error) {
 	d, f, err := t.admins()
 	if err != nil {
 		return nil, err
 	}
+	var (
+		fast []KeyState
+		ferr error
+		done = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		fast, ferr = f.InFlight(ctx, limit)
+	}()
 	out, derr := d.InFlight(ctx, limit)
-	fast, ferr := f.InFlight(ctx, limit)
+	<-done
 	switch {
 	case derr != nil && ferr != nil:
 		return nil, derr
