@@ -1536,18 +1536,20 @@ func TestTieredInFlightOneTierDown(t *testing.T) {
 // fast tier's time: InFlight still lists the fast tier's locks within the
 // caller's deadline, as the admin handler and the stuck-keys gauge set.
 func TestTieredInFlightDurableTierStalls(t *testing.T) {
-	fast, durable := newTier(), newTier()
-	store := core.NewTiered(fast, durable)
-	if _, tok, err := store.Acquire(context.Background(), "held", time.Minute); err != nil || tok == "" {
-		t.Fatalf("acquire: token %q, %v", tok, err)
-	}
-	durable.set(false, true)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	keys, err := store.(core.Admin).InFlight(ctx, 10)
-	if err != nil || len(keys) != 1 || keys[0].Key != "held" {
-		t.Fatalf("durable tier stalled: InFlight = %v, %v; want the fast tier's lock", keys, err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		fast, durable := newTier(), newTier()
+		store := core.NewTiered(fast, durable)
+		if _, tok, err := store.Acquire(context.Background(), "held", time.Minute); err != nil || tok == "" {
+			t.Fatalf("acquire: token %q, %v", tok, err)
+		}
+		durable.set(false, true)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // the admin handler's
+		defer cancel()
+		keys, err := store.(core.Admin).InFlight(ctx, 10)
+		if err != nil || len(keys) != 1 || keys[0].Key != "held" {
+			t.Fatalf("durable tier stalled: InFlight = %v, %v; want the fast tier's lock", keys, err)
+		}
+	})
 }
 
 // TestTieredUnlockFastTierDown: an unlock that dropped the durable tier's

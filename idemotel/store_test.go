@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -273,32 +274,33 @@ func TestObserveStuckKeys(t *testing.T) {
 // stores, each given to ObserveStuckKeys, has one gauge, the oldest lock
 // of either: the store whose lock is newer does not hide the other's.
 func TestObserveStuckKeysStores(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	reader := sdkmetric.NewManualReader()
-	tel, err := idemotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	older, newer, idle := core.NewMemoryStore(0), core.NewMemoryStore(0), core.NewMemoryStore(0)
-	for _, s := range []core.Store{older, newer} {
-		if _, _, err := s.Acquire(ctx, "k", time.Minute); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		reader := sdkmetric.NewManualReader()
+		tel, err := idemotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), nil)
+		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond) // the second lock is the newer
-	}
-	for _, s := range []*core.MemoryStore{newer, older, idle} {
-		if err := tel.ObserveStuckKeys(s, time.Nanosecond); err != nil {
-			t.Fatal(err)
+		older, newer, idle := core.NewMemoryStore(0), core.NewMemoryStore(0), core.NewMemoryStore(0)
+		for _, s := range []core.Store{older, newer} {
+			if _, _, err := s.Acquire(ctx, "k", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second) // the bubble's clock: the second lock is the newer
 		}
-	}
-	keys, err := older.InFlight(ctx, 1)
-	if err != nil || len(keys) != 1 {
-		t.Fatal(keys, err)
-	}
-	if values, want := stuckGauge(t, reader), float64(keys[0].LockedAt.UnixNano())/1e9; len(values) != 1 || values[0] != want {
-		t.Fatalf("gauge %v, want [%v]: the oldest lock of the stores", values, want)
-	}
+		for _, s := range []*core.MemoryStore{newer, older, idle} {
+			if err := tel.ObserveStuckKeys(s, time.Nanosecond); err != nil {
+				t.Fatal(err)
+			}
+		}
+		keys, err := older.InFlight(ctx, 1)
+		if err != nil || len(keys) != 1 {
+			t.Fatal(keys, err)
+		}
+		if values, want := stuckGauge(t, reader), float64(keys[0].LockedAt.UnixNano())/1e9; len(values) != 1 || values[0] != want {
+			t.Fatalf("gauge %v, want [%v]: the oldest lock of the stores", values, want)
+		}
+	})
 }
 
 // stuckGauge collects reader's values of the stuck-keys gauge.
