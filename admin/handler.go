@@ -86,7 +86,9 @@ func WithTimeout(d time.Duration) Option {
 // WithSealer lets the handler open the records that s sealed (the
 // Engine's core.Config.Sealer), to show their scope, key and code, and,
 // with the body permission, headers and body. Without it, a sealed record
-// shows its times and key id only.
+// shows its times and key id only. With it, a record stored in clear shows
+// with an Error (see Inspect), even one that the Engine still accepts
+// before its Config.ClearRecordsUntil.
 func WithSealer(s core.Sealer) Option {
 	return func(h *handler) { h.sealer = s }
 }

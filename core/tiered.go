@@ -780,12 +780,13 @@ func (t *tiered) Unlock(ctx context.Context, key string) error {
 }
 
 // InFlight implements Admin: the locks of both tiers, each key once. When
-// one tier fails, the other's locks: every lock is taken in the durable
-// tier, and the fast tier holds those taken while the durable one was down,
-// so that a tier's outage, when the locks matter most, leaves neither the
-// list nor idemprom's stuck-keys gauge empty. An error only if both fail.
-// The tiers are asked at once, so that one that stalls until ctx's
-// deadline does not leave the other no time.
+// one tier fails, the other's locks: the durable tier holds every lock
+// taken while it answers, the fast tier every lock taken while it answers
+// (those taken while the durable one was down among them), so that a
+// tier's outage, when the locks matter most, leaves neither the list nor
+// idemprom's stuck-keys gauge empty. An error only if both fail. The tiers
+// are asked at once, so that one that stalls until ctx's deadline does not
+// leave the other no time.
 func (t *tiered) InFlight(ctx context.Context, limit int) ([]KeyState, error) {
 	d, f, err := t.admins()
 	if err != nil {
@@ -804,7 +805,7 @@ func (t *tiered) InFlight(ctx context.Context, limit int) ([]KeyState, error) {
 	<-done
 	switch {
 	case derr != nil && ferr != nil:
-		return nil, derr
+		return nil, errors.Join(derr, ferr)
 	case derr != nil:
 		out = nil
 	case ferr != nil:

@@ -24,7 +24,7 @@ type OldestLock struct {
 }
 
 // NewOldestLock returns an OldestLock on store that reads it at most once
-// per interval.
+// per interval (on every Read if interval is 0 or less).
 func NewOldestLock(store core.Admin, interval time.Duration) *OldestLock {
 	return &OldestLock{store: store, interval: interval}
 }

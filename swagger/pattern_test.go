@@ -11,10 +11,12 @@ import (
 	"github.com/idem-go/idem/core"
 )
 
-// The documented key header has a pattern, and a header value matches it
-// exactly when the Engine does not refuse the key for its characters: a
-// client validating against the spec sends no key that the server answers
-// with 400 for a byte it refuses, and drops none that the server accepts.
+// The documented key header has a pattern, and a header value of these
+// keys matches it exactly when the Engine does not refuse it for its bytes:
+// a client validating against the spec sends no key that the server
+// answers with 400 for a byte it refuses, and drops none that the server
+// accepts. (The pattern is about bytes only: a comma-separated list or an
+// unterminated quote passes it, and gets the server's 400.)
 func TestKeyPatternMatchesEngine(t *testing.T) {
 	t.Parallel()
 	doc := []byte(`{"swagger": "2.0", "info": {"title": "t", "version": "1"},
