@@ -20,7 +20,7 @@ const DefaultStuckInterval = 30 * time.Second
 // time() minus it. Listing keys in flight scans the store (SCAN on Redis,
 // an index on PostgreSQL), so a scrape reads it at most every interval
 // (DefaultStuckInterval if 0), within a 5 s timeout; when the read fails,
-// the gauge is left out of the scrape.
+// the gauge is left out of the scrapes until the next read.
 func NewStuckKeys(store core.Admin, interval time.Duration) prometheus.Collector {
 	if interval <= 0 {
 		interval = DefaultStuckInterval

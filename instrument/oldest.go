@@ -19,7 +19,7 @@ type OldestLock struct {
 	interval time.Duration
 
 	mu     sync.Mutex
-	read   time.Time // when the store was last read; zero: never, or failed
+	read   time.Time // when the store was last read; zero: never
 	oldest time.Time // the oldest lock's time; zero: none
 }
 
@@ -30,22 +30,19 @@ func NewOldestLock(store core.Admin, interval time.Duration) *OldestLock {
 }
 
 // Read returns when the oldest lock in flight was taken, and false when no
-// key is in flight or the store's read failed: a gauge then leaves the
-// value out. A failed read is tried again on the next call.
+// key is in flight or the store's last read failed: a gauge then leaves the
+// value out. A failed read is tried again an interval later, like any
+// other, so that a store that is down holds up one collection per
+// interval, not each.
 func (o *OldestLock) Read(ctx context.Context) (time.Time, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	now := time.Now()
-	if o.read.IsZero() || now.Sub(o.read) >= o.interval {
+	if now := time.Now(); o.read.IsZero() || now.Sub(o.read) >= o.interval {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		keys, err := o.store.InFlight(ctx, 1)
 		cancel()
-		if err != nil {
-			o.read = time.Time{}
-			return time.Time{}, false
-		}
 		o.read, o.oldest = now, time.Time{}
-		if len(keys) > 0 {
+		if err == nil && len(keys) > 0 {
 			o.oldest = keys[0].LockedAt
 		}
 	}
