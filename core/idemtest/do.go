@@ -170,25 +170,16 @@ func testStepsConcurrentRetries(t *testing.T, s core.Store) {
 		t.Fatalf("first run: err %v, want its own", err)
 	}
 	burst := func() (results []string, replays []bool, errs []error) {
-		var wg sync.WaitGroup
 		results, replays, errs = make([]string, n), make([]bool, n), make([]error, n)
-		start := make(chan struct{})
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				results[i], replays[i], errs[i] = core.Do(context.Background(), e, "steps", key, work(false))
-				if errors.Is(errs[i], core.ErrInFlight) {
-					inFlight.Add(1)
-				}
-				if answered.Add(1) == n-1 { // whatever the answers: a wrong one fails the counts below, never hangs
-					release()
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
+		together(n, func(i int) {
+			results[i], replays[i], errs[i] = core.Do(context.Background(), e, "steps", key, work(false))
+			if errors.Is(errs[i], core.ErrInFlight) {
+				inFlight.Add(1)
+			}
+			if answered.Add(1) == n-1 { // whatever the answers: a wrong one fails the counts below, never hangs
+				release()
+			}
+		})
 		return results, replays, errs
 	}
 	results, _, errs := burst()

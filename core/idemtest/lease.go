@@ -63,6 +63,23 @@ func call(key string) *core.Call {
 		Fingerprint: sha256.Sum256([]byte("request"))}
 }
 
+// together runs fn(i) for i in [0, n) in n goroutines released at once,
+// and returns when all have returned.
+func together(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			fn(i)
+		}()
+	}
+	close(start)
+	wg.Wait()
+}
+
 // runCalls makes n concurrent calls of one key, each of whose work counts
 // its run, tells started (if not nil), waits for hold and completes with
 // body; answered, if not nil, is called as each call without a lease
@@ -71,32 +88,26 @@ func runCalls(t *testing.T, e *core.Engine, key string, n int, started chan<- st
 ) (runs int64, results []*core.Record, errs []error) {
 	t.Helper()
 	results, errs = make([]*core.Record, n), make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l, rec, err := e.Acquire(call(key))
-			results[i], errs[i] = rec, err
-			if l == nil {
-				if answered != nil {
-					answered()
-				}
-				return
+	together(n, func(i int) {
+		l, rec, err := e.Acquire(call(key))
+		results[i], errs[i] = rec, err
+		if l == nil {
+			if answered != nil {
+				answered()
 			}
-			if !l.Protected() {
-				errs[i] = errors.New("lease not protected")
-			}
-			atomic.AddInt64(&runs, 1)
-			if started != nil {
-				started <- struct{}{}
-			}
-			<-hold
-			l.Complete(&core.Record{Code: 7, Header: map[string][]string{"m": {"v"}}, Body: []byte("result")})
-			results[i] = &core.Record{Code: 7, Body: []byte("result")}
-		}()
-	}
-	wg.Wait()
+			return
+		}
+		if !l.Protected() {
+			errs[i] = errors.New("lease not protected")
+		}
+		atomic.AddInt64(&runs, 1)
+		if started != nil {
+			started <- struct{}{}
+		}
+		<-hold
+		l.Complete(&core.Record{Code: 7, Header: map[string][]string{"m": {"v"}}, Body: []byte("result")})
+		results[i] = &core.Record{Code: 7, Body: []byte("result")}
+	})
 	return runs, results, errs
 }
 

@@ -85,35 +85,24 @@ func quotaCall(scope, key string) *core.Call {
 // each: not a hundred at once).
 func admitAll(t *testing.T, e *core.Engine, scope string, n int, complete bool) (leases []*core.Lease, refused []*core.QuotaError) {
 	t.Helper()
-	var (
-		mu    sync.Mutex
-		wg    sync.WaitGroup
-		start = make(chan struct{})
-	)
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			l, rec, err := e.Acquire(quotaCall(scope, Key(t)))
-			if complete && l != nil {
-				l.Complete(&core.Record{Code: 201})
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			var qe *core.QuotaError
-			switch {
-			case errors.As(err, &qe) && errors.Is(err, core.ErrQuotaExceeded):
-				refused = append(refused, qe)
-			case err != nil || rec != nil || l == nil || !l.Protected():
-				t.Errorf("Acquire of a new key: lease %t, record %t, err %v; want a protected lease or a *QuotaError", l != nil && l.Protected(), rec != nil, err)
-			default:
-				leases = append(leases, l)
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	var mu sync.Mutex
+	together(n, func(int) {
+		l, rec, err := e.Acquire(quotaCall(scope, Key(t)))
+		if complete && l != nil {
+			l.Complete(&core.Record{Code: 201})
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		var qe *core.QuotaError
+		switch {
+		case errors.As(err, &qe) && errors.Is(err, core.ErrQuotaExceeded):
+			refused = append(refused, qe)
+		case err != nil || rec != nil || l == nil || !l.Protected():
+			t.Errorf("Acquire of a new key: lease %t, record %t, err %v; want a protected lease or a *QuotaError", l != nil && l.Protected(), rec != nil, err)
+		default:
+			leases = append(leases, l)
+		}
+	})
 	return leases, refused
 }
 
@@ -217,35 +206,24 @@ func testQuotaDuplicates(t *testing.T, s core.Store, _ *options) {
 	e, ev := quotaEngine(t, s, core.Quota{InFlight: 2, PerWindow: 2, Window: time.Hour}, core.Config{})
 	scope, key := "quota-"+Key(t), Key(t)
 	burst := func() (leases []*core.Lease, records int) {
-		var (
-			mu    sync.Mutex
-			wg    sync.WaitGroup
-			start = make(chan struct{})
-		)
-		for range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				l, rec, err := e.Acquire(quotaCall(scope, key))
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case l != nil && l.Protected() && err == nil:
-					leases = append(leases, l)
-				case rec != nil && err == nil:
-					if rec.Code != 201 || string(rec.Body) != "once" {
-						t.Errorf("replay: %d %q, want 201 \"once\"", rec.Code, rec.Body)
-					}
-					records++
-				case errors.Is(err, core.ErrInFlight), errors.Is(err, core.ErrQuotaExceeded):
-				default:
-					t.Errorf("duplicate: lease %v, record %v, err %v; want a lease, the replay, ErrInFlight or ErrQuotaExceeded", l, rec, err)
+		var mu sync.Mutex
+		together(n, func(int) {
+			l, rec, err := e.Acquire(quotaCall(scope, key))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case l != nil && l.Protected() && err == nil:
+				leases = append(leases, l)
+			case rec != nil && err == nil:
+				if rec.Code != 201 || string(rec.Body) != "once" {
+					t.Errorf("replay: %d %q, want 201 \"once\"", rec.Code, rec.Body)
 				}
-			}()
-		}
-		close(start)
-		wg.Wait()
+				records++
+			case errors.Is(err, core.ErrInFlight), errors.Is(err, core.ErrQuotaExceeded):
+			default:
+				t.Errorf("duplicate: lease %v, record %v, err %v; want a lease, the replay, ErrInFlight or ErrQuotaExceeded", l, rec, err)
+			}
+		})
 		return leases, records
 	}
 	leases, records := burst()
