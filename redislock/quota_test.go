@@ -46,14 +46,7 @@ func TestQuotaConformance(t *testing.T) {
 func TestQuotaKeys(t *testing.T) {
 	m, c := newMiniredis(t)
 	s := mustNew(t, c, &redislock.Options{Prefix: "shop"})
-	eng, err := core.New(core.Config{Store: s, Quota: core.Quota{InFlight: 1, PerWindow: 5, Window: time.Minute}, Observer: func(core.Event) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	call := func(key string) (*core.Lease, error) {
-		l, _, err := eng.Acquire(&core.Call{Context: context.Background(), Scope: "alice", Key: key})
-		return l, err
-	}
+	call := aliceCalls(t, core.Config{Store: s, Quota: core.Quota{InFlight: 1, PerWindow: 5, Window: time.Minute}})
 	l, err := call("k1")
 	if err != nil {
 		t.Fatal(err)
@@ -139,14 +132,7 @@ func TestQuotaRefreshKeepsSlot(t *testing.T) {
 // pass lets time pass for the store.
 func testQuotaRefreshKeepsSlot(t *testing.T, s *redislock.Store, pass func(time.Duration)) {
 	h := &heldLocks{Store: s}
-	eng, err := core.New(core.Config{Store: h, LockTTL: time.Second, Quota: core.Quota{InFlight: 1}, Observer: func(core.Event) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	call := func(key string) (*core.Lease, error) {
-		l, _, err := eng.Acquire(&core.Call{Context: context.Background(), Scope: "alice", Key: key})
-		return l, err
-	}
+	call := aliceCalls(t, core.Config{Store: h, LockTTL: time.Second, Quota: core.Quota{InFlight: 1}})
 	l, err := call("k1")
 	if err != nil || l == nil || !l.Protected() {
 		t.Fatalf("first key: %v, %v", l, err)
@@ -158,5 +144,20 @@ func testQuotaRefreshKeepsSlot(t *testing.T, s *redislock.Store, pass func(time.
 	pass(1500 * time.Millisecond) // past the first lease (1 s), within the refreshed one
 	if _, err := call("k2"); !errors.Is(err, core.ErrQuotaExceeded) {
 		t.Fatalf("a key of the scope while the refreshed lock runs: %v, want ErrQuotaExceeded", err)
+	}
+}
+
+// aliceCalls returns a function that acquires a key of scope "alice" on an
+// Engine of cfg (no Observer's logging).
+func aliceCalls(t *testing.T, cfg core.Config) func(key string) (*core.Lease, error) {
+	t.Helper()
+	cfg.Observer = func(core.Event) {}
+	eng, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(key string) (*core.Lease, error) {
+		l, _, err := eng.Acquire(&core.Call{Context: context.Background(), Scope: "alice", Key: key})
+		return l, err
 	}
 }
