@@ -80,6 +80,7 @@ func TestSeveralInstances(t *testing.T) {
 	if addr == "" {
 		addr = "127.0.0.1:6379"
 	}
+	dropOrdersAfter(t, addr)
 	t.Run("redis", func(t *testing.T) { testSeveralInstances(t, "REDIS_URL=redis://"+addr+"/0") })
 	t.Run("postgres", func(t *testing.T) { testSeveralInstances(t, "DATABASE_URL="+database(t)) })
 	t.Run("postgres IDEM_TX=0", func(t *testing.T) { testSeveralInstances(t, "DATABASE_URL="+database(t), "IDEM_TX=0") })
@@ -99,6 +100,27 @@ func TestSeveralInstances(t *testing.T) {
 			t.Fatalf("EXISTS %s: %d, %v; want the tiered store's copy in Redis", record, n, err)
 		}
 		rdb.Del(context.Background(), record) //nolint:errcheck // it expires anyway
+	})
+}
+
+// dropOrdersAfter deletes the example's order keys from the Redis at addr
+// when t ends, unless they were there before it (an example running on
+// that Redis): they have no TTL and would outlive the test for ever.
+func dropOrdersAfter(t *testing.T, addr string) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	ctx := context.Background()
+	before, err := rdb.Exists(ctx, redisList, redisSeq).Result()
+	if err != nil {
+		rdb.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer rdb.Close()
+		if before == 0 {
+			if err := rdb.Del(ctx, redisList, redisSeq).Err(); err != nil {
+				t.Errorf("DEL %s %s: %v", redisList, redisSeq, err)
+			}
+		}
 	})
 }
 
