@@ -40,6 +40,7 @@ func TestExamplesQuotaAndSealing(t *testing.T) {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("Redis at %s: %v", addr, err)
 	}
+	dropOrdersAfter(t, addr)
 	bin := build(t, "nethttp")
 	oldKey, newKey := sealKey(t), sealKey(t)
 	env := []string{"REDIS_URL=redis://" + addr + "/0", "DATABASE_URL=", "IDEM_QUOTA_INFLIGHT=5", "IDEM_QUOTA_PER_MINUTE=100"}
