@@ -104,9 +104,10 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 		}()
 		c.Request = f.Request(r) // the body Begin read; core.InfoFromContext
 		c.Writer = &st.w
+		errs := len(c.Errors) // those of middleware before this one are not the handlers'
 		c.Next()
 		returned = true
-		unknown := len(c.Errors) > 0 && !st.w.Written()
+		unknown := len(c.Errors) > errs && !st.w.Written()
 		if unknown && st.w.statusSet && st.w.Status() < 400 {
 			// A success status that the handler set beside a c.Error for
 			// the logs (c.Status(204)) is its response: sent now, so that an

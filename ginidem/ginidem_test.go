@@ -180,6 +180,24 @@ func TestGinErrorWithoutResponseNotStored(t *testing.T) {
 	wantRuns(t, "the handlers", &runs, 4)
 }
 
+// An error that a middleware before ginidem recorded is not the handlers':
+// a handler that writes nothing after it has its response (Gin's 200)
+// stored, so a retry is a replay, not a second run.
+func TestGinEarlierErrorNotTheHandlers(t *testing.T) {
+	t.Parallel()
+	r := gin.New()
+	var runs atomic.Int64
+	r.Use(func(c *gin.Context) {
+		c.Error(errors.New("deprecated client")) //nolint:errcheck // for the logs
+		c.Next()
+	}, ginidem.New(newEngine(t, core.Config{})))
+	r.POST("/orders", func(*gin.Context) { runs.Add(1) })
+
+	wantResponse(t, post(r, "/orders", "earlier-error"), http.StatusOK, "", false)
+	wantResponse(t, post(r, "/orders", "earlier-error"), http.StatusOK, "", true)
+	wantRuns(t, "the handler", &runs, 1)
+}
+
 // A middleware before ginidem that binds the body with ShouldBindBodyWith
 // leaves r.Body drained and the bytes in the context: ginidem fingerprints
 // those, so another body under the same key is a key reused, not a replay.
