@@ -44,7 +44,8 @@ type Request struct {
 	// router): Event.Route is then "unmatched", so that clients cannot add
 	// label values, and ScopeRoute joins Path.
 	Route string
-	// Path is the request's path, escaped as sent (url.URL.EscapedPath):
+	// Path is the request's path, escaped as sent (NewRequest: from
+	// RequestURI, before any http.StripPrefix):
 	// routers that route on the escaped path send /docs/a%2Fb and /docs/a/b
 	// to two handlers. It joins the fingerprint: one key sent to /orders/1
 	// and then to /orders/2 is a key reused (422), not a replay of the first
@@ -84,13 +85,27 @@ func NewRequest(r *http.Request, route string, w http.ResponseWriter) Request {
 		Context:        r.Context(),
 		Method:         r.Method,
 		Route:          route,
-		Path:           r.URL.EscapedPath(),
+		Path:           sentPath(r),
 		Query:          r.URL.RawQuery,
 		Header:         r.Header,
 		Body:           r.Body,
 		ContentLength:  r.ContentLength,
 		ResponseHeader: w.Header(),
 	}
+}
+
+// sentPath returns r's path as the client sent it (RequestURI), escaped:
+// r.URL may have been changed before the middleware (http.StripPrefix
+// under a mounted sub-router), and two mounts would then share one
+// fingerprint. Without a RequestURI in origin form, r.URL.EscapedPath().
+func sentPath(r *http.Request) string {
+	if u := r.RequestURI; strings.HasPrefix(u, "/") {
+		if i := strings.IndexByte(u, '?'); i >= 0 {
+			return u[:i]
+		}
+		return u
+	}
+	return r.URL.EscapedPath()
 }
 
 // covers reports whether requests with this method are covered.

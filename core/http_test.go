@@ -228,6 +228,37 @@ func TestMiddlewareHostPatterns(t *testing.T) {
 	}
 }
 
+// Two sub-routers mounted with http.StripPrefix see one path: the path as
+// sent joins the fingerprint, so one key sent to both is a key reused
+// (422), never the first mount's answer replayed by the second.
+func TestMiddlewareStripPrefixMounts(t *testing.T) {
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []string
+	root := http.NewServeMux()
+	for _, tenant := range []string{"a", "b"} {
+		sub := http.NewServeMux()
+		sub.Handle("POST /orders", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs = append(runs, tenant)
+			w.WriteHeader(http.StatusCreated)
+		})))
+		root.Handle("/"+tenant+"/", http.StripPrefix("/"+tenant, sub))
+	}
+	post := func(path string) int {
+		r := httptest.NewRequest(http.MethodPost, path+"?x=1", nil)
+		r.Header.Set("Idempotency-Key", "one-key")
+		w := httptest.NewRecorder()
+		root.ServeHTTP(w, r)
+		return w.Code
+	}
+	got := []int{post("/a/orders"), post("/a/orders"), post("/b/orders")}
+	if !slices.Equal(got, []int{201, 201, 422}) || !slices.Equal(runs, []string{"a"}) {
+		t.Errorf("codes %v, handlers run %q; want [201 201 422] and a's once", got, runs)
+	}
+}
+
 // A middleware before idem that decompresses the body (gin-contrib/gzip)
 // drops Content-Encoding but leaves ContentLength as sent: a body shorter
 // once decompressed is the whole body, run and replayed as any other.
