@@ -2,6 +2,7 @@ package echoidem
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"reflect"
 
@@ -58,9 +59,15 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 				return next(c)
 			}
 			res := c.Response()
-			st := &httpadapt.Protected{}
+			st := &state{}
+			if req.Body != nil && req.Body != http.NoBody {
+				st.body.ReadCloser = req.Body
+				req.Body = &st.body
+			}
 			f, resp := st.Begin(eng, req, c.Path(), routerHost(c), c, res)
 			switch {
+			case resp != nil && st.body.err != nil:
+				return st.body.err // BodyLimit's 413, as Echo answers it without idem
 			case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
 				resp.SetHeaders(res.Header())
 				return cfg.ErrorHandler(c, resp.Problem)
@@ -161,4 +168,26 @@ func routerHost(c echo.Context) string {
 // 405 is not stored, and a retry runs it again.
 func unrouted(err error) bool {
 	return errors.Is(err, echo.ErrNotFound) || errors.Is(err, echo.ErrMethodNotAllowed)
+}
+
+// state is what one protected request needs, in one allocation.
+type state struct {
+	httpadapt.Protected
+	body limitedBody
+}
+
+// limitedBody notes the 413 *echo.HTTPError that a body fails with over
+// the limit of Echo's BodyLimit middleware (a body of unknown length).
+type limitedBody struct {
+	io.ReadCloser
+	err error
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var he *echo.HTTPError
+	if err != nil && errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge {
+		b.err = err
+	}
+	return n, err
 }

@@ -2,6 +2,8 @@ package echov5idem
 
 import (
 	"errors"
+	"io"
+	"net/http"
 
 	"github.com/labstack/echo/v5"
 	"github.com/labstack/echo/v5/middleware"
@@ -73,9 +75,15 @@ func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 				return next(c) // the router's 404 or 405: the key stays free for the right URL
 			}
 			w := c.Response()
-			st := &httpadapt.Protected{}
+			st := &state{}
+			if req.Body != nil && req.Body != http.NoBody {
+				st.body.ReadCloser = req.Body
+				req.Body = &st.body
+			}
 			f, resp := st.Begin(eng, req, route, "", c, w)
 			switch {
+			case resp != nil && st.body.err != nil:
+				return st.body.err // BodyLimit's 413, as Echo answers it without idem
 			case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
 				resp.SetHeaders(w.Header())
 				return cfg.ErrorHandler(c, resp.Problem)
@@ -149,4 +157,26 @@ func routeOf(c *echo.Context) (string, bool) {
 // retry runs again.
 func unrouted(err error) bool {
 	return errors.Is(err, echo.ErrNotFound) || errors.Is(err, echo.ErrMethodNotAllowed)
+}
+
+// state is what one protected request needs, in one allocation.
+type state struct {
+	httpadapt.Protected
+	body limitedBody
+}
+
+// limitedBody notes the 413 error that a body fails with over the limit of
+// Echo's BodyLimit middleware (a body of unknown length).
+type limitedBody struct {
+	io.ReadCloser
+	err error
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var sc echo.HTTPStatusCoder
+	if err != nil && errors.As(err, &sc) && sc.StatusCode() == http.StatusRequestEntityTooLarge {
+		b.err = err
+	}
+	return n, err
 }

@@ -2,6 +2,7 @@ package echov5idem_test
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -537,4 +538,31 @@ func TestBufferedFailedCommit(t *testing.T) {
 			t.Fatalf("%s: body %q, want the store-unavailable problem", name, body)
 		}
 	}
+}
+
+// A body of unknown length over the limit of Echo's BodyLimit fails as it
+// is read: the client gets Echo's 413, as without idem, not a 400.
+func TestBodyLimitUnknownLength(t *testing.T) {
+	t.Parallel()
+	e := echo.New()
+	var runs atomic.Int64
+	e.Use(middleware.BodyLimit(10), echov5idem.New(newEngine(t, core.Config{})))
+	e.POST("/orders", func(c *echo.Context) error {
+		if _, err := io.ReadAll(c.Request().Body); err != nil {
+			return err // without a key: BodyLimit's 413
+		}
+		runs.Add(1)
+		return c.NoContent(http.StatusCreated)
+	})
+	for _, key := range []string{"limit-1", "limit-1", ""} {
+		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(strings.Repeat("x", 100)))
+		req.ContentLength = -1 // chunked: BodyLimit cannot refuse it before it is read
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		wantResponse(t, "key "+key, rec, http.StatusRequestEntityTooLarge, `{"message":"Request Entity Too Large"}`+"\n", false)
+	}
+	wantRuns(t, &runs, 0)
 }
