@@ -3,6 +3,7 @@ package echov5idem
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 
 	"github.com/labstack/echo/v5"
@@ -93,7 +94,10 @@ func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 			case f == nil:
 				return next(c)
 			}
-			c.SetResponse(f.ResponseWriter(w))
+			// An echo.Response of its own, as echo.WrapMiddleware gives: a
+			// Buffered flight holds the response back from w, and the
+			// HTTPErrorHandler must still see it as committed.
+			c.SetResponse(echo.NewResponse(f.ResponseWriter(w), logger(c)))
 			c.SetRequest(f.Request(req)) // the body Begin read; core.InfoFromContext
 			defer func() {
 				c.SetResponse(w)
@@ -122,6 +126,15 @@ func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 			return answerErr
 		}
 	}, nil
+}
+
+// logger is c's logger; slog's default for a context from echo.NewContext,
+// which has no Echo.
+func logger(c *echo.Context) *slog.Logger {
+	if c.Echo() == nil {
+		return slog.Default()
+	}
+	return c.Logger()
 }
 
 func renderError(c *echo.Context, err error) {

@@ -507,6 +507,33 @@ func TestBuffered(t *testing.T) {
 	wantRuns(t, &runs, 4)
 }
 
+// A handler that wrote its response and then returned an error (for the
+// logs) has that response stored whole, in the transactional mode too: the
+// HTTPErrorHandler sees the response committed, though the Buffered flight
+// holds it back, and appends nothing to it.
+func TestBufferedWrittenThenError(t *testing.T) {
+	t.Parallel()
+	for _, tx := range []bool{false, true} {
+		cfg := core.Config{}
+		if tx {
+			cfg.Store = idemtest.NewTxStore(t)
+		}
+		var runs atomic.Int64
+		e := newEcho()
+		e.Use(echov5idem.New(newEngine(t, cfg)))
+		e.POST("/orders", func(c *echo.Context) error {
+			runs.Add(1)
+			if err := c.String(http.StatusCreated, "created"); err != nil {
+				return err
+			}
+			return errors.New("audit log unavailable")
+		})
+		wantResponse(t, "first", send(e, http.MethodPost, "/orders", "written-then-error"), http.StatusCreated, "created", false)
+		wantResponse(t, "replay", send(e, http.MethodPost, "/orders", "written-then-error"), http.StatusCreated, "created", true)
+		wantRuns(t, &runs, 1)
+	}
+}
+
 // A Buffered flight whose commit fails answers 503 store-unavailable,
 // none of the handler's response: as problem+json, or through
 // Config.ErrorHandler as the other refusals, Retry-After kept.
