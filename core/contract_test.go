@@ -3,6 +3,7 @@ package core_test
 import (
 	"crypto/sha256"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -176,3 +177,55 @@ func problemType(name string) string {
 
 // contentTypeProblem is the media type of the Engine's refusals (RFC 9457).
 const contentTypeProblem = "application/problem+json"
+
+// A handler's trailer set with http.TrailerPrefix is judged by the storage
+// policy as the header it names: net/http's HTTP/2 server sends it on the
+// replay too, so a Set-Cookie trailer would reach whoever replays.
+func TestStoredTrailerPrefix(t *testing.T) {
+	eng, err := core.New(core.Config{Observer: func(core.Event) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	srv := httptest.NewUnstartedServer(eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		w.Header().Set(http.TrailerPrefix+"Set-Cookie", "session=secret")
+		w.Header().Set(http.TrailerPrefix+"X-Request-Id", "first")
+		w.Header().Set(http.TrailerPrefix+"X-Checksum", "c1")
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte("ok")) //nolint:errcheck
+	})))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	var last *http.Response
+	for range 2 {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/trailers", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Idempotency-Key", "trailers")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated || string(body) != "ok" {
+			t.Fatalf("%d %q, want 201 ok", resp.StatusCode, body)
+		}
+		last = resp
+	}
+	if runs != 1 || last.Header.Get(core.HeaderReplay) != "true" {
+		t.Fatalf("%d runs, replay %q: want 1 run and a replay", runs, last.Header.Get(core.HeaderReplay))
+	}
+	if got := last.Trailer.Get("Set-Cookie"); got != "" {
+		t.Errorf("the replay sent the first response's Set-Cookie trailer %q", got)
+	}
+	if got := last.Trailer.Get("X-Request-Id"); got != "" {
+		t.Errorf("the replay sent the first response's X-Request-Id trailer %q (DeniedHeaders)", got)
+	}
+	if got := last.Trailer.Get("X-Checksum"); got != "c1" {
+		t.Errorf("the replay's X-Checksum trailer is %q, want c1 (not denied)", got)
+	}
+}

@@ -603,17 +603,22 @@ func (l *Lease) release(code int, reason error) {
 // (hop-by-hop, RFC 9110 section 7.6.1) or, with Config.KeepHeaders, not
 // kept, and stores a body over Config.MaxStoredBodyBytes as its size and
 // SHA-256. A header name that starts with a colon is a transport's own:
-// ":name" is kept, ":prefix:name" (gRPC's trailers) is judged as name.
+// ":name" is kept, ":prefix:name" (gRPC's trailers) is judged as name; so
+// is net/http's "Trailer:name" (http.TrailerPrefix), which its server sends
+// as the trailer name, and a replay with it (over HTTP/2) too.
 func (e *Engine) applyPolicy(rec *Record) {
 	connection := connectionNamed(rec.Header["Connection"])
 	for name := range rec.Header {
 		base := name
-		if strings.HasPrefix(name, ":") {
+		switch {
+		case strings.HasPrefix(name, ":"):
 			i := strings.LastIndexByte(name, ':')
 			if i == 0 {
 				continue
 			}
 			base = name[i+1:]
+		case strings.HasPrefix(name, http.TrailerPrefix):
+			base = name[len(http.TrailerPrefix):]
 		}
 		ck := http.CanonicalHeaderKey(base)
 		if e.denied[ck] || e.kept != nil && !e.kept[ck] || connection[ck] {
