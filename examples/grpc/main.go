@@ -55,9 +55,8 @@ func main() {
 func run(logger *slog.Logger) error {
 	cfg := core.Config{
 		// The user is a stand-in for real authentication.
-		Scope:      func(r *core.Request) string { return r.Header.Get("X-User-ID") },
-		Observer:   core.SlogObserver(logger),
-		FailClosed: os.Getenv("IDEM_FAIL_CLOSED") == "1",
+		Scope:    func(r *core.Request) string { return r.Header.Get("X-User-ID") },
+		Observer: core.SlogObserver(logger), // FailClosed (IDEM_FAIL_CLOSED): in limits
 	}
 	var (
 		rdb  redis.UniversalClient

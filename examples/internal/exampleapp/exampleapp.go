@@ -88,8 +88,7 @@ func Setup() (*App, error) {
 	cfg := core.Config{
 		Scope:    func(r *core.Request) string { return r.Header.Get(UserHeader) },
 		Observer: func(ev core.Event) { logs(ev); metrics.Observe(ev) },
-		// 503 instead of running unprotected when the store fails.
-		FailClosed: os.Getenv("IDEM_FAIL_CLOSED") == "1",
+		// FailClosed (IDEM_FAIL_CLOSED): in limits.
 	}
 	if os.Getenv("IDEM_OFF") == "1" {
 		cfg.Methods = []string{} // covers nothing: every request passes straight on

@@ -11,12 +11,24 @@ import (
 	"github.com/idem-go/idem/seal"
 )
 
-// limits sets cfg's per-user quota from IDEM_QUOTA_INFLIGHT (keys in flight
-// at once) and IDEM_QUOTA_PER_MINUTE (new keys per minute), and its Sealer
-// from IDEM_SEAL_KEYS ("<id>:<base64 key>[,...]", the first primary), with
-// the records stored in clear before replaying until IDEM_SEAL_CLEAR_UNTIL
+// limits sets cfg.FailClosed from IDEM_FAIL_CLOSED (a boolean: 1 or 0),
+// its per-user quota from IDEM_QUOTA_INFLIGHT (keys in flight at once) and
+// IDEM_QUOTA_PER_MINUTE (new keys per minute), and its Sealer from
+// IDEM_SEAL_KEYS ("<id>:<base64 key>[,...]", the first primary), with the
+// records stored in clear before replaying until IDEM_SEAL_CLEAR_UNTIL
 // (RFC 3339).
 func (a *App) limits(cfg *core.Config) error {
+	if s := os.Getenv("IDEM_FAIL_CLOSED"); s != "" {
+		// 503 instead of running unprotected when the store fails. A value
+		// that is not a boolean is refused rather than read as false: a
+		// typo (IDEM_FAIL_CLOSED=yes) would run requests unprotected, twice
+		// on a retry, in the outage it was set for.
+		on, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("IDEM_FAIL_CLOSED=%q: want 1 (503 when the store fails) or 0", s)
+		}
+		cfg.FailClosed = on
+	}
 	for _, v := range []struct {
 		name string
 		dst  *int

@@ -53,3 +53,34 @@ func TestLimitsSealClearUntil(t *testing.T) {
 		})
 	}
 }
+
+// TestLimitsFailClosed: IDEM_FAIL_CLOSED is a boolean; anything else is
+// refused at start rather than read as false, which would run requests
+// unprotected when the store fails.
+func TestLimitsFailClosed(t *testing.T) {
+	for _, tc := range []struct {
+		value      string
+		failClosed bool
+		err        bool
+	}{
+		{value: "", failClosed: false},
+		{value: "1", failClosed: true},
+		{value: "0", failClosed: false},
+		{value: "true", failClosed: true},
+		{value: "yes", err: true},
+		{value: "on", err: true},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			t.Setenv("IDEM_FAIL_CLOSED", tc.value)
+			a := &App{Logger: slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))}
+			var cfg core.Config
+			err := a.limits(&cfg)
+			switch {
+			case (err != nil) != tc.err:
+				t.Fatalf("IDEM_FAIL_CLOSED=%q: %v, want an error: %v", tc.value, err, tc.err)
+			case cfg.FailClosed != tc.failClosed:
+				t.Fatalf("IDEM_FAIL_CLOSED=%q: FailClosed = %v, want %v", tc.value, cfg.FailClosed, tc.failClosed)
+			}
+		})
+	}
+}
