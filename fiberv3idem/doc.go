@@ -24,6 +24,10 @@
 // it; with StreamRequestBody, to any size). Likewise request headers over
 // fiber.Config.ReadBufferSize (4 KiB) get fasthttp's 431, a key of that
 // length included, where other frameworks give idem's 400 invalid-key.
+// fasthttp answers a header lookup that the header section lacks from a
+// chunked request's trailer section, for idem as for the app: a key, or a
+// header that Config.Scope reads, may come from a trailer (a proxy that
+// strips identity headers must strip trailers too).
 // Operations lists the covered routes for package swagger.
 //
 // See Example; the reasons and edge cases are in docs/design.md,
