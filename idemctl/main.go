@@ -103,7 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.schema, "schema", "", "PostgreSQL schema of the table (default: the search_path)")
 	fs.StringVar(&o.table, "table", pgstore.DefaultTable, "PostgreSQL table")
 	fs.StringVar(&o.scope, "scope", "", "the key's scope (the examples: the X-User-ID header)")
-	fs.StringVar(&o.key, "key", "", "the client's Idempotency-Key")
+	fs.StringVar(&o.key, "key", "", "the client's Idempotency-Key, unquoted (abc for \"abc\")")
 	fs.StringVar(&o.route, "route", "", "the route, only if the Engine sets Config.ScopeRoute")
 	fs.StringVar(&o.id, "id", "", "the store key (64 hex digits, as inflight lists it) instead of -scope, -key, -route")
 	fs.BoolVar(&o.json, "json", false, "print JSON")
