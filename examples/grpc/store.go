@@ -38,6 +38,10 @@ type store struct {
 }
 
 func (s *store) create(ctx context.Context, item string, qty int32) (*ordersv1.Order, error) {
+	// The order may be written from here: a client that goes away must not
+	// turn a write that happened into an error, which would release the
+	// key for a retry that writes it again.
+	ctx = context.WithoutCancel(ctx)
 	o := &ordersv1.Order{Item: item, Qty: qty}
 	if s.pool != nil {
 		// Through the call's transaction in the transactional mode: the

@@ -209,6 +209,10 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Order, error) 
 	if req.Item == "boom" {
 		return Order{}, ErrBoom
 	}
+	// From here the order may be written: a client that hangs up must not
+	// turn a write that happened into an error, which would release the
+	// key for a retry that writes it again.
+	ctx = context.WithoutCancel(ctx)
 	o := Order{Item: req.Item, Qty: req.Qty}
 	if s.pool != nil {
 		// Through the request's transaction when idem holds its key in one

@@ -1,12 +1,20 @@
 package orders
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Decode refuses with ErrInvalid what the service could not store: a NUL in
@@ -49,5 +57,93 @@ func TestServerError(t *testing.T) {
 	}
 	if got := ServerError(log, ErrBoom); got != ErrBoom.Error() {
 		t.Errorf("ServerError(ErrBoom) = %q", got)
+	}
+}
+
+// Create finishes the order's write once it has begun, whatever happens to
+// the request's context: a client that hangs up then must not turn an order
+// that was written into an error, which would release the key for a retry
+// that writes it again.
+func TestCreateNotCutOff(t *testing.T) {
+	cmds := fakeRedis(t)
+	s := NewService(redis.NewClient(&redis.Options{Addr: cmds.addr, MaxRetries: -1}))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the client has gone
+	o, err := s.Create(ctx, CreateRequest{Item: "lamp", Qty: 1})
+	if err != nil || o.ID != "ord_1" {
+		t.Fatalf("Create with a canceled context: %+v, %v; want ord_1 written", o, err)
+	}
+	got := slices.DeleteFunc(cmds.names(), func(c string) bool { return c == "HELLO" || c == "CLIENT" })
+	if !slices.Equal(got, []string{"INCR", "RPUSH"}) {
+		t.Errorf("Redis got %q, want INCR and RPUSH", got)
+	}
+}
+
+// fakeRedisServer answers INCR and RPUSH with 1 on a loopback port (and
+// go-redis's HELLO with an error: RESP2), and remembers the commands it got.
+type fakeRedisServer struct {
+	addr string
+	mu   sync.Mutex
+	cmds []string
+}
+
+func (f *fakeRedisServer) names() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.cmds)
+}
+
+func fakeRedis(t *testing.T) *fakeRedisServer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	f := &fakeRedisServer{addr: ln.Addr().String()}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go f.serve(c)
+		}
+	}()
+	return f
+}
+
+// serve reads commands (RESP arrays of bulk strings) from c and answers
+// each: :1 for INCR and RPUSH, an error for anything else.
+func (f *fakeRedisServer) serve(c net.Conn) {
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for {
+		var n int
+		if _, err := fmt.Fscanf(r, "*%d\r\n", &n); err != nil {
+			return
+		}
+		var args []string
+		for range n {
+			var size int
+			if _, err := fmt.Fscanf(r, "$%d\r\n", &size); err != nil {
+				return
+			}
+			b := make([]byte, size+2)
+			if _, err := io.ReadFull(r, b); err != nil {
+				return
+			}
+			args = append(args, string(b[:size]))
+		}
+		cmd := strings.ToUpper(args[0])
+		f.mu.Lock()
+		f.cmds = append(f.cmds, cmd)
+		f.mu.Unlock()
+		reply := "-ERR unknown command\r\n"
+		if cmd == "INCR" || cmd == "RPUSH" {
+			reply = ":1\r\n"
+		}
+		if _, err := io.WriteString(c, reply); err != nil {
+			return
+		}
 	}
 }
