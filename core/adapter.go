@@ -13,6 +13,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,7 +46,7 @@ type Request struct {
 	// label values, and ScopeRoute joins Path.
 	Route string
 	// Path is the request's path, escaped as sent (NewRequest: from
-	// RequestURI, before any http.StripPrefix):
+	// RequestURI, before any http.StripPrefix, in url.URL.EscapedPath's form):
 	// routers that route on the escaped path send /docs/a%2Fb and /docs/a/b
 	// to two handlers. It joins the fingerprint: one key sent to /orders/1
 	// and then to /orders/2 is a key reused (422), not a replay of the first
@@ -60,6 +61,12 @@ type Request struct {
 	// to two handlers is a key reused (422).
 	Host   string
 	Header HeaderGetter
+	// routed is r.URL's escaped path when a handler before the middleware
+	// changed it (NewRequest; rewritten): it joins the fingerprint beside
+	// Path, so that a rewrite that routes on something else than the path
+	// sent (a header, the query) still tells two requests apart.
+	routed    string
+	rewritten bool
 	// Body is read only when the request carries a key; the adapter then
 	// gives the handler Flight.Body instead. Nil means no body.
 	Body io.Reader
@@ -81,11 +88,14 @@ type Request struct {
 // those of middleware before the adapter. Context is r's; an adapter may
 // set another that adds its framework's values, for Config.Scope.
 func NewRequest(r *http.Request, route string, w http.ResponseWriter) Request {
+	path, routed, rewritten := requestPath(r)
 	return Request{
 		Context:        r.Context(),
 		Method:         r.Method,
 		Route:          route,
-		Path:           sentPath(r),
+		Path:           path,
+		routed:         routed,
+		rewritten:      rewritten,
 		Query:          r.URL.RawQuery,
 		Header:         r.Header,
 		Body:           r.Body,
@@ -94,18 +104,32 @@ func NewRequest(r *http.Request, route string, w http.ResponseWriter) Request {
 	}
 }
 
-// sentPath returns r's path as the client sent it (RequestURI), escaped:
-// r.URL may have been changed before the middleware (http.StripPrefix
-// under a mounted sub-router), and two mounts would then share one
-// fingerprint. Without a RequestURI in origin form, r.URL.EscapedPath().
-func sentPath(r *http.Request) string {
-	if u := r.RequestURI; strings.HasPrefix(u, "/") {
-		if i := strings.IndexByte(u, '?'); i >= 0 {
-			return u[:i]
-		}
-		return u
+// requestPath returns r's path as the client sent it (RequestURI) and, if a
+// handler before the middleware changed r.URL (http.StripPrefix under a
+// mounted sub-router, a rewrite), the escaped path r.URL now holds. A path
+// sent that r.URL holds as it is comes in r.URL.EscapedPath's form (/a{b}
+// as /a%7Bb%7D), as before RequestURI was read: records stored then keep
+// their fingerprint. Without a RequestURI in origin form, r.URL's alone.
+func requestPath(r *http.Request) (path, routed string, rewritten bool) {
+	routed = r.URL.EscapedPath()
+	sent := r.RequestURI
+	if !strings.HasPrefix(sent, "/") {
+		return routed, "", false
 	}
-	return r.URL.EscapedPath()
+	if i := strings.IndexByte(sent, '?'); i >= 0 {
+		sent = sent[:i]
+	}
+	if sent == routed {
+		return routed, "", false
+	}
+	p, err := url.PathUnescape(sent)
+	switch {
+	case err != nil:
+		return sent, routed, true
+	case p == r.URL.Path:
+		return routed, "", false // escaped otherwise
+	}
+	return (&url.URL{Path: p, RawPath: sent}).EscapedPath(), routed, true
 }
 
 // covers reports whether requests with this method are covered.
@@ -217,6 +241,9 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 	}
 	if req.Host != "" {
 		c.Fingerprint = hostFingerprint(c.Fingerprint, req.Host)
+	}
+	if req.rewritten {
+		c.Fingerprint = routedFingerprint(c.Fingerprint, req.routed)
 	}
 	if e.cfg.Scope != nil || e.cfg.TTL != nil {
 		c.Scope, c.TTL = e.scopeAndTTL(*req)

@@ -76,6 +76,13 @@ func hostFingerprint(fp [32]byte, host string) [32]byte {
 	return sha256.Sum256(append(fp[:], host...))
 }
 
+// routedFingerprint joins to fp the path a request was routed on, when a
+// handler before the middleware rewrote the path sent (Request.routed). A
+// host has no NUL: the two never hash alike.
+func routedFingerprint(fp [32]byte, routed string) [32]byte {
+	return sha256.Sum256(append(append(fp[:], 0), routed...))
+}
+
 func appendField(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)

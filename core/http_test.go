@@ -305,3 +305,65 @@ func TestMiddlewareDecompressedBody(t *testing.T) {
 		t.Fatalf("%d runs on %q; want 1 on the decompressed body", runs.Load(), got)
 	}
 }
+
+// A handler before idem that routes on something else than the path sent
+// (here a header, by rewriting r.URL) sends one RequestURI to two
+// handlers: the path routed on joins the fingerprint too, so one key sent
+// to both is a key reused (422), never v1's answer replayed for v2.
+func TestMiddlewareRewrittenPath(t *testing.T) {
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []string
+	mux := http.NewServeMux()
+	for _, v := range []string{"v1", "v2"} {
+		mux.Handle("POST /"+v+"/orders", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs = append(runs, v)
+			w.WriteHeader(http.StatusCreated)
+		})))
+	}
+	versioned := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r2 := r.Clone(r.Context())
+		r2.URL.Path = "/" + r.Header.Get("Api-Version") + r.URL.Path
+		mux.ServeHTTP(w, r2)
+	})
+	post := func(version string) int {
+		r := httptest.NewRequest(http.MethodPost, "/orders", nil)
+		r.Header.Set("Idempotency-Key", "one-key")
+		r.Header.Set("Api-Version", version)
+		w := httptest.NewRecorder()
+		versioned.ServeHTTP(w, r)
+		return w.Code
+	}
+	got := []int{post("v1"), post("v1"), post("v2")}
+	if !slices.Equal(got, []int{201, 201, 422}) || !slices.Equal(runs, []string{"v1"}) {
+		t.Errorf("codes %v, handlers run %q; want [201 201 422] and v1's once", got, runs)
+	}
+}
+
+// A path sent with a character that url.URL.EscapedPath escapes (/a{b}) is
+// the path EscapedPath writes (/a%7Bb%7D), as before the fingerprint read
+// RequestURI: a record stored by that code still replays.
+func TestMiddlewareSentPathEscaped(t *testing.T) {
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		w.WriteHeader(http.StatusCreated)
+	}))
+	var got []string
+	for _, target := range []string{"/a%7Bb%7D", "/a{b}"} {
+		r := httptest.NewRequest(http.MethodPost, target, nil)
+		r.Header.Set("Idempotency-Key", "one-key")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		got = append(got, strconv.Itoa(w.Code)+" "+w.Header().Get(core.HeaderReplay))
+	}
+	if !slices.Equal(got, []string{"201 ", "201 true"}) || runs != 1 {
+		t.Errorf("got %q, %d runs; want [201, 201 replayed] and one run", got, runs)
+	}
+}

@@ -548,3 +548,25 @@ func TestEchoBodyLimitUnknownLength(t *testing.T) {
 	}
 	wantRuns(t, &runs, 0)
 }
+
+// Echo's Rewrite routes on the query here: one path sent, two handlers.
+// The path routed on joins the fingerprint, so one key sent to both is a
+// key reused (422), never the refund's answer replayed for the charge.
+func TestEchoRewriteQuery(t *testing.T) {
+	t.Parallel()
+	e := echo.New()
+	e.Pre(middleware.Rewrite(map[string]string{"/orders?kind=*": "/orders/$1"}))
+	e.Use(echoidem.New(newEngine(t, core.Config{})))
+	var runs atomic.Int64
+	for _, kind := range []string{"refund", "charge"} {
+		e.POST("/orders/"+kind, func(c echo.Context) error {
+			runs.Add(1)
+			return c.String(http.StatusCreated, kind)
+		})
+	}
+	wantResponse(t, "refund", send(e, http.MethodPost, "/orders?kind=refund", "rewrite"), http.StatusCreated, "refund", false)
+	if rec := send(e, http.MethodPost, "/orders?kind=charge", "rewrite"); rec.Code != http.StatusUnprocessableEntity {
+		t.Errorf("charge with the refund's key: %d %q, want 422", rec.Code, rec.Body)
+	}
+	wantRuns(t, &runs, 1)
+}
