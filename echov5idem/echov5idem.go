@@ -187,9 +187,17 @@ type limitedBody struct {
 
 func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	var sc echo.HTTPStatusCoder
-	if err != nil && errors.As(err, &sc) && sc.StatusCode() == http.StatusRequestEntityTooLarge {
-		b.err = err
+	if err != nil && err != io.EOF {
+		b.note(err)
 	}
 	return n, err
+}
+
+// note keeps err if it is the 413; apart from Read, whose every call would
+// otherwise allocate the target of errors.As.
+func (b *limitedBody) note(err error) {
+	var sc echo.HTTPStatusCoder
+	if errors.As(err, &sc) && sc.StatusCode() == http.StatusRequestEntityTooLarge {
+		b.err = err
+	}
 }
