@@ -21,7 +21,7 @@
 // Idempotency-Key whose reused connection broke before any answer (a
 // server that closed it, as net/http's does after a handler's panic).
 //
-// The attempts are over in about a second with the defaults, while a key
+// The attempts are over in a few seconds with the defaults, while a key
 // whose server crashed in the middle of its request stays in flight until
 // that server's lock expires (core.Config.LockTTL, 5 minutes by default):
 // the last 409 is then returned. To send the request again later as the

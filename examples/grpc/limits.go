@@ -21,12 +21,12 @@ import (
 func limits(cfg *core.Config, logger *slog.Logger) error {
 	if s := os.Getenv("IDEM_FAIL_CLOSED"); s != "" {
 		// 503 instead of running unprotected when the store fails. A value
-		// that is not a boolean is refused rather than read as false: a
-		// typo (IDEM_FAIL_CLOSED=yes) would run requests unprotected, twice
-		// on a retry, in the outage it was set for.
+		// that is not a boolean (yes, on) is refused rather than read as
+		// false, which would run requests unprotected, twice on a retry, in
+		// the outage it was set for.
 		on, err := strconv.ParseBool(s)
 		if err != nil {
-			return fmt.Errorf("IDEM_FAIL_CLOSED=%q: want 1 (503 when the store fails) or 0", s)
+			return fmt.Errorf("IDEM_FAIL_CLOSED=%q: want a boolean, 1 (503 when the store fails) or 0", s)
 		}
 		cfg.FailClosed = on
 	}

@@ -22,6 +22,9 @@ const (
 	// redisTimeout bounds each call to Redis: without a deadline, a call
 	// to a Redis that is down waits for it to come back (redislock.NewClient).
 	redisTimeout = time.Second
+	// postgresTimeout bounds an order's INSERT, which a client that goes
+	// away does not cut off (create).
+	postgresTimeout = 5 * time.Second
 )
 
 // ordersTable holds the orders in PostgreSQL, apart from the HTTP examples'.
@@ -47,6 +50,8 @@ func (s *store) create(ctx context.Context, item string, qty int32) (*ordersv1.O
 		// Through the call's transaction in the transactional mode: the
 		// order commits with the stored reply.
 		db := pgstore.TxOr(ctx, s.pool)
+		ctx, cancel := context.WithTimeout(ctx, postgresTimeout)
+		defer cancel()
 		var id int64
 		if err := db.QueryRow(ctx, "INSERT INTO idem_example_grpc_orders (item, qty) VALUES ($1, $2) RETURNING id", item, qty).Scan(&id); err != nil {
 			return nil, err

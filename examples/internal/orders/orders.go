@@ -119,6 +119,9 @@ const (
 	// redisTimeout bounds each call to Redis: without a deadline, a call
 	// to a Redis that is down waits for it to come back (redislock.NewClient).
 	redisTimeout = time.Second
+	// postgresTimeout bounds an order's INSERT, which a client that hangs
+	// up does not cut off (Create).
+	postgresTimeout = 5 * time.Second
 )
 
 // MaxBodyBytes bounds a POST /orders body, with a key or without: idem
@@ -218,6 +221,8 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Order, error) 
 		// Through the request's transaction when idem holds its key in one
 		// (pgstore.NewTx): the order commits with the stored response.
 		db := pgstore.TxOr(ctx, s.pool)
+		ctx, cancel := context.WithTimeout(ctx, postgresTimeout)
+		defer cancel()
 		var id int64
 		err := db.QueryRow(ctx, "INSERT INTO "+PostgresTable+" (item, qty) VALUES ($1, $2) RETURNING id", o.Item, o.Qty).Scan(&id)
 		if err != nil {
