@@ -104,12 +104,12 @@ func NewRequest(r *http.Request, route string, w http.ResponseWriter) Request {
 	}
 }
 
-// requestPath returns r's path as the client sent it (RequestURI) and, if a
-// handler before the middleware changed r.URL (http.StripPrefix under a
-// mounted sub-router, a rewrite), the escaped path r.URL now holds. A path
-// sent that r.URL holds as it is comes in r.URL.EscapedPath's form (/a{b}
-// as /a%7Bb%7D), as before RequestURI was read: records stored then keep
-// their fingerprint. Without a RequestURI in origin form, r.URL's alone.
+// requestPath returns r's path as the client sent it (RequestURI), in
+// url.URL.EscapedPath's form (/a{b} as /a%7Bb%7D), and, if a handler
+// before the middleware changed r.URL (http.StripPrefix under a mounted
+// sub-router, a rewrite), the escaped path r.URL now holds. Without a
+// RequestURI in origin form (a request built by hand, an absolute-form
+// target), r.URL's path alone.
 func requestPath(r *http.Request) (path, routed string, rewritten bool) {
 	routed = r.URL.EscapedPath()
 	sent := r.RequestURI
