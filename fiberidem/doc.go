@@ -9,7 +9,10 @@
 // template, after recover.New(), authentication and response-shaping
 // middleware such as compress. Under app.Use the template is unknown, and
 // the router's 404 or 405 is sent but not stored. core.Request.Context's
-// Value reads c.Locals first.
+// Value reads c.Locals first. It must run after anything that rewrites the
+// path (the rewrite middleware, c.Path), and not under app.Use when a
+// handler routes the request again (c.RestartRouting): the request would
+// meet it twice and get 409, stored.
 //
 // A handler's error is rendered by the app's ErrorHandler inside the
 // middleware, which then returns nil, so what the client gets is what is
