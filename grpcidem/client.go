@@ -32,10 +32,10 @@ import (
 // and never past the call's deadline: when the next wait would end after
 // it, the last error is returned at once. Other errors are returned as
 // they are. A key whose server crashed in the middle of its call stays in
-// flight until that server's lock expires (core.Config.LockTTL, 5 minutes
-// by default), longer than the default attempts last: the Aborted is then
-// returned; to make the call again later as the same one, put a key of
-// your own in the outgoing metadata.
+// flight until that server's lock expires (up to core.Config.LockTTL, 5
+// minutes by default), longer than the default attempts last: the Aborted
+// is then returned; to make the call again later as the same one, put a
+// key of your own in the outgoing metadata.
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	o := newOptions(opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {

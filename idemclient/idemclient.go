@@ -23,9 +23,9 @@
 //
 // The attempts are over in a few seconds with the defaults, while a key
 // whose server crashed in the middle of its request stays in flight until
-// that server's lock expires (core.Config.LockTTL, 5 minutes by default):
-// the last 409 is then returned. To send the request again later as the
-// same one, give it a key of your own.
+// that server's lock expires (up to core.Config.LockTTL, 5 minutes by
+// default): the last 409 is then returned. To send the request again
+// later as the same one, give it a key of your own.
 //
 // Work that sends two requests of one method to one host and path must
 // give each its own key, such as core.DerivedKey(ctx, "refund 2") in the
