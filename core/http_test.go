@@ -197,68 +197,6 @@ func TestHeaderNamesAnyCase(t *testing.T) {
 	}
 }
 
-// TestMiddlewareHostPatterns: a ServeMux that routes on the host sends one
-// path of two hosts to two handlers, so one key sent to both is a key
-// reused (422), never the first host's answer replayed for the second; a
-// host's port, which the mux ignores, changes nothing.
-func TestMiddlewareHostPatterns(t *testing.T) {
-	eng, err := core.New(core.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var runs []string
-	mux := http.NewServeMux()
-	for _, host := range []string{"a.example", "b.example"} {
-		mux.Handle("POST "+host+"/orders", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			runs = append(runs, host)
-			w.WriteHeader(http.StatusCreated)
-		})))
-	}
-	post := func(host string) int {
-		r := httptest.NewRequest(http.MethodPost, "/orders", nil)
-		r.Host = host
-		r.Header.Set("Idempotency-Key", "one-key")
-		w := httptest.NewRecorder()
-		mux.ServeHTTP(w, r)
-		return w.Code
-	}
-	got := []int{post("a.example"), post("a.example:8080"), post("b.example")}
-	if !slices.Equal(got, []int{201, 201, 422}) || !slices.Equal(runs, []string{"a.example"}) {
-		t.Errorf("codes %v, handlers run %q; want [201 201 422] and a.example's once", got, runs)
-	}
-}
-
-// Two sub-routers mounted with http.StripPrefix see one path: the path as
-// sent joins the fingerprint, so one key sent to both is a key reused
-// (422), never the first mount's answer replayed by the second.
-func TestMiddlewareStripPrefixMounts(t *testing.T) {
-	eng, err := core.New(core.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var runs []string
-	root := http.NewServeMux()
-	for _, tenant := range []string{"a", "b"} {
-		sub := http.NewServeMux()
-		sub.Handle("POST /orders", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			runs = append(runs, tenant)
-			w.WriteHeader(http.StatusCreated)
-		})))
-		root.Handle("/"+tenant+"/", http.StripPrefix("/"+tenant, sub))
-	}
-	post := func(path string) int {
-		r := httptest.NewRequest(http.MethodPost, path+"?x=1", nil)
-		r.Header.Set("Idempotency-Key", "one-key")
-		w := httptest.NewRecorder()
-		root.ServeHTTP(w, r)
-		return w.Code
-	}
-	got := []int{post("/a/orders"), post("/a/orders"), post("/b/orders")}
-	if !slices.Equal(got, []int{201, 201, 422}) || !slices.Equal(runs, []string{"a"}) {
-		t.Errorf("codes %v, handlers run %q; want [201 201 422] and a's once", got, runs)
-	}
-}
-
 // A middleware before idem that decompresses the body (gin-contrib/gzip)
 // drops Content-Encoding but leaves ContentLength as sent: a body shorter
 // once decompressed is the whole body, run and replayed as any other.
@@ -306,39 +244,99 @@ func TestMiddlewareDecompressedBody(t *testing.T) {
 	}
 }
 
+// TestMiddlewareHostPatterns: a ServeMux that routes on the host sends one
+// path of two hosts to two handlers, so one key sent to both is a key
+// reused (422), never the first host's answer replayed for the second; a
+// host's port, which the mux ignores, changes nothing.
+func TestMiddlewareHostPatterns(t *testing.T) {
+	created, runs := namedHandlers(t)
+	mux := http.NewServeMux()
+	for _, host := range []string{"a.example", "b.example"} {
+		mux.Handle("POST "+host+"/orders", created(host))
+	}
+	onHost := func(host string) func() *http.Request {
+		return func() *http.Request {
+			r := httptest.NewRequest(http.MethodPost, "/orders", nil)
+			r.Host = host
+			return r
+		}
+	}
+	wantOneRunThenReused(t, mux, runs, onHost("a.example"), onHost("a.example:8080"), onHost("b.example"))
+}
+
+// Two sub-routers mounted with http.StripPrefix see one path: the path as
+// sent joins the fingerprint, so one key sent to both is a key reused
+// (422), never the first mount's answer replayed by the second.
+func TestMiddlewareStripPrefixMounts(t *testing.T) {
+	created, runs := namedHandlers(t)
+	root := http.NewServeMux()
+	for _, tenant := range []string{"a", "b"} {
+		sub := http.NewServeMux()
+		sub.Handle("POST /orders", created(tenant))
+		root.Handle("/"+tenant+"/", http.StripPrefix("/"+tenant, sub))
+	}
+	to := func(path string) func() *http.Request {
+		return func() *http.Request { return httptest.NewRequest(http.MethodPost, path+"?x=1", nil) }
+	}
+	wantOneRunThenReused(t, root, runs, to("/a/orders"), to("/a/orders"), to("/b/orders"))
+}
+
 // A handler before idem that routes on something else than the path sent
 // (here a header, by rewriting r.URL) sends one RequestURI to two
 // handlers: the path routed on joins the fingerprint too, so one key sent
 // to both is a key reused (422), never v1's answer replayed for v2.
 func TestMiddlewareRewrittenPath(t *testing.T) {
-	eng, err := core.New(core.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var runs []string
+	created, runs := namedHandlers(t)
 	mux := http.NewServeMux()
 	for _, v := range []string{"v1", "v2"} {
-		mux.Handle("POST /"+v+"/orders", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			runs = append(runs, v)
-			w.WriteHeader(http.StatusCreated)
-		})))
+		mux.Handle("POST /"+v+"/orders", created(v))
 	}
 	versioned := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r2 := r.Clone(r.Context())
 		r2.URL.Path = "/" + r.Header.Get("Api-Version") + r.URL.Path
 		mux.ServeHTTP(w, r2)
 	})
-	post := func(version string) int {
-		r := httptest.NewRequest(http.MethodPost, "/orders", nil)
-		r.Header.Set("Idempotency-Key", "one-key")
-		r.Header.Set("Api-Version", version)
-		w := httptest.NewRecorder()
-		versioned.ServeHTTP(w, r)
-		return w.Code
+	version := func(v string) func() *http.Request {
+		return func() *http.Request {
+			r := httptest.NewRequest(http.MethodPost, "/orders", nil)
+			r.Header.Set("Api-Version", v)
+			return r
+		}
 	}
-	got := []int{post("v1"), post("v1"), post("v2")}
-	if !slices.Equal(got, []int{201, 201, 422}) || !slices.Equal(runs, []string{"v1"}) {
-		t.Errorf("codes %v, handlers run %q; want [201 201 422] and v1's once", got, runs)
+	wantOneRunThenReused(t, versioned, runs, version("v1"), version("v1"), version("v2"))
+}
+
+// namedHandlers returns a function that makes handlers behind one Engine's
+// Middleware, each answering 201 and adding its name to *runs.
+func namedHandlers(t *testing.T) (created func(name string) http.Handler, runs *[]string) {
+	t.Helper()
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs = new([]string)
+	return func(name string) http.Handler {
+		return eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			*runs = append(*runs, name)
+			w.WriteHeader(http.StatusCreated)
+		}))
+	}, runs
+}
+
+// wantOneRunThenReused sends first, again and other, each with one key, to
+// h: first runs its handler (201), again is its replay (201, no run),
+// other, which reaches another handler, is a key reused (422).
+func wantOneRunThenReused(t *testing.T, h http.Handler, runs *[]string, first, again, other func() *http.Request) {
+	t.Helper()
+	var got []int
+	for _, r := range []*http.Request{first(), again(), other()} {
+		r.Header.Set("Idempotency-Key", "one-key")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		got = append(got, w.Code)
+	}
+	if !slices.Equal(got, []int{201, 201, 422}) || len(*runs) != 1 {
+		t.Errorf("codes %v, handlers run %q; want [201 201 422] and the first's once", got, *runs)
 	}
 }
 
