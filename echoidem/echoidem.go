@@ -2,7 +2,6 @@ package echoidem
 
 import (
 	"errors"
-	"io"
 	"net/http"
 	"reflect"
 
@@ -59,15 +58,11 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 				return next(c)
 			}
 			res := c.Response()
-			st := &state{}
-			if req.Body != nil && req.Body != http.NoBody {
-				st.body.ReadCloser = req.Body
-				req.Body = &st.body
-			}
+			st := &httpadapt.Protected{BodyLimit: bodyLimit}
 			f, resp := st.Begin(eng, req, c.Path(), routerHost(c), c, res)
 			switch {
-			case resp != nil && st.body.err != nil:
-				return st.body.err // BodyLimit's 413, as Echo answers it without idem
+			case resp != nil && st.BodyLimitError() != nil:
+				return st.BodyLimitError() // BodyLimit's 413, as Echo answers it without idem
 			case resp != nil && resp.Problem != nil && cfg.ErrorHandler != nil:
 				resp.SetHeaders(res.Header())
 				return cfg.ErrorHandler(c, resp.Problem)
@@ -170,32 +165,8 @@ func unrouted(err error) bool {
 	return errors.Is(err, echo.ErrNotFound) || errors.Is(err, echo.ErrMethodNotAllowed)
 }
 
-// state is what one protected request needs, in one allocation.
-type state struct {
-	httpadapt.Protected
-	body limitedBody
-}
-
-// limitedBody notes the 413 *echo.HTTPError that a body fails with over
-// the limit of Echo's BodyLimit middleware (a body of unknown length).
-type limitedBody struct {
-	io.ReadCloser
-	err error
-}
-
-func (b *limitedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil && err != io.EOF {
-		b.note(err)
-	}
-	return n, err
-}
-
-// note keeps err if it is the 413; apart from Read, whose every call would
-// otherwise allocate the target of errors.As.
-func (b *limitedBody) note(err error) {
+// bodyLimit reports whether err is the 413 of Echo's BodyLimit middleware.
+func bodyLimit(err error) bool {
 	var he *echo.HTTPError
-	if errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge {
-		b.err = err
-	}
+	return errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"unsafe"
 
 	"github.com/idem-go/idem/core"
@@ -352,5 +353,29 @@ func TestProtected(t *testing.T) {
 	}
 	if other.Header().Get(core.HeaderReplay) != "" || runs != 2 {
 		t.Fatalf("another user's key is another record: replay %q, %d runs", other.Header().Get(core.HeaderReplay), runs)
+	}
+}
+
+// A body read through Protected's BodyLimit wrapper allocates nothing (it
+// wraps every keyed request's body), and keeps the limit's error alone.
+func TestLimitedBodyReadAllocs(t *testing.T) {
+	limit := errors.New("over the limit")
+	src := strings.NewReader(strings.Repeat("x", 100))
+	b := &limitedBody{ReadCloser: io.NopCloser(src), limit: func(err error) bool { return err == limit }}
+	buf := make([]byte, 64)
+	n := testing.AllocsPerRun(10, func() {
+		src.Seek(0, io.SeekStart) //nolint:errcheck // a strings.Reader's Seek to 0 cannot fail
+		for {
+			if _, err := b.Read(buf); err != nil {
+				break
+			}
+		}
+	})
+	if n != 0 || b.err != nil {
+		t.Errorf("%v allocations per body, err %v; want none", n, b.err)
+	}
+	b.ReadCloser = io.NopCloser(iotest.ErrReader(limit))
+	if _, err := b.Read(buf); err != limit || b.err != limit {
+		t.Errorf("read %v, kept %v; want the limit's error kept", err, b.err)
 	}
 }

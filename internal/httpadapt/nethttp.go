@@ -8,6 +8,7 @@ package httpadapt
 
 import (
 	"context"
+	"io"
 	"net/http"
 
 	"github.com/idem-go/idem/core"
@@ -42,6 +43,34 @@ func (v *Values) Value(key any) any {
 type Protected struct {
 	Req core.Request
 	Ctx Values
+	// BodyLimit reports whether a read of the body failed with the error of
+	// the framework's own body limit (Echo's BodyLimit middleware, for a
+	// body of unknown length); set before Begin. Nil: none.
+	BodyLimit func(error) bool
+
+	body limitedBody
+}
+
+// BodyLimitError returns the error of the framework's body limit that the
+// body failed with while Begin read it (BodyLimit), nil if none: the
+// adapter returns it to the framework, which answers it as it does
+// without idem.
+func (p *Protected) BodyLimitError() error { return p.body.err }
+
+// limitedBody is a request's body that keeps the error of the framework's
+// body limit (Protected.BodyLimit).
+type limitedBody struct {
+	io.ReadCloser
+	limit func(error) bool
+	err   error
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && b.limit(err) {
+		b.err = err
+	}
+	return n, err
 }
 
 // Begin fills p.Req from r and asks eng what to do (core.Engine.Begin).
@@ -51,6 +80,10 @@ type Protected struct {
 // far are those of middleware before the adapter).
 func (p *Protected) Begin(eng *core.Engine, r *http.Request, route, host string, store Getter, w http.ResponseWriter) (*core.Flight, *core.Response) {
 	p.Ctx = Values{Context: r.Context(), Store: store}
+	if p.BodyLimit != nil && r.Body != nil && r.Body != http.NoBody {
+		p.body = limitedBody{ReadCloser: r.Body, limit: p.BodyLimit}
+		r.Body = &p.body
+	}
 	p.Req = core.NewRequest(r, route, w)
 	p.Req.Context = &p.Ctx
 	p.Req.Host = host
