@@ -10,9 +10,9 @@
 // middleware such as compress. Under app.Use the template is unknown, and
 // the router's 404 or 405 is sent but not stored. core.Request.Context's
 // Value reads c.Locals first. It must run after anything that rewrites the
-// path (the rewrite middleware, c.Path), and not under app.Use when a
-// handler routes the request again (c.RestartRouting): the request would
-// meet it twice and get 409, stored.
+// path (the rewrite middleware, c.Path): it fingerprints the path it sees.
+// A request routed again (c.RestartRouting) passes through it the second
+// time: the first pass holds the key and stores the answer.
 //
 // A handler's error is rendered by the app's ErrorHandler inside the
 // middleware, which then returns nil, so what the client gets is what is

@@ -28,6 +28,11 @@ func New(config ...Config) fiber.Handler {
 		if !eng.Keyed(method, keyed) {
 			return c.Next() // nothing to read or copy without a key
 		}
+		if _, ok := core.InfoFromContext(c.UserContext()); ok {
+			// Routed again (c.RestartRouting) through this middleware: its
+			// first pass holds the key and stores what the chain answers.
+			return c.Next()
+		}
 		route := routeTemplate(c)
 		res := c.Response()
 		st := &httpadapt.FastState{Ctx: httpadapt.LocalsContext{Context: c.UserContext(), Locals: c}}

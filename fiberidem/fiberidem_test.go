@@ -645,3 +645,25 @@ func TestFiberBufferedFailedCommitErrorHandler(t *testing.T) {
 		t.Fatalf("failed commit: got %d %v %s, want the 503 rendered by the error handler", resp.StatusCode, resp.Header, body)
 	}
 }
+
+// A handler that routes the request again (c.RestartRouting) sends it
+// through the middleware under app.Use a second time: that pass lets it
+// through, and the first stores the answer, replayed on a retry. (It found
+// the first pass's lock and answered 409, which the first stored.)
+func TestFiberRestartRouting(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(fiberidem.New(fiberidem.Config{Engine: newEngine(t, core.Config{})}))
+	app.Post("/orders/legacy", func(c *fiber.Ctx) error {
+		c.Path("/orders")
+		return c.RestartRouting()
+	})
+	app.Post("/orders", func(c *fiber.Ctx) error {
+		return c.Status(201).SendString("order " + strconv.FormatInt(runs.Add(1), 10))
+	})
+	c := newClient(t, listen(t, app))
+	want(t, c.post("/orders/legacy", order, "Idempotency-Key", "restart-1"), 201, "order 1", false)
+	want(t, c.post("/orders/legacy", order, "Idempotency-Key", "restart-1"), 201, "order 1", true)
+	wantRuns(t, &runs, 1)
+}

@@ -116,3 +116,26 @@ func TestUseUnroutedNotStored(t *testing.T) {
 	want(t, c.post("/orders/3", order, "Idempotency-Key", "use-2"), 201, "created", false)
 	wantRuns(t, &runs, 2)
 }
+
+// A handler that routes the request again (c.RestartRouting) sends it
+// through the middleware under app.Use a second time: that pass lets it
+// through, and the first stores the answer, replayed on a retry. (It found
+// the first pass's lock and answered 409, which the first stored.)
+func TestRestartRouting(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	app := fiber.New()
+	app.Use(fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, core.Config{})}))
+	app.Post("/orders/legacy", func(c fiber.Ctx) error {
+		c.Path("/orders")
+		return c.RestartRouting()
+	})
+	app.Post("/orders", func(c fiber.Ctx) error {
+		runs.Add(1)
+		return c.Status(201).SendString("created")
+	})
+	c := newClient(t, listen(t, app))
+	want(t, c.post("/orders/legacy", order, "Idempotency-Key", "restart-1"), 201, "created", false)
+	want(t, c.post("/orders/legacy", order, "Idempotency-Key", "restart-1"), 201, "created", true)
+	wantRuns(t, &runs, 1)
+}
