@@ -341,8 +341,8 @@ func wantOneRunThenReused(t *testing.T, h http.Handler, runs *[]string, first, a
 }
 
 // A path sent with a character that url.URL.EscapedPath escapes (/a{b}) is
-// the path EscapedPath writes (/a%7Bb%7D), as before the fingerprint read
-// RequestURI: a record stored by that code still replays.
+// fingerprinted in EscapedPath's form (/a%7Bb%7D), the one path routers
+// see in both: one key sent with either form replays one record.
 func TestMiddlewareSentPathEscaped(t *testing.T) {
 	eng, err := core.New(core.Config{})
 	if err != nil {
