@@ -40,7 +40,6 @@ import (
 
 	"github.com/idem-go/idem/core"
 	ordersv1 "github.com/idem-go/idem/examples/grpc/proto/idem/examples/orders/v1"
-	"github.com/idem-go/idem/examples/internal/limits"
 	"github.com/idem-go/idem/grpcidem"
 	"github.com/idem-go/idem/pgstore"
 	"github.com/idem-go/idem/redislock"
@@ -57,7 +56,7 @@ func run(logger *slog.Logger) error {
 	cfg := core.Config{
 		// The user is a stand-in for real authentication.
 		Scope:    func(r *core.Request) string { return r.Header.Get("X-User-ID") },
-		Observer: core.SlogObserver(logger), // FailClosed (IDEM_FAIL_CLOSED): in limits.Apply
+		Observer: core.SlogObserver(logger), // FailClosed (IDEM_FAIL_CLOSED): in limits
 	}
 	var (
 		rdb  redis.UniversalClient
@@ -112,7 +111,7 @@ func run(logger *slog.Logger) error {
 	} else {
 		logger.Info("store: memory (set REDIS_URL to share keys between instances)")
 	}
-	if err := limits.Apply(&cfg, logger); err != nil {
+	if err := limits(&cfg, logger); err != nil {
 		return err
 	}
 	eng, err := core.New(cfg)

@@ -30,7 +30,6 @@ import (
 	"github.com/swaggo/swag"
 
 	"github.com/idem-go/idem/core"
-	"github.com/idem-go/idem/examples/internal/limits"
 	"github.com/idem-go/idem/examples/internal/orders"
 	"github.com/idem-go/idem/idemprom"
 	"github.com/idem-go/idem/pgstore"
@@ -89,13 +88,13 @@ func Setup() (*App, error) {
 	cfg := core.Config{
 		Scope:    func(r *core.Request) string { return r.Header.Get(UserHeader) },
 		Observer: func(ev core.Event) { logs(ev); metrics.Observe(ev) },
-		// FailClosed (IDEM_FAIL_CLOSED): in limits.Apply.
+		// FailClosed (IDEM_FAIL_CLOSED): in limits.
 	}
 	if os.Getenv("IDEM_OFF") == "1" {
 		cfg.Methods = []string{} // covers nothing: every request passes straight on
 		a.Logger.Warn("IDEM_OFF=1: idempotency off, the store is not used")
 	}
-	if err := limits.Apply(&cfg, a.Logger); err != nil {
+	if err := a.limits(&cfg); err != nil {
 		return nil, err
 	}
 	redisURL, dbURL := os.Getenv("REDIS_URL"), os.Getenv("DATABASE_URL")

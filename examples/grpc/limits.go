@@ -1,6 +1,4 @@
-// Package limits reads the examples' safety settings from the environment,
-// for the HTTP examples and the gRPC one alike.
-package limits
+package main
 
 import (
 	"context"
@@ -14,13 +12,13 @@ import (
 	"github.com/idem-go/idem/seal"
 )
 
-// Apply sets cfg.FailClosed from IDEM_FAIL_CLOSED (a boolean: 1 or 0),
+// limits sets cfg.FailClosed from IDEM_FAIL_CLOSED (a boolean: 1 or 0),
 // its per-user quota from IDEM_QUOTA_INFLIGHT (keys in flight at once) and
 // IDEM_QUOTA_PER_MINUTE (new keys per minute), and its Sealer from
 // IDEM_SEAL_KEYS ("<id>:<base64 key>[,...]", the first primary), with the
 // records stored in clear before replaying until IDEM_SEAL_CLEAR_UNTIL
-// (RFC 3339).
-func Apply(cfg *core.Config, logger *slog.Logger) error {
+// (RFC 3339), as the HTTP examples do.
+func limits(cfg *core.Config, logger *slog.Logger) error {
 	if s := os.Getenv("IDEM_FAIL_CLOSED"); s != "" {
 		// 503 instead of running unprotected when the store fails. A value
 		// that is not a boolean (yes, on) is refused rather than read as

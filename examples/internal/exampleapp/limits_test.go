@@ -1,4 +1,4 @@
-package limits
+package exampleapp
 
 import (
 	"bytes"
@@ -35,10 +35,11 @@ func TestLimitsSealClearUntil(t *testing.T) {
 			t.Setenv("IDEM_SEAL_KEYS", tc.keys)
 			t.Setenv("IDEM_SEAL_CLEAR_UNTIL", tc.until)
 			var logs bytes.Buffer
+			a := &App{Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 			var cfg core.Config
-			err := Apply(&cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+			err := a.limits(&cfg)
 			if (err != nil) != tc.err {
-				t.Fatalf("Apply: %v, want an error: %v", err, tc.err)
+				t.Fatalf("limits: %v, want an error: %v", err, tc.err)
 			}
 			if tc.err {
 				return
@@ -71,8 +72,9 @@ func TestLimitsFailClosed(t *testing.T) {
 	} {
 		t.Run(tc.value, func(t *testing.T) {
 			t.Setenv("IDEM_FAIL_CLOSED", tc.value)
+			a := &App{Logger: slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))}
 			var cfg core.Config
-			err := Apply(&cfg, slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)))
+			err := a.limits(&cfg)
 			switch {
 			case (err != nil) != tc.err:
 				t.Fatalf("IDEM_FAIL_CLOSED=%q: %v, want an error: %v", tc.value, err, tc.err)
