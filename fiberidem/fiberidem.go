@@ -17,6 +17,7 @@ import (
 func New(config ...Config) fiber.Handler {
 	cfg := configDefault(config...)
 	eng := cfg.Engine
+	held := any(heldKey{eng}) // boxed once: Locals' key
 	var apps httpadapt.AppCache[*fiber.App, bool]
 	return func(c *fiber.Ctx) error {
 		if cfg.Next != nil && cfg.Next(c) {
@@ -28,9 +29,11 @@ func New(config ...Config) fiber.Handler {
 		if !eng.Keyed(method, keyed) {
 			return c.Next() // nothing to read or copy without a key
 		}
-		if _, ok := core.InfoFromContext(c.UserContext()); ok {
-			// Routed again (c.RestartRouting) through this middleware: its
-			// first pass holds the key and stores what the chain answers.
+		if c.Locals(held) != nil {
+			// Routed again (c.RestartRouting) through a middleware of this
+			// Engine: its first pass holds the key and stores what the chain
+			// answers. A lease in the request's context is not that: another
+			// Engine's, or one the app put there (core.Do's).
 			return c.Next()
 		}
 		route := routeTemplate(c)
@@ -82,6 +85,8 @@ func New(config ...Config) fiber.Handler {
 			req.SetBodyRaw(f.Body()) // Begin consumed the stream
 		}
 		c.SetUserContext(f.NewContext(c.UserContext())) // core.InfoFromContext
+		c.Locals(held, true)
+		defer c.Locals(held, nil) // routed again once this pass has ended: protected again
 
 		err := c.Next()
 		returned = true
@@ -184,3 +189,7 @@ func isUseRoute(c *fiber.Ctx, r *fiber.Route) bool {
 	}
 	return !fiber.RoutePatternMatch(path, r.Path, cfg)
 }
+
+// heldKey is the Locals key that marks a request whose key a middleware of
+// Engine e holds, while the chain it runs may route the request again.
+type heldKey struct{ e *core.Engine }

@@ -2,6 +2,7 @@ package fiberidem_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -665,5 +666,49 @@ func TestFiberRestartRouting(t *testing.T) {
 	c := newClient(t, listen(t, app))
 	want(t, c.post("/orders/legacy", order, "Idempotency-Key", "restart-1"), 201, "order 1", false)
 	want(t, c.post("/orders/legacy", order, "Idempotency-Key", "restart-1"), 201, "order 1", true)
+	wantRuns(t, &runs, 1)
+}
+
+// A route whose own middleware has an Engine of its own, under app.Use's
+// of another, is protected by both: the route's Engine holds the key too,
+// and its handler runs under it (its Scope, a TxStore's transaction).
+func TestFiberTwoEngines(t *testing.T) {
+	t.Parallel()
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(fiberidem.New(fiberidem.Config{Engine: newEngine(t, core.Config{})}))
+	inner := newEngine(t, core.Config{Scope: func(*core.Request) string { return "inner" }})
+	app.Post("/orders", fiberidem.New(fiberidem.Config{Engine: inner}), func(c *fiber.Ctx) error {
+		info, _ := core.InfoFromContext(c.UserContext())
+		return c.Status(201).SendString("scope " + info.Scope)
+	})
+	c := newClient(t, listen(t, app))
+	want(t, c.post("/orders", order, "Idempotency-Key", "two-1"), 201, "scope inner", false)
+}
+
+// A request whose context the app set from one that carries a key of its
+// own (here core.Do's, on the same Engine) is protected all the same.
+func TestFiberLeasedUserContext(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	eng := newEngine(t, core.Config{})
+	var leased context.Context
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(func(c *fiber.Ctx) error {
+		c.SetUserContext(leased)
+		return c.Next()
+	}, fiberidem.New(fiberidem.Config{Engine: eng}))
+	app.Post("/orders", func(c *fiber.Ctx) error {
+		return c.Status(201).SendString("order " + strconv.FormatInt(runs.Add(1), 10))
+	})
+	c := newClient(t, listen(t, app))
+	_, _, err := core.Do(context.Background(), eng, "", "job-1", func(ctx context.Context) (int, error) {
+		leased = ctx
+		want(t, c.post("/orders", order, "Idempotency-Key", "leased-1"), 201, "order 1", false)
+		want(t, c.post("/orders", order, "Idempotency-Key", "leased-1"), 201, "order 1", true)
+		return 0, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	wantRuns(t, &runs, 1)
 }

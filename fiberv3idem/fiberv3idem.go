@@ -15,6 +15,7 @@ import (
 func New(config ...Config) fiber.Handler {
 	cfg := configDefault(config...)
 	eng := cfg.Engine
+	held := any(heldKey{eng}) // boxed once: Locals' key
 	var apps httpadapt.AppCache[*fiber.App, appConfig]
 	return func(c fiber.Ctx) error {
 		if cfg.Next != nil && cfg.Next(c) {
@@ -27,9 +28,11 @@ func New(config ...Config) fiber.Handler {
 		if !eng.Keyed(method, keyed) {
 			return c.Next() // nothing to read or copy without a key
 		}
-		if _, ok := core.InfoFromContext(c.Context()); ok {
-			// Routed again (c.RestartRouting) through this middleware: its
-			// first pass holds the key and stores what the chain answers.
+		if c.Locals(held) != nil {
+			// Routed again (c.RestartRouting) through a middleware of this
+			// Engine: its first pass holds the key and stores what the chain
+			// answers. A lease in the request's context is not that: another
+			// Engine's, or one the app put there (core.Do's).
 			return c.Next()
 		}
 		route := routeTemplate(c, &app.routing)
@@ -81,6 +84,8 @@ func New(config ...Config) fiber.Handler {
 			req.SetBodyRaw(f.Body()) // Begin consumed the stream
 		}
 		c.SetContext(f.NewContext(c.Context())) // core.InfoFromContext
+		c.Locals(held, true)
+		defer c.Locals(held, nil) // routed again once this pass has ended: protected again
 
 		err := c.Next()
 		returned = true
@@ -172,3 +177,7 @@ func unrouted(err error) bool {
 	var fe *fiber.Error
 	return errors.As(err, &fe) && (fe.Code == fiber.StatusNotFound || fe.Code == fiber.StatusMethodNotAllowed)
 }
+
+// heldKey is the Locals key that marks a request whose key a middleware of
+// Engine e holds, while the chain it runs may route the request again.
+type heldKey struct{ e *core.Engine }

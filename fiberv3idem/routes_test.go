@@ -1,6 +1,7 @@
 package fiberv3idem_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -137,5 +138,50 @@ func TestRestartRouting(t *testing.T) {
 	c := newClient(t, listen(t, app))
 	want(t, c.post("/orders/legacy", order, "Idempotency-Key", "restart-1"), 201, "created", false)
 	want(t, c.post("/orders/legacy", order, "Idempotency-Key", "restart-1"), 201, "created", true)
+	wantRuns(t, &runs, 1)
+}
+
+// A route whose own middleware has an Engine of its own, under app.Use's
+// of another, is protected by both: the route's Engine holds the key too,
+// and its handler runs under it (its Scope, a TxStore's transaction).
+func TestTwoEngines(t *testing.T) {
+	t.Parallel()
+	app := fiber.New()
+	app.Use(fiberv3idem.New(fiberv3idem.Config{Engine: newEngine(t, core.Config{})}))
+	inner := newEngine(t, core.Config{Scope: func(*core.Request) string { return "inner" }})
+	app.Post("/orders", fiberv3idem.New(fiberv3idem.Config{Engine: inner}), func(c fiber.Ctx) error {
+		info, _ := core.InfoFromContext(c.Context())
+		return c.Status(201).SendString("scope " + info.Scope)
+	})
+	c := newClient(t, listen(t, app))
+	want(t, c.post("/orders", order, "Idempotency-Key", "two-1"), 201, "scope inner", false)
+}
+
+// A request whose context the app set from one that carries a key of its
+// own (here core.Do's, on the same Engine) is protected all the same.
+func TestLeasedContext(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	eng := newEngine(t, core.Config{})
+	var leased context.Context
+	app := fiber.New()
+	app.Use(func(c fiber.Ctx) error {
+		c.SetContext(leased)
+		return c.Next()
+	}, fiberv3idem.New(fiberv3idem.Config{Engine: eng}))
+	app.Post("/orders", func(c fiber.Ctx) error {
+		runs.Add(1)
+		return c.Status(201).SendString("created")
+	})
+	c := newClient(t, listen(t, app))
+	_, _, err := core.Do(context.Background(), eng, "", "job-1", func(ctx context.Context) (int, error) {
+		leased = ctx
+		want(t, c.post("/orders", order, "Idempotency-Key", "leased-1"), 201, "created", false)
+		want(t, c.post("/orders", order, "Idempotency-Key", "leased-1"), 201, "created", true)
+		return 0, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	wantRuns(t, &runs, 1)
 }
