@@ -9,11 +9,11 @@
 // protects: r.Use, a group or a route. The route template is c.FullPath();
 // a request that matched no route passes through untouched.
 // core.Request.Context reads c.Keys (c.Set) before the request's context.
-// It must run after anything that rewrites the request's URL, and a handler
-// that dispatches the request again (r.HandleContext) must have it neither
-// under r.Use nor on its own route, only on the routes it dispatches to:
-// the request would meet it twice and get 409 (under r.Use), or the
-// response would bypass its capture and replay empty.
+// It must run after anything that rewrites the request's URL. A request
+// dispatched again (r.HandleContext) while it holds the key passes through
+// it, and what the chain answers is stored; it must not be on the
+// dispatching route alone (HandleContext gives c.Writer back to Gin: the
+// response would bypass its capture and replay empty).
 //
 // A replay or one of idem's refusals (RFC 9457 problem details, or
 // WithErrorHandler's rendering) is written and the chain aborted. Otherwise

@@ -52,12 +52,22 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	held := heldKey{eng}
 	return func(c *gin.Context) {
 		r := c.Request
 		// A request that matched no route (NoRoute, NoMethod: no
 		// c.FullPath) is left alone, so that a key sent to a wrong URL is
 		// not bound to it.
 		if !eng.Keyed(r.Method, r.Header) || c.FullPath() == "" {
+			c.Next()
+			return
+		}
+		if st, ok := r.Context().Value(held).(*state); ok {
+			// Dispatched again (r.HandleContext) while a middleware of this
+			// Engine holds the key: its first pass stores what the chain
+			// answers. HandleContext gave c.Writer back to Gin: the capture
+			// is the first pass's.
+			c.Writer = &st.w
 			c.Next()
 			return
 		}
@@ -92,6 +102,7 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 		st.w = writer{ResponseWriter: c.Writer, f: f, buffered: f.Buffered()}
 		returned := false
 		defer func() {
+			st.held.st = nil // a dispatch after this pass is protected again
 			// Also on a panic, before gin.Recovery writes its 500: c.Writer
 			// is Gin's again, the lock released and nothing stored (and, if
 			// the flight is Buffered, the handlers' headers dropped: none
@@ -102,7 +113,12 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			}
 			f.Abort() // a no-op once Complete ran
 		}()
-		c.Request = f.Request(r) // the body Begin read; core.InfoFromContext
+		// The handlers read the body Begin read, and their context carries
+		// the flight (core.InfoFromContext) over the mark of this pass.
+		st.body.Reset(f.Body())
+		r.Body = &st.body
+		st.held = heldContext{Context: r.Context(), key: held, st: st}
+		c.Request = r.WithContext(f.NewContext(&st.held))
 		c.Writer = &st.w
 		errs := len(c.Errors) // those of middleware before this one are not the handlers'
 		c.Next()
@@ -146,8 +162,39 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 type state struct {
 	req  core.Request
 	ctx  requestContext
+	held heldContext
 	w    writer
-	body bytes.Reader // a body read before the middleware (ShouldBindBodyWith)
+	body body // a body read before the middleware (ShouldBindBodyWith); then Begin's
+}
+
+// body is a request body in memory.
+type body struct{ bytes.Reader }
+
+// Close does nothing: the bytes are in memory.
+func (*body) Close() error { return nil }
+
+// heldKey is the context key under which a middleware of Engine e marks a
+// request whose key it holds, while the chain it runs may dispatch the
+// request again.
+type heldKey struct{ e *core.Engine }
+
+// heldContext is the handlers' request context below the flight's: it
+// answers its key with the state of the pass holding the key, until that
+// pass ends.
+type heldContext struct {
+	context.Context
+	key heldKey
+	st  *state
+}
+
+func (x *heldContext) Value(key any) any {
+	if k, ok := key.(heldKey); ok && k == x.key {
+		if x.st == nil {
+			return nil
+		}
+		return x.st
+	}
+	return x.Context.Value(key)
 }
 
 // requestContext is the core.Request's Context: the request's deadline and
