@@ -2,6 +2,7 @@ package echoidem_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -528,7 +529,9 @@ func TestEchoBodyLimitUnknownLength(t *testing.T) {
 	t.Parallel()
 	e := echo.New()
 	var runs atomic.Int64
-	e.Use(middleware.BodyLimit("10B"), echoidem.New(newEngine(t, core.Config{})))
+	var outcomes []string // the Observer's, as the client sees them
+	observe := func(ev core.Event) { outcomes = append(outcomes, fmt.Sprint(ev.Outcome, " ", ev.Code)) }
+	e.Use(middleware.BodyLimit("10B"), echoidem.New(newEngine(t, core.Config{Observer: observe})))
 	e.POST("/orders", func(c echo.Context) error {
 		if _, err := io.ReadAll(c.Request().Body); err != nil {
 			return err // without a key: BodyLimit's 413
@@ -547,6 +550,9 @@ func TestEchoBodyLimitUnknownLength(t *testing.T) {
 		wantResponse(t, "key "+key, rec, http.StatusRequestEntityTooLarge, `{"message":"Request Entity Too Large"}`+"\n", false)
 	}
 	wantRuns(t, &runs, 0)
+	if got, want := strings.Join(outcomes, ", "), "too_large 413, too_large 413"; got != want {
+		t.Errorf("observed %s, want %s", got, want)
+	}
 }
 
 // Echo's Rewrite routes on the query here: one path sent, two handlers.

@@ -2,6 +2,7 @@ package echov5idem_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -573,7 +574,9 @@ func TestBodyLimitUnknownLength(t *testing.T) {
 	t.Parallel()
 	e := echo.New()
 	var runs atomic.Int64
-	e.Use(middleware.BodyLimit(10), echov5idem.New(newEngine(t, core.Config{})))
+	var outcomes []string // the Observer's, as the client sees them
+	observe := func(ev core.Event) { outcomes = append(outcomes, fmt.Sprint(ev.Outcome, " ", ev.Code)) }
+	e.Use(middleware.BodyLimit(10), echov5idem.New(newEngine(t, core.Config{Observer: observe})))
 	e.POST("/orders", func(c *echo.Context) error {
 		if _, err := io.ReadAll(c.Request().Body); err != nil {
 			return err // without a key: BodyLimit's 413
@@ -592,4 +595,7 @@ func TestBodyLimitUnknownLength(t *testing.T) {
 		wantResponse(t, "key "+key, rec, http.StatusRequestEntityTooLarge, `{"message":"Request Entity Too Large"}`+"\n", false)
 	}
 	wantRuns(t, &runs, 0)
+	if got, want := strings.Join(outcomes, ", "), "too_large 413, too_large 413"; got != want {
+		t.Errorf("observed %s, want %s", got, want)
+	}
 }

@@ -375,7 +375,9 @@ func TestLimitedBodyReadAllocs(t *testing.T) {
 		t.Errorf("%v allocations per body, err %v; want none", n, b.err)
 	}
 	b.ReadCloser = io.NopCloser(iotest.ErrReader(limit))
-	if _, err := b.Read(buf); err != limit || b.err != limit {
-		t.Errorf("read %v, kept %v; want the limit's error kept", err, b.err)
+	_, err := b.Read(buf)
+	var tooLarge *http.MaxBytesError
+	if !errors.Is(err, limit) || !errors.As(err, &tooLarge) || b.err != limit {
+		t.Errorf("read %v, kept %v; want the limit's error kept, and read as a body too large", err, b.err)
 	}
 }

@@ -9,6 +9,7 @@ package httpadapt
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
 
 	"github.com/idem-go/idem/core"
@@ -69,8 +70,25 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err != nil && err != io.EOF && b.limit(err) {
 		b.err = err
+		return n, limitError{err}
 	}
 	return n, err
+}
+
+// limitError is the error of the framework's body limit as Begin sees it:
+// a body too large (an *http.MaxBytesError to errors.As), so that the
+// Observer gets OutcomeTooLarge and 413, the status the framework answers.
+type limitError struct{ err error }
+
+func (e limitError) Error() string { return e.err.Error() }
+func (e limitError) Unwrap() error { return e.err }
+
+func (e limitError) As(target any) bool {
+	t, ok := target.(**http.MaxBytesError)
+	if ok {
+		*t = &http.MaxBytesError{Limit: math.MaxInt64} // the framework's limit is not known
+	}
+	return ok
 }
 
 // Begin fills p.Req from r and asks eng what to do (core.Engine.Begin).
