@@ -116,6 +116,9 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{"prefix of another's locks", c, &redislock.Options{Prefix: "idempotency-lock"}, redislock.ErrInvalidPrefix},
 		{"prefix of another's rate", c, &redislock.Options{Prefix: "x-rate"}, redislock.ErrInvalidPrefix},
 		{"nil client", nil, nil, redislock.ErrNilClient},
+		{"nil *redis.Client", (*redis.Client)(nil), nil, redislock.ErrNilClient},
+		{"nil *redis.ClusterClient", (*redis.ClusterClient)(nil), nil, redislock.ErrNilClient},
+		{"nil *redis.Client, no batching", (*redis.Client)(nil), &redislock.Options{DisableBatching: true}, redislock.ErrNilClient},
 	} {
 		if s, err := redislock.New(tt.client, tt.opts); !errors.Is(err, tt.want) || s != nil {
 			t.Errorf("%s: New = %v, %v; want nil, %v", tt.name, s, err, tt.want)
