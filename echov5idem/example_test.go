@@ -21,13 +21,14 @@ func Example() {
 		panic(err)
 	}
 	e := echo.New()
-	e.Use(middleware.Recover())
-	e.Use(echov5idem.New(eng))
+	e.Use(middleware.Recover()) // then the authentication middleware
 	orders := 0
+	// idem on the routes it protects only (README, "Use"): under e.Use, a
+	// login route's 401 would be stored under the client's key and replayed.
 	e.POST("/orders", func(c *echo.Context) error {
 		orders++
 		return c.JSON(http.StatusCreated, map[string]int{"id": orders})
-	})
+	}, echov5idem.New(eng))
 
 	for range 2 {
 		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"item":"book"}`))

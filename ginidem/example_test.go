@@ -20,9 +20,12 @@ func Example() {
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(gin.Recovery(), ginidem.New(eng))
+	r.Use(gin.Recovery()) // then the authentication middleware
+	// idem on the routes it protects only (README, "Use"): under r.Use, a
+	// login route's 401 would be stored under the client's key and replayed.
+	g := r.Group("/orders", ginidem.New(eng))
 	orders := 0
-	r.POST("/orders", func(c *gin.Context) {
+	g.POST("", func(c *gin.Context) {
 		orders++
 		c.JSON(http.StatusCreated, gin.H{"id": orders})
 	})
