@@ -116,7 +116,10 @@ type Config struct {
 	DeniedHeaders []string
 	// KeepHeaders, if not empty, are the only response headers stored (less
 	// the denied ones, which always win), as Fiber's KeepResponseHeaders; an
-	// empty list is unset. Default: nil, every header not denied.
+	// empty list is unset. Content-Type is one of the headers it filters: a
+	// list without it replays the body without its type (net/http and Fiber
+	// then send text/plain), so list it with the others, as in
+	// []string{"Content-Type", "Location"}. Default: nil, every header not denied.
 	KeepHeaders []string
 
 	// ResponseTTL is how long a stored response is kept.
