@@ -6,8 +6,9 @@
 // Build one core.Engine (every setting is a core.Config field) and use
 // ginidem.New(eng) after gin.Recovery(), the authentication middleware and
 // response-shaping middleware such as gzip, before the handlers it
-// protects: r.Use, a group or a route. The route template is c.FullPath();
-// a request that matched no route passes through untouched.
+// protects: on a group or a route (under r.Use, a login route's 401 would
+// be stored under the client's key and replayed). The route template is
+// c.FullPath(); a request that matched no route passes through untouched.
 // core.Request.Context reads c.Keys (c.Set) before the request's context.
 // It must run after anything that rewrites the request's URL. A request
 // dispatched again (r.HandleContext) while it holds the key passes through

@@ -119,28 +119,22 @@ var (
 	_ core.Checkpointer = (*Store)(nil)
 )
 
-// isNil reports whether client is nil, or a nil pointer (or other nil
-// reference) in the interface, such as a *redis.Client variable that was
-// never set: New would otherwise take it and panic, there or at the first
-// request.
+// isNil reports whether client is nil or a nil pointer in the interface,
+// such as a *redis.Client variable that was never set.
 func isNil(client redis.Scripter) bool {
 	if client == nil {
 		return true
 	}
-	switch v := reflect.ValueOf(client); v.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return v.IsNil()
-	}
-	return false
+	v := reflect.ValueOf(client)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // New returns a Store over client: a *redis.Client, *redis.ClusterClient,
 // failover client or any redis.UniversalClient (all of them implement
 // redis.Scripter, the only part the Store uses). opts may be nil. It returns
-// ErrNilClient without a client (nil, or a nil *redis.Client or other nil
-// pointer) and ErrInvalidPrefix for a prefix that holds
-// a brace (which would move the Redis Cluster hash tag) or ends in a suffix
-// of the key layout's.
+// ErrNilClient without a client (nil, or a nil *redis.Client) and
+// ErrInvalidPrefix for a prefix that holds a brace (which would move the
+// Redis Cluster hash tag) or ends in a suffix of the key layout's.
 func New(client redis.Scripter, opts *Options) (*Store, error) {
 	prefix := DefaultPrefix
 	if opts != nil && opts.Prefix != "" {
