@@ -1,5 +1,6 @@
 // Command readme is the README's "Use" block as a program: release-check
-// builds it in a new module after the README's first go get line alone.
+// builds it in a new module after the README's first go get line alone, and
+// checks that main holds the block as the README has it.
 package main
 
 import (
@@ -8,7 +9,13 @@ import (
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/redislock"
+
+	"example.com/readme/auth"
 )
+
+func createOrder(w http.ResponseWriter, _ *http.Request) {
+	w.WriteHeader(http.StatusCreated)
+}
 
 func main() {
 	redisClient, err := redislock.NewClient("redis://127.0.0.1:6379/0")
@@ -19,13 +26,15 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	eng, err := core.New(core.Config{Store: store})
+	eng, err := core.New(core.Config{
+		Store: store, // default: in memory, one instance
+		// The user that the authentication middleware put in the context.
+		Scope: func(r *core.Request) string { return auth.UserFrom(r.Context) },
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders", eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusCreated)
-	})))
+	mux.Handle("POST /orders", auth.Middleware(eng.Middleware(http.HandlerFunc(createOrder))))
 	log.Fatal(http.ListenAndServe("127.0.0.1:8080", mux))
 }
