@@ -944,10 +944,10 @@ func TestTieredFallbackRecordOutsideQuota(t *testing.T) {
 	l.Release(0, nil)
 }
 
-// A busy durable TxStore is no outage: the call is refused (the fast
-// lock alone would run it without the transaction, its writes waiting for
-// the busy pool), whatever FailClosed says, and the fast tier's lock is
-// released, so that the key runs once the durable tier has room.
+// A busy durable TxStore is treated as a failing one (a PostgreSQL restart
+// looks busy to the requests queued for it): the fast tier's lock holds
+// the key and the call runs once, without the transaction; with the fast
+// tier down too, it is refused whatever FailClosed says.
 func TestTieredTxDurableBusy(t *testing.T) {
 	fast := newTier()
 	durable := &downTx{TxStore: idemtest.NewTxStore(t).(core.TxStore)}
