@@ -53,6 +53,7 @@ type server struct {
 	// Lower-case metadata names of cfg.KeyHeader and cfg.LegacyKeyHeader
 	// ("" for none).
 	keyName, legacyName string
+	names               *strings.Replacer // the header names in core's key errors to the metadata names
 	// The refusals, built once: status errors are immutable.
 	inFlight, reused, unavailable, uncommitted error
 }
@@ -70,9 +71,12 @@ func UnaryServerInterceptor(eng *core.Engine, opts ...Option) grpc.UnaryServerIn
 	}
 	s := &server{eng: eng, cfg: eng.Config(), opts: newOptions(opts)}
 	s.keyName = strings.ToLower(s.cfg.KeyHeader)
+	names := []string{s.cfg.KeyHeader, s.keyName}
 	if s.cfg.LegacyKeyHeader != "-" {
 		s.legacyName = strings.ToLower(s.cfg.LegacyKeyHeader)
+		names = append(names, s.cfg.LegacyKeyHeader, s.legacyName)
 	}
+	s.names = strings.NewReplacer(names...)
 	retry := &errdetails.RetryInfo{RetryDelay: durationpb.New(s.cfg.RetryAfter)}
 	s.inFlight = refusal(codes.Aborted, ReasonKeyInFlight,
 		"a call with this idempotency key is in flight; retry later", retry)
@@ -104,7 +108,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	key, present, err := s.eng.Key(md)
 	switch {
 	case err != nil:
-		detail := strings.TrimPrefix(err.Error(), core.ErrInvalidKey.Error()+": ")
+		detail := s.names.Replace(strings.TrimPrefix(err.Error(), core.ErrInvalidKey.Error()+": "))
 		return nil, s.invalidKey(ctx, info, start, key, err, ReasonInvalidKey, "invalid idempotency key: "+detail)
 	case !present:
 		return nil, s.invalidKey(ctx, info, start, key, nil, ReasonMissingKey,

@@ -572,14 +572,21 @@ func testKeys(t *testing.T, newStore func(*testing.T) core.Store) {
 		}
 		h.wantRuns(2)
 		long := strings.Repeat("k", 256)
-		for name, md := range map[string][]string{
-			"too long":     key(long),
-			"empty":        key(""),
-			"two":          {grpcidem.KeyMetadata, "a", grpcidem.KeyMetadata, "b"},
-			"legacy other": {grpcidem.KeyMetadata, "a", grpcidem.LegacyKeyMetadata, "b"},
+		for _, tt := range []struct {
+			md   []string
+			want string // the message, which names the metadata keys
+		}{
+			{key(long), "invalid idempotency key: key is 256 bytes long, the limit is 255"},
+			{key(""), "invalid idempotency key: empty key"},
+			{[]string{grpcidem.KeyMetadata, "a", grpcidem.KeyMetadata, "b"}, "invalid idempotency key: 2 values of idempotency-key, want one"},
+			{[]string{grpcidem.KeyMetadata, "a", grpcidem.LegacyKeyMetadata, "b"},
+				"invalid idempotency key: idempotency-key and x-idempotency-key differ"},
 		} {
-			wantRefusal(t, h.call(order("book", 1), md...), codes.InvalidArgument, grpcidem.ReasonInvalidKey, false)
-			_ = name
+			r := h.call(order("book", 1), tt.md...)
+			wantRefusal(t, r, codes.InvalidArgument, grpcidem.ReasonInvalidKey, false)
+			if got := status.Convert(r.err).Message(); got != tt.want {
+				t.Errorf("message %q, want %q", got, tt.want)
+			}
 		}
 		h.wantRuns(2)
 	})
