@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,7 +44,10 @@ type Options struct {
 	// Schema holds the table. Optional. Default: none, the connection's
 	// search_path (public, usually).
 	Schema string
-	// Table is the table's name. Optional. Default: DefaultTable.
+	// Table is the table's name, at most 40 bytes; Migrate also creates
+	// <Table>_steps and <Table>_quota, so it must not end in either suffix
+	// (another store's table would be one of them). Optional. Default:
+	// DefaultTable.
 	Table string
 	// Timeout bounds each statement whose context has no deadline (the
 	// Engine's calls have Config.StoreTimeout's). Optional. Default:
@@ -99,6 +103,8 @@ func (o *Options) withDefaults() (Options, error) {
 		// The index names add up to 23 bytes to the table's; PostgreSQL
 		// cuts identifiers at 63.
 		return c, fmt.Errorf("%w: table name over 40 bytes or schema name over 63", ErrInvalidOptions)
+	case strings.HasSuffix(c.Table, "_steps") || strings.HasSuffix(c.Table, "_quota"):
+		return c, fmt.Errorf("%w: table name %q ends in the suffix of another table's checkpoints or quota (_steps, _quota)", ErrInvalidOptions, c.Table)
 	}
 	return c, nil
 }

@@ -38,6 +38,8 @@ func TestNewErrors(t *testing.T) {
 		"negative JanitorBatch": {JanitorBatch: -1},
 		"negative StaleLockAge": {StaleLockAge: -time.Second},
 		"long table name":       {Table: "a_table_name_much_longer_than_forty_bytes_x"},
+		"another's steps table": {Table: "orders_keys_steps"},
+		"another's quota table": {Table: "orders_keys_quota"},
 	} {
 		if _, err := pgstore.New(pool, &o); !errors.Is(err, pgstore.ErrInvalidOptions) {
 			t.Errorf("%s: New = %v, want ErrInvalidOptions", name, err)
