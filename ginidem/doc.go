@@ -12,8 +12,9 @@
 // core.Request.Context reads c.Keys (c.Set) before the request's context.
 // It must run after anything that rewrites the request's URL. A request
 // dispatched again (r.HandleContext) while it holds the key passes through
-// it, and what the chain answers is stored; it must not be on the
-// dispatching route alone (HandleContext gives c.Writer back to Gin: the
+// it, and what the chain answers is stored when that pass's chain returns
+// (a transactional flight commits there, before Gin sends its headers); it
+// must not be on the dispatching route alone (HandleContext gives c.Writer back to Gin: the
 // response would bypass its capture and replay empty).
 //
 // A replay or one of idem's refusals (RFC 9457 problem details, or

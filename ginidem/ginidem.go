@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/gin-gonic/gin"
 
@@ -62,13 +63,22 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			c.Next()
 			return
 		}
-		if st, ok := r.Context().Value(held).(*state); ok {
+		if st, ok := r.Context().Value(held).(*state); ok && st.ctx.c == c {
 			// Dispatched again (r.HandleContext) while a middleware of this
-			// Engine holds the key: its first pass stores what the chain
-			// answers. HandleContext gave c.Writer back to Gin: the capture
-			// is the first pass's.
-			c.Writer = &st.w
-			c.Next()
+			// Engine holds the key: this pass runs the chain into the first
+			// pass's capture (HandleContext gave c.Writer back to Gin) and
+			// completes the flight when the chain returns, before Gin sends
+			// its writer's headers (handleHTTPRequest's WriteHeaderNow),
+			// which a Buffered flight must hold back until its commit. The
+			// gin.Context check leaves a new request served with this one's
+			// context (an in-process sub-request) to be protected on its own.
+			if st.inner || st.done { // the Engine twice in the dispatched chain, or a flight over
+				c.Next()
+				return
+			}
+			st.inner = true
+			st.run(c, c.Writer, &o)
+			st.inner = false
 			return
 		}
 		st := &state{ctx: requestContext{Context: r.Context(), c: c}}
@@ -100,61 +110,75 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 		}
 
 		st.w = writer{ResponseWriter: c.Writer, f: f, buffered: f.Buffered()}
-		returned := false
-		defer func() {
-			st.held.st = nil // a dispatch after this pass is protected again
-			// Also on a panic, before gin.Recovery writes its 500: c.Writer
-			// is Gin's again, the lock released and nothing stored (and, if
-			// the flight is Buffered, the handlers' headers dropped: none
-			// was sent).
-			c.Writer = st.w.ResponseWriter
-			if !returned && st.w.buffered {
-				f.ResetHeader(c.Writer.Header())
-			}
-			f.Abort() // a no-op once Complete ran
-		}()
+		defer st.held.st.Store(nil) // a dispatch after this pass is protected again
 		// The handlers read the body Begin read, and their context carries
 		// the flight (core.InfoFromContext) over the mark of this pass.
 		st.body.Reset(f.Body())
 		r.Body = &st.body
-		st.held = heldContext{Context: r.Context(), key: held, st: st}
+		st.held = heldContext{Context: r.Context(), key: held}
+		st.held.st.Store(st)
 		c.Request = r.WithContext(f.NewContext(&st.held))
-		c.Writer = &st.w
-		errs := len(c.Errors) // those of middleware before this one are not the handlers'
-		c.Next()
-		returned = true
-		unknown := len(c.Errors) > errs && !st.w.Written()
-		if unknown && st.w.statusSet && st.w.Status() < 400 {
-			// A success status that the handler set beside a c.Error for
-			// the logs (c.Status(204)) is its response: sent now, so that an
-			// error middleware before this one, which renders what is not
-			// written yet, leaves it as it is.
-			st.w.WriteHeaderNow()
-			unknown = false
-		}
-		if st.w.hijacked || unknown {
-			// Hijacked, or an error left for a middleware before this one to
-			// render: what the client gets is not what was captured.
-			return
-		}
-		header := st.w.sent
-		if header == nil { // nothing written yet: Gin sends the headers as they are now
-			header = st.w.Header()
-		}
-		resp = f.Complete(st.w.Status(), header)
-		if resp != nil && resp.Problem != nil && o.errorHandler != nil {
-			// A Buffered flight whose commit failed: its 503 goes through
-			// the hook, as Begin's refusals do, with the headers set before
-			// the handlers.
-			c.Writer = st.w.ResponseWriter
+		st.run(c, c.Writer, &o)
+	}
+}
+
+// run runs the rest of the chain into the capture and completes the flight
+// when it returns, unless a pass of a request dispatched again did (or the
+// flight ended there). prev is c.Writer before this pass, given back to it
+// when the pass ends.
+func (st *state) run(c *gin.Context, prev gin.ResponseWriter, o *options) {
+	f := st.w.f
+	returned := false
+	defer func() {
+		// Also on a panic, before gin.Recovery writes its 500: c.Writer
+		// is Gin's again, the lock released and nothing stored (and, if
+		// the flight is Buffered, the handlers' headers dropped: none
+		// was sent).
+		c.Writer = prev
+		if !st.done && !returned && st.w.buffered {
 			f.ResetHeader(c.Writer.Header())
-			resp.SetHeaders(c.Writer.Header())
-			o.errorHandler(c, resp.Problem)
-			return
 		}
-		if st.w.buffered {
-			st.w.send(resp)
-		}
+		st.done = true
+		f.Abort() // a no-op once Complete ran
+	}()
+	c.Writer = &st.w
+	errs := len(c.Errors) // those of middleware before this one are not the handlers'
+	c.Next()
+	returned = true
+	if st.done {
+		return // the pass of the request dispatched again ended the flight
+	}
+	unknown := len(c.Errors) > errs && !st.w.Written()
+	if unknown && st.w.statusSet && st.w.Status() < 400 {
+		// A success status that the handler set beside a c.Error for
+		// the logs (c.Status(204)) is its response: sent now, so that an
+		// error middleware before this one, which renders what is not
+		// written yet, leaves it as it is.
+		st.w.WriteHeaderNow()
+		unknown = false
+	}
+	if st.w.hijacked || unknown {
+		// Hijacked, or an error left for a middleware before this one to
+		// render: what the client gets is not what was captured.
+		return
+	}
+	header := st.w.sent
+	if header == nil { // nothing written yet: Gin sends the headers as they are now
+		header = st.w.Header()
+	}
+	resp := f.Complete(st.w.Status(), header)
+	if resp != nil && resp.Problem != nil && o.errorHandler != nil {
+		// A Buffered flight whose commit failed: its 503 goes through
+		// the hook, as Begin's refusals do, with the headers set before
+		// the handlers.
+		c.Writer = st.w.ResponseWriter
+		f.ResetHeader(c.Writer.Header())
+		resp.SetHeaders(c.Writer.Header())
+		o.errorHandler(c, resp.Problem)
+		return
+	}
+	if st.w.buffered {
+		st.w.send(resp)
 	}
 }
 
@@ -165,6 +189,9 @@ type state struct {
 	held heldContext
 	w    writer
 	body body // a body read before the middleware (ShouldBindBodyWith); then Begin's
+	// inner: a pass of the request dispatched again runs the chain; done:
+	// the flight has ended (completed or aborted).
+	inner, done bool
 }
 
 // body is a request body in memory.
@@ -184,15 +211,15 @@ type heldKey struct{ e *core.Engine }
 type heldContext struct {
 	context.Context
 	key heldKey
-	st  *state
+	st  atomic.Pointer[state] // nil once the pass ends; read by any goroutine holding the context
 }
 
 func (x *heldContext) Value(key any) any {
 	if k, ok := key.(heldKey); ok && k == x.key {
-		if x.st == nil {
-			return nil
+		if st := x.st.Load(); st != nil {
+			return st
 		}
-		return x.st
+		return nil
 	}
 	return x.Context.Value(key)
 }
