@@ -1,6 +1,8 @@
 package ginidem_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -8,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -25,10 +26,10 @@ func dispatcher(r *gin.Engine, path string) gin.HandlerFunc {
 	}
 }
 
-// R1. A Buffered (transactional) flight dispatched again: Gin's
+// A Buffered (transactional) flight dispatched again: Gin's
 // handleHTTPRequest sends c.writermem's status after the inner chain, before
 // the first pass commits. A failed commit must answer the 503 alone.
-func TestReviewDispatchBufferedFailedCommit(t *testing.T) {
+func TestGinDispatchBufferedFailedCommit(t *testing.T) {
 	t.Parallel()
 	store := idemtest.NewTxStore(t).(*idemtest.TxStore)
 	store.FailCommits(true)
@@ -39,15 +40,15 @@ func TestReviewDispatchBufferedFailedCommit(t *testing.T) {
 		c.String(http.StatusCreated, "created")
 	})
 	r.POST("/legacy/orders", dispatcher(r, "/orders"))
-	rec := post(r, "/legacy/orders", "review-buffered-fail")
+	rec := post(r, "/legacy/orders", "dispatch-buffered-fail")
 	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("X-Order-Id") != "" ||
 		!strings.Contains(rec.Body.String(), "store-unavailable") {
 		t.Fatalf("failed commit after a dispatch: got %d %v %q, want the 503 problem alone", rec.Code, rec.Header(), rec.Body)
 	}
 }
 
-// R1b. A Buffered flight: nothing is sent before the commit.
-func TestReviewDispatchBufferedHeldBack(t *testing.T) {
+// A Buffered flight: nothing is sent before the commit.
+func TestGinDispatchBufferedHeldBack(t *testing.T) {
 	t.Parallel()
 	store := idemtest.NewTxStore(t).(*idemtest.TxStore)
 	var sentBeforeCommit atomic.Bool
@@ -60,7 +61,7 @@ func TestReviewDispatchBufferedHeldBack(t *testing.T) {
 		// Still inside the first pass: the transaction is not committed.
 		sentBeforeCommit.Store(c.Writer.Written() && c.Writer.Status() == http.StatusCreated && underlyingWritten(c))
 	})
-	rec := post(r, "/legacy/orders", "review-buffered-held")
+	rec := post(r, "/legacy/orders", "dispatch-buffered-held")
 	if rec.Code != http.StatusCreated || rec.Body.String() != "created" {
 		t.Fatalf("got %d %q", rec.Code, rec.Body)
 	}
@@ -80,24 +81,11 @@ func underlyingWritten(c *gin.Context) bool {
 	return ok && gw.Written()
 }
 
-// R2. Two Engines (the test the commit adds, plus a retry): the outer
-// Engine's replay must carry the body the client got.
-func TestReviewDispatchTwoEnginesReplay(t *testing.T) {
-	t.Parallel()
-	r := gin.New()
-	r.Use(ginidem.New(newEngine(t, core.Config{})))
-	inner := newEngine(t, core.Config{Scope: func(*core.Request) string { return "inner" }})
-	r.POST("/orders", ginidem.New(inner), func(c *gin.Context) { c.String(http.StatusCreated, "created") })
-	r.POST("/legacy/orders", dispatcher(r, "/orders"))
-	wantResponse(t, post(r, "/legacy/orders", "review-two-engines"), http.StatusCreated, "created", false)
-	wantResponse(t, post(r, "/legacy/orders", "review-two-engines"), http.StatusCreated, "created", true)
-}
-
-// R4. An in-process sub-request served with the handler's context as its
+// An in-process sub-request served with the handler's context as its
 // parent (a batch endpoint) is a new request with its own key and writer:
 // it must neither pass through unprotected nor write into the parent's
 // response.
-func TestReviewSubrequestWithParentContext(t *testing.T) {
+func TestGinSubrequestWithParentContext(t *testing.T) {
 	t.Parallel()
 	r := gin.New()
 	var runs atomic.Int64
@@ -112,14 +100,14 @@ func TestReviewSubrequestWithParentContext(t *testing.T) {
 		}
 		c.String(http.StatusOK, "batch done")
 	})
-	wantResponse(t, post(r, "/batch", "review-batch"), http.StatusOK, "batch done", false)
+	wantResponse(t, post(r, "/batch", "dispatch-batch"), http.StatusOK, "batch done", false)
 	wantRuns(t, "the sub-request's handler", &runs, 1)
 }
 
-// R6. A panic in the second pass under gin.Default (Recovery under r.Use,
+// A panic in the second pass under gin.Default (Recovery under r.Use,
 // so it recovers in the second pass too) on a Buffered flight: the
 // handler's headers must not reach the client with Recovery's 500.
-func TestReviewDispatchPanicBufferedHeaders(t *testing.T) {
+func TestGinDispatchPanicBufferedHeaders(t *testing.T) {
 	t.Parallel()
 	store := idemtest.NewTxStore(t).(*idemtest.TxStore)
 	r := gin.New()
@@ -133,7 +121,7 @@ func TestReviewDispatchPanicBufferedHeaders(t *testing.T) {
 	})
 	r.POST("/legacy/orders", dispatcher(r, "/orders"))
 	for range 2 {
-		rec := post(r, "/legacy/orders", "review-panic")
+		rec := post(r, "/legacy/orders", "dispatch-panic")
 		if rec.Code != http.StatusInternalServerError || rec.Header().Get("X-Order-Id") != "" {
 			t.Fatalf("got %d %v, want 500 without the panicked handler's headers", rec.Code, rec.Header())
 		}
@@ -141,10 +129,9 @@ func TestReviewDispatchPanicBufferedHeaders(t *testing.T) {
 	wantRuns(t, "the handler", &runs, 2)
 }
 
-// R4b. A goroutine of the handler serves a sub-request with the handler's
-// context after the pass ended: the mark is read there while the pass voids
-// it (go test -race).
-func TestReviewSubrequestAfterPass(t *testing.T) {
+// A goroutine of the handler serves a sub-request with the handler's
+// context, as the pass ends: the mark is read there while the pass voids it.
+func TestGinSubrequestAfterPass(t *testing.T) {
 	t.Parallel()
 	r := gin.New()
 	var runs atomic.Int64
@@ -153,15 +140,82 @@ func TestReviewSubrequestAfterPass(t *testing.T) {
 	var wg sync.WaitGroup
 	r.POST("/async", func(c *gin.Context) {
 		ctx := c.Request.Context()
-		wg.Go(func() {
-			time.Sleep(20 * time.Millisecond) // after the pass, with no synchronization
+		wg.Go(func() { // unordered with the pass's end: go test -race sees a racy mark
 			sub := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(order)).WithContext(ctx)
 			sub.Header.Set("Idempotency-Key", "async-sub")
 			r.ServeHTTP(httptest.NewRecorder(), sub)
 		})
 		c.Status(http.StatusAccepted)
 	})
-	wantResponse(t, post(r, "/async", "review-async"), http.StatusAccepted, "", false)
+	wantResponse(t, post(r, "/async", "dispatch-async"), http.StatusAccepted, "", false)
 	wg.Wait()
 	wantRuns(t, "the sub-request's handler", &runs, 1)
+}
+
+// gzipMW mirrors gin-contrib/gzip: it wraps c.Writer in a gzip writer and
+// closes it after the chain.
+func gzipMW(c *gin.Context) {
+	gz := gzip.NewWriter(c.Writer)
+	c.Header("Content-Encoding", "gzip")
+	c.Writer = &gzWriter{ResponseWriter: c.Writer, gz: gz}
+	defer func() {
+		if c.Writer.Size() < 0 {
+			gz.Reset(io.Discard)
+		}
+		gz.Close()
+	}()
+	c.Next()
+}
+
+type gzWriter struct {
+	gin.ResponseWriter
+	gz *gzip.Writer
+}
+
+func (w *gzWriter) Write(p []byte) (int, error)       { return w.gz.Write(p) }
+func (w *gzWriter) WriteString(s string) (int, error) { return w.gz.Write([]byte(s)) }
+
+// gzip before ginidem, as the package doc asks, and a dispatch: the client
+// gets a gzip stream that decodes, as without a key, and the replay too.
+func TestGinDispatchGzipBefore(t *testing.T) {
+	t.Parallel()
+	r := gin.New()
+	r.Use(gzipMW)
+	g := r.Group("/", ginidem.New(newEngine(t, core.Config{})))
+	g.POST("/orders", func(c *gin.Context) { c.String(http.StatusCreated, "created") })
+	g.POST("/legacy/orders", dispatcher(r, "/orders"))
+	for _, key := range []string{"", "dispatch-gzip", "dispatch-gzip"} { // without a key (Gin alone), then a first request and its replay
+		rec := post(r, "/legacy/orders", key)
+		zr, err := gzip.NewReader(bytes.NewReader(rec.Body.Bytes()))
+		var got []byte
+		if err == nil {
+			got, err = io.ReadAll(zr)
+		}
+		if err != nil || string(got) != "created" {
+			t.Errorf("key %q: %d, decoded %q, %v; want created", key, rec.Code, got, err)
+		}
+	}
+}
+
+// The Engine's middleware twice in one chain (under r.Use and on the
+// route, with a gzip between or not): the second lets the request through
+// to the first's capture.
+func TestGinSameEngineTwice(t *testing.T) {
+	t.Parallel()
+	for name, between := range map[string][]gin.HandlerFunc{"adjacent": nil, "gzip between": {gzipMW}} {
+		eng := newEngine(t, core.Config{})
+		r := gin.New()
+		r.Use(append([]gin.HandlerFunc{ginidem.New(eng)}, between...)...)
+		var runs atomic.Int64
+		r.POST("/orders", ginidem.New(eng), func(c *gin.Context) {
+			runs.Add(1)
+			c.String(http.StatusCreated, "created")
+		})
+		for range 2 {
+			if rec := post(r, "/orders", "twice"); rec.Code != http.StatusCreated {
+				t.Fatalf("%s: %d %q, want 201", name, rec.Code, rec.Body)
+			}
+		}
+		wantRuns(t, name, &runs, 1)
+	}
 }

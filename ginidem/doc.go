@@ -11,11 +11,13 @@
 // c.FullPath(); a request that matched no route passes through untouched.
 // core.Request.Context reads c.Keys (c.Set) before the request's context.
 // It must run after anything that rewrites the request's URL. A request
-// dispatched again (r.HandleContext) while it holds the key passes through
-// it, and what the chain answers is stored when that pass's chain returns
-// (a transactional flight commits there, before Gin sends its headers); it
-// must not be on the dispatching route alone (HandleContext gives c.Writer back to Gin: the
-// response would bypass its capture and replay empty).
+// dispatched again (r.HandleContext) while it holds the key, or meeting it
+// twice in one chain, passes through, and the first pass stores what the
+// chain answers. A response written past its capture is replayed with its
+// status and headers but an empty body: one that a middleware before it
+// writes when HandleContext runs that middleware again, or one from a
+// route without it that the request is dispatched to (HandleContext gives
+// c.Writer back to Gin).
 //
 // A replay or one of idem's refusals (RFC 9457 problem details, or
 // WithErrorHandler's rendering) is written and the chain aborted. Otherwise

@@ -72,13 +72,19 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			// which a Buffered flight must hold back until its commit. The
 			// gin.Context check leaves a new request served with this one's
 			// context (an in-process sub-request) to be protected on its own.
-			if st.inner || st.done { // the Engine twice in the dispatched chain, or a flight over
+			if st.done || st.w.reaches(c.Writer) {
+				// The flight is over, or this is the Engine's middleware
+				// again in the same chain (r.Use and a route): the
+				// capture is in c.Writer already.
 				c.Next()
 				return
 			}
-			st.inner = true
+			// The capture passes the response on to this pass's writers
+			// (a gzip before this middleware, run again, is in them).
+			outer := st.w.ResponseWriter
+			defer func() { st.w.ResponseWriter = outer }()
+			st.w.ResponseWriter = c.Writer
 			st.run(c, c.Writer, &o)
-			st.inner = false
 			return
 		}
 		st := &state{ctx: requestContext{Context: r.Context(), c: c}}
@@ -189,9 +195,7 @@ type state struct {
 	held heldContext
 	w    writer
 	body body // a body read before the middleware (ShouldBindBodyWith); then Begin's
-	// inner: a pass of the request dispatched again runs the chain; done:
-	// the flight has ended (completed or aborted).
-	inner, done bool
+	done bool // the flight has ended (completed or aborted)
 }
 
 // body is a request body in memory.
@@ -250,8 +254,25 @@ type writer struct {
 	sent      http.Header // the headers as sent with the first write
 	statusSet bool        // the handlers chose a status (c.Status)
 	hijacked  bool
+	probed    bool // Header was called (reaches)
 	buffered  bool // f.Buffered()
 	held      int  // the size of a Buffered flight's body
+}
+
+// Header returns the headers of the writer below, and notes the call for
+// reaches.
+func (w *writer) Header() http.Header {
+	w.probed = true
+	return w.ResponseWriter.Header()
+}
+
+// reaches reports whether rw is w or passes its header calls down to w: a
+// writer of the chain that w is in (a middleware's wrapper after it), not
+// one that a request dispatched again starts from Gin's own writer.
+func (w *writer) reaches(rw gin.ResponseWriter) bool {
+	w.probed = false
+	rw.Header()
+	return w.probed
 }
 
 // WriteHeader notes that the handlers chose a status: Gin sends it after

@@ -634,4 +634,5 @@ func TestGinHandleContextTwoEngines(t *testing.T) {
 		r.HandleContext(c)
 	})
 	wantResponse(t, post(r, "/legacy/orders", "two-engines"), http.StatusCreated, "scope inner", false)
+	wantResponse(t, post(r, "/legacy/orders", "two-engines"), http.StatusCreated, "scope inner", true)
 }

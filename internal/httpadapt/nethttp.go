@@ -8,6 +8,7 @@ package httpadapt
 
 import (
 	"context"
+	"errors"
 	"io"
 	"math"
 	"net/http"
@@ -85,7 +86,7 @@ func (e limitError) Unwrap() error { return e.err }
 
 func (e limitError) As(target any) bool {
 	t, ok := target.(**http.MaxBytesError)
-	if ok {
+	if ok && !errors.As(e.err, t) {
 		*t = &http.MaxBytesError{Limit: math.MaxInt64} // the framework's limit is not known
 	}
 	return ok
