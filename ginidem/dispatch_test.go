@@ -3,6 +3,7 @@ package ginidem_test
 import (
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -172,6 +173,12 @@ type gzWriter struct {
 	gz *gzip.Writer
 }
 
+// WriteHeader drops Content-Length, which is the uncompressed body's.
+func (w *gzWriter) WriteHeader(code int) {
+	w.Header().Del("Content-Length")
+	w.ResponseWriter.WriteHeader(code)
+}
+
 func (w *gzWriter) Write(p []byte) (int, error)       { return w.gz.Write(p) }
 func (w *gzWriter) WriteString(s string) (int, error) { return w.gz.Write([]byte(s)) }
 
@@ -202,7 +209,11 @@ func TestGinDispatchGzipBefore(t *testing.T) {
 // to the first's capture.
 func TestGinSameEngineTwice(t *testing.T) {
 	t.Parallel()
-	for name, between := range map[string][]gin.HandlerFunc{"adjacent": nil, "gzip between": {gzipMW}} {
+	ownHeader := func(c *gin.Context) { // a writer with headers of its own, as gin-contrib/timeout's
+		c.Writer = &ownHeaderWriter{ResponseWriter: c.Writer, h: http.Header{}}
+		c.Next()
+	}
+	for name, between := range map[string][]gin.HandlerFunc{"adjacent": nil, "gzip between": {gzipMW}, "own headers between": {ownHeader}} {
 		eng := newEngine(t, core.Config{})
 		r := gin.New()
 		r.Use(append([]gin.HandlerFunc{ginidem.New(eng)}, between...)...)
@@ -218,4 +229,53 @@ func TestGinSameEngineTwice(t *testing.T) {
 		}
 		wantRuns(t, name, &runs, 1)
 	}
+}
+
+// ownHeaderWriter keeps a header map of its own.
+type ownHeaderWriter struct {
+	gin.ResponseWriter
+	h http.Header
+}
+
+func (w *ownHeaderWriter) Header() http.Header { return w.h }
+
+// A status the dispatching handler set is dropped by Gin's reset: the
+// target's c.Error with nothing written is rendered by an error middleware,
+// with a key as without one, and nothing is stored.
+func TestGinDispatchStatusNotCarried(t *testing.T) {
+	t.Parallel()
+	r := gin.New()
+	var runs atomic.Int64
+	r.Use(func(c *gin.Context) {
+		c.Next()
+		if len(c.Errors) > 0 && !c.Writer.Written() {
+			c.String(http.StatusTeapot, "rendered")
+		}
+	}, ginidem.New(newEngine(t, core.Config{})))
+	r.POST("/orders", func(c *gin.Context) {
+		runs.Add(1)
+		c.Error(errors.New("later")) //nolint:errcheck // for the error middleware
+	})
+	r.POST("/legacy/orders", func(c *gin.Context) {
+		c.Status(http.StatusAccepted)
+		c.Request.URL.Path = "/orders"
+		r.HandleContext(c)
+	})
+	for _, key := range []string{"", "status-not-carried", "status-not-carried"} {
+		wantResponse(t, post(r, "/legacy/orders", key), http.StatusTeapot, "rendered", false)
+	}
+	wantRuns(t, "the handler", &runs, 3)
+}
+
+// A transactional flight dispatched to a route without the middleware: the
+// response goes past the capture, before the commit; a failed commit
+// cannot take it back, and nothing is written after it.
+func TestGinDispatchBufferedPastCapture(t *testing.T) {
+	t.Parallel()
+	store := idemtest.NewTxStore(t).(*idemtest.TxStore)
+	store.FailCommits(true)
+	r := gin.New()
+	r.POST("/orders", func(c *gin.Context) { c.String(http.StatusCreated, "created") })
+	r.POST("/legacy/orders", ginidem.New(newEngine(t, core.Config{Store: store})), dispatcher(r, "/orders"))
+	wantResponse(t, post(r, "/legacy/orders", "past-capture"), http.StatusCreated, "created", false)
 }

@@ -11,13 +11,13 @@
 // c.FullPath(); a request that matched no route passes through untouched.
 // core.Request.Context reads c.Keys (c.Set) before the request's context.
 // It must run after anything that rewrites the request's URL. A request
-// dispatched again (r.HandleContext) while it holds the key, or meeting it
-// twice in one chain, passes through, and the first pass stores what the
-// chain answers. A response written past its capture is replayed with its
-// status and headers but an empty body: one that a middleware before it
-// writes when HandleContext runs that middleware again, or one from a
-// route without it that the request is dispatched to (HandleContext gives
-// c.Writer back to Gin).
+// dispatched again to another route (r.HandleContext) while it holds the
+// key, or meeting it twice in one chain, passes through, and what the chain
+// answers is stored. A response written past its capture is replayed with
+// its status and headers but an empty body, and in pgstore's transactional
+// mode it is sent before the commit: one that a middleware before it writes
+// when HandleContext runs that middleware again, one from a route without
+// it or from the same route dispatched to, or from a second dispatch.
 //
 // A replay or one of idem's refusals (RFC 9457 problem details, or
 // WithErrorHandler's rendering) is written and the chain aborted. Otherwise

@@ -64,26 +64,29 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			return
 		}
 		if st, ok := r.Context().Value(held).(*state); ok && st.ctx.c == c {
-			// Dispatched again (r.HandleContext) while a middleware of this
-			// Engine holds the key: this pass runs the chain into the first
-			// pass's capture (HandleContext gave c.Writer back to Gin) and
-			// completes the flight when the chain returns, before Gin sends
-			// its writer's headers (handleHTTPRequest's WriteHeaderNow),
-			// which a Buffered flight must hold back until its commit. The
-			// gin.Context check leaves a new request served with this one's
-			// context (an in-process sub-request) to be protected on its own.
-			if st.done || st.w.reaches(c.Writer) {
+			// A middleware of this Engine holds the key of this request (the
+			// same gin.Context: a sub-request served with its context is a
+			// request of its own).
+			if st.done || c.FullPath() == st.req.Route {
 				// The flight is over, or this is the Engine's middleware
-				// again in the same chain (r.Use and a route): the
-				// capture is in c.Writer already.
+				// again in the same chain (r.Use and a route), whose capture
+				// is in c.Writer already. (A request dispatched again to its
+				// own route is taken for it: the response is written past
+				// the capture.)
 				c.Next()
 				return
 			}
-			// The capture passes the response on to this pass's writers
-			// (a gzip before this middleware, run again, is in them).
-			outer := st.w.ResponseWriter
-			defer func() { st.w.ResponseWriter = outer }()
+			// Dispatched again (r.HandleContext), which gave c.Writer back
+			// to Gin: this pass runs the chain into the first pass's
+			// capture, which passes the response on to this pass's writers
+			// (a gzip before this middleware, run again, is in them), and
+			// completes the flight when the chain returns, before Gin sends
+			// its writer's headers (handleHTTPRequest's WriteHeaderNow),
+			// which a Buffered flight must hold back until its commit.
+			outer, statusSet := st.w.ResponseWriter, st.w.statusSet
+			defer func() { st.w.ResponseWriter, st.w.statusSet = outer, statusSet }()
 			st.w.ResponseWriter = c.Writer
+			st.w.statusSet = st.w.statusSet && st.w.Written() // Gin's reset dropped a status not sent
 			st.run(c, c.Writer, &o)
 			return
 		}
@@ -172,7 +175,14 @@ func (st *state) run(c *gin.Context, prev gin.ResponseWriter, o *options) {
 	if header == nil { // nothing written yet: Gin sends the headers as they are now
 		header = st.w.Header()
 	}
+	// A Buffered flight's response held back, unless it went past the
+	// capture (a route without this middleware dispatched to): then it is
+	// sent, and nothing can be sent after it whatever the commit does.
+	past := st.w.buffered && st.w.sent == nil && st.w.ResponseWriter.Written()
 	resp := f.Complete(st.w.Status(), header)
+	if past {
+		return
+	}
 	if resp != nil && resp.Problem != nil && o.errorHandler != nil {
 		// A Buffered flight whose commit failed: its 503 goes through
 		// the hook, as Begin's refusals do, with the headers set before
@@ -254,25 +264,8 @@ type writer struct {
 	sent      http.Header // the headers as sent with the first write
 	statusSet bool        // the handlers chose a status (c.Status)
 	hijacked  bool
-	probed    bool // Header was called (reaches)
 	buffered  bool // f.Buffered()
 	held      int  // the size of a Buffered flight's body
-}
-
-// Header returns the headers of the writer below, and notes the call for
-// reaches.
-func (w *writer) Header() http.Header {
-	w.probed = true
-	return w.ResponseWriter.Header()
-}
-
-// reaches reports whether rw is w or passes its header calls down to w: a
-// writer of the chain that w is in (a middleware's wrapper after it), not
-// one that a request dispatched again starts from Gin's own writer.
-func (w *writer) reaches(rw gin.ResponseWriter) bool {
-	w.probed = false
-	rw.Header()
-	return w.probed
 }
 
 // WriteHeader notes that the handlers chose a status: Gin sends it after
