@@ -279,3 +279,38 @@ func TestGinDispatchBufferedPastCapture(t *testing.T) {
 	r.POST("/legacy/orders", ginidem.New(newEngine(t, core.Config{Store: store})), dispatcher(r, "/orders"))
 	wantResponse(t, post(r, "/legacy/orders", "past-capture"), http.StatusCreated, "created", false)
 }
+
+// The Engine's middleware twice in the chain of the route dispatched to
+// (r.Use and the route): the second lets the request through to the
+// capture, which the dispatch pointed at its writers (it wrote into itself
+// until the stack overflowed).
+func TestGinDispatchSameEngineTwice(t *testing.T) {
+	t.Parallel()
+	ownHeader := func(c *gin.Context) {
+		c.Writer = &ownHeaderWriter{ResponseWriter: c.Writer, h: http.Header{}}
+		c.Next()
+	}
+	for name, between := range map[string][]gin.HandlerFunc{"adjacent": nil, "gzip between": {gzipMW}, "own headers between": {ownHeader}} {
+		for _, tx := range []bool{false, true} {
+			cfg := core.Config{}
+			if tx {
+				cfg.Store = idemtest.NewTxStore(t)
+			}
+			eng := newEngine(t, cfg)
+			r := gin.New()
+			r.Use(append([]gin.HandlerFunc{ginidem.New(eng)}, between...)...)
+			var runs atomic.Int64
+			r.POST("/orders", ginidem.New(eng), func(c *gin.Context) {
+				runs.Add(1)
+				c.String(http.StatusCreated, "created")
+			})
+			r.POST("/legacy/orders", dispatcher(r, "/orders"))
+			for range 2 {
+				if rec := post(r, "/legacy/orders", "dispatch-twice"); rec.Code != http.StatusCreated {
+					t.Fatalf("%s, tx %v: %d %q, want 201", name, tx, rec.Code, rec.Body)
+				}
+			}
+			wantRuns(t, name, &runs, 1)
+		}
+	}
+}

@@ -67,12 +67,13 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			// A middleware of this Engine holds the key of this request (the
 			// same gin.Context: a sub-request served with its context is a
 			// request of its own).
-			if st.done || c.FullPath() == st.req.Route {
+			if st.done || c.FullPath() == st.route {
 				// The flight is over, or this is the Engine's middleware
-				// again in the same chain (r.Use and a route), whose capture
-				// is in c.Writer already. (A request dispatched again to its
-				// own route is taken for it: the response is written past
-				// the capture.)
+				// again in the chain of the pass running the capture (r.Use
+				// and a route, in the first chain or a dispatched one),
+				// whose capture is in c.Writer already. (A request
+				// dispatched again to the route it is on is taken for it:
+				// the response is written past the capture.)
 				c.Next()
 				return
 			}
@@ -83,15 +84,17 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			// completes the flight when the chain returns, before Gin sends
 			// its writer's headers (handleHTTPRequest's WriteHeaderNow),
 			// which a Buffered flight must hold back until its commit.
-			outer, statusSet := st.w.ResponseWriter, st.w.statusSet
-			defer func() { st.w.ResponseWriter, st.w.statusSet = outer, statusSet }()
+			outer, statusSet, route := st.w.ResponseWriter, st.w.statusSet, st.route
+			defer func() { st.w.ResponseWriter, st.w.statusSet, st.route = outer, statusSet, route }()
+			st.route = c.FullPath()
 			st.w.ResponseWriter = c.Writer
 			st.w.statusSet = st.w.statusSet && st.w.Written() // Gin's reset dropped a status not sent
 			st.run(c, c.Writer, &o)
 			return
 		}
 		st := &state{ctx: requestContext{Context: r.Context(), c: c}}
-		st.req = core.NewRequest(r, c.FullPath(), c.Writer)
+		st.route = c.FullPath()
+		st.req = core.NewRequest(r, st.route, c.Writer)
 		st.req.Context = &st.ctx
 		if v, ok := c.Get(gin.BodyBytesKey); ok {
 			// A middleware before this one read the body with
@@ -206,6 +209,9 @@ type state struct {
 	w    writer
 	body body // a body read before the middleware (ShouldBindBodyWith); then Begin's
 	done bool // the flight has ended (completed or aborted)
+	// route is c.FullPath() of the pass whose chain runs into the capture:
+	// the first pass's, or a dispatched one's while it runs.
+	route string
 }
 
 // body is a request body in memory.
