@@ -314,3 +314,25 @@ func TestGinDispatchSameEngineTwice(t *testing.T) {
 		}
 	}
 }
+
+// Dispatched again to a URL no route matches: the router's 404, not
+// stored, so the key stays free for the right URL.
+func TestGinDispatchNoRoute(t *testing.T) {
+	t.Parallel()
+	r := gin.New()
+	r.Use(ginidem.New(newEngine(t, core.Config{})))
+	var runs atomic.Int64
+	r.POST("/orders", created(&runs))
+	r.POST("/legacy/orders", func(c *gin.Context) {
+		c.Request.URL.Path = "/ordrs" // a typo in the rewrite
+		if c.Request.Header.Get("X-Fixed") != "" {
+			c.Request.URL.Path = "/orders"
+		}
+		r.HandleContext(c)
+	})
+	if rec := post(r, "/legacy/orders", "no-route"); rec.Code != http.StatusNotFound {
+		t.Fatalf("got %d %q, want the router's 404", rec.Code, rec.Body)
+	}
+	wantResponse(t, post(r, "/legacy/orders", "no-route", "X-Fixed", "1"), http.StatusCreated, order, false)
+	wantRuns(t, "the handler", &runs, 1)
+}

@@ -67,7 +67,7 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			// A middleware of this Engine holds the key of this request (the
 			// same gin.Context: a sub-request served with its context is a
 			// request of its own).
-			if st.done || c.FullPath() == st.route {
+			if st.done || c.FullPath() == st.route || c.Writer == gin.ResponseWriter(&st.w) {
 				// The flight is over, or this is the Engine's middleware
 				// again in the chain of the pass running the capture (r.Use
 				// and a route, in the first chain or a dispatched one),
@@ -88,7 +88,7 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			defer func() { st.w.ResponseWriter, st.w.statusSet, st.route = outer, statusSet, route }()
 			st.route = c.FullPath()
 			st.w.ResponseWriter = c.Writer
-			st.w.statusSet = st.w.statusSet && st.w.Written() // Gin's reset dropped a status not sent
+			st.w.statusSet = st.w.statusSet && st.w.Written() // a status the dispatching handler set is not this chain's choice
 			st.run(c, c.Writer, &o)
 			return
 		}
@@ -159,6 +159,12 @@ func (st *state) run(c *gin.Context, prev gin.ResponseWriter, o *options) {
 	returned = true
 	if st.done {
 		return // the pass of the request dispatched again ended the flight
+	}
+	if c.FullPath() == "" {
+		// Dispatched again to a URL no route matches: the router's answer,
+		// not stored, as for a request sent there (the deferred Abort
+		// releases the key).
+		return
 	}
 	unknown := len(c.Errors) > errs && !st.w.Written()
 	if unknown && st.w.statusSet && st.w.Status() < 400 {
