@@ -10,17 +10,13 @@
 // be stored under the client's key and replayed). The route template is
 // c.FullPath(); a request that matched no route passes through untouched.
 // core.Request.Context reads c.Keys (c.Set) before the request's context.
-// It must run after anything that rewrites the request's URL. A request
-// dispatched again to another route (r.HandleContext) while it holds the
-// key, or meeting it twice in one chain, passes through, and what the chain
-// answers is stored; a dispatch that no route matches is not stored. A
-// response written past its capture is replayed with its status and
-// headers but an empty body, and in pgstore's transactional mode it is sent
-// before the commit: one that a middleware before it writes when
-// HandleContext runs that middleware again, one from a route without it or
-// from the same route dispatched to, or from a second dispatch. A
-// middleware before it that dispatches after the chain returns (an error
-// page) sends a new request under the same key: 422.
+// It must run after anything that rewrites the request's URL, and once per
+// chain: a request that meets it twice, under r.Use and on its route, or
+// dispatched again by a handler (r.HandleContext) through r.Use, gets 409
+// from the second, which the first stores. Put it on the routes a handler
+// dispatches to, not on the dispatching route alone: HandleContext gives
+// c.Writer back to Gin, and the response would bypass its capture and
+// replay empty.
 //
 // A replay or one of idem's refusals (RFC 9457 problem details, or
 // WithErrorHandler's rendering) is written and the chain aborted. Otherwise

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"sync/atomic"
 
 	"github.com/gin-gonic/gin"
 
@@ -53,7 +52,6 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	held := heldKey{eng}
 	return func(c *gin.Context) {
 		r := c.Request
 		// A request that matched no route (NoRoute, NoMethod: no
@@ -63,38 +61,8 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			c.Next()
 			return
 		}
-		if st, ok := r.Context().Value(held).(*state); ok && st.ctx.c == c {
-			// A middleware of this Engine holds the key of this request (the
-			// same gin.Context: a sub-request served with its context is a
-			// request of its own).
-			if st.done || c.FullPath() == st.route || c.Writer == gin.ResponseWriter(&st.w) {
-				// The flight is over, or this is the Engine's middleware
-				// again in the chain of the pass running the capture (r.Use
-				// and a route, in the first chain or a dispatched one),
-				// whose capture is in c.Writer already. (A request
-				// dispatched again to the route it is on is taken for it:
-				// the response is written past the capture.)
-				c.Next()
-				return
-			}
-			// Dispatched again (r.HandleContext), which gave c.Writer back
-			// to Gin: this pass runs the chain into the first pass's
-			// capture, which passes the response on to this pass's writers
-			// (a gzip before this middleware, run again, is in them), and
-			// completes the flight when the chain returns, before Gin sends
-			// its writer's headers (handleHTTPRequest's WriteHeaderNow),
-			// which a Buffered flight must hold back until its commit.
-			outer, statusSet, route := st.w.ResponseWriter, st.w.statusSet, st.route
-			defer func() { st.w.ResponseWriter, st.w.statusSet, st.route = outer, statusSet, route }()
-			st.route = c.FullPath()
-			st.w.ResponseWriter = c.Writer
-			st.w.statusSet = st.w.statusSet && st.w.Written() // a status the dispatching handler set is not this chain's choice
-			st.run(c, c.Writer, &o)
-			return
-		}
 		st := &state{ctx: requestContext{Context: r.Context(), c: c}}
-		st.route = c.FullPath()
-		st.req = core.NewRequest(r, st.route, c.Writer)
+		st.req = core.NewRequest(r, c.FullPath(), c.Writer)
 		st.req.Context = &st.ctx
 		if v, ok := c.Get(gin.BodyBytesKey); ok {
 			// A middleware before this one read the body with
@@ -122,88 +90,55 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 		}
 
 		st.w = writer{ResponseWriter: c.Writer, f: f, buffered: f.Buffered()}
-		defer st.held.st.Store(nil) // a dispatch after this pass is protected again
-		// The handlers read the body Begin read, and their context carries
-		// the flight (core.InfoFromContext) over the mark of this pass.
-		st.body.Reset(f.Body())
-		r.Body = &st.body
-		st.held = heldContext{Context: r.Context(), key: held}
-		st.held.st.Store(st)
-		c.Request = r.WithContext(f.NewContext(&st.held))
-		st.run(c, c.Writer, &o)
-	}
-}
-
-// run runs the rest of the chain into the capture and completes the flight
-// when it returns, unless a pass of a request dispatched again did (or the
-// flight ended there). prev is c.Writer before this pass, given back to it
-// when the pass ends.
-func (st *state) run(c *gin.Context, prev gin.ResponseWriter, o *options) {
-	f := st.w.f
-	returned := false
-	defer func() {
-		// Also on a panic, before gin.Recovery writes its 500: c.Writer
-		// is Gin's again, the lock released and nothing stored (and, if
-		// the flight is Buffered, the handlers' headers dropped: none
-		// was sent).
-		c.Writer = prev
-		if !st.done && !returned && st.w.buffered {
-			f.ResetHeader(c.Writer.Header())
+		returned := false
+		defer func() {
+			// Also on a panic, before gin.Recovery writes its 500: c.Writer
+			// is Gin's again, the lock released and nothing stored (and, if
+			// the flight is Buffered, the handlers' headers dropped: none
+			// was sent).
+			c.Writer = st.w.ResponseWriter
+			if !returned && st.w.buffered {
+				f.ResetHeader(c.Writer.Header())
+			}
+			f.Abort() // a no-op once Complete ran
+		}()
+		c.Request = f.Request(r) // the body Begin read; core.InfoFromContext
+		c.Writer = &st.w
+		errs := len(c.Errors) // those of middleware before this one are not the handlers'
+		c.Next()
+		returned = true
+		unknown := len(c.Errors) > errs && !st.w.Written()
+		if unknown && st.w.statusSet && st.w.Status() < 400 {
+			// A success status that the handler set beside a c.Error for
+			// the logs (c.Status(204)) is its response: sent now, so that an
+			// error middleware before this one, which renders what is not
+			// written yet, leaves it as it is.
+			st.w.WriteHeaderNow()
+			unknown = false
 		}
-		st.done = true
-		f.Abort() // a no-op once Complete ran
-	}()
-	c.Writer = &st.w
-	errs := len(c.Errors) // those of middleware before this one are not the handlers'
-	c.Next()
-	returned = true
-	if st.done {
-		return // the pass of the request dispatched again ended the flight
-	}
-	if c.FullPath() == "" {
-		// Dispatched again to a URL no route matches: the router's answer,
-		// not stored, as for a request sent there (the deferred Abort
-		// releases the key).
-		return
-	}
-	unknown := len(c.Errors) > errs && !st.w.Written()
-	if unknown && st.w.statusSet && st.w.Status() < 400 {
-		// A success status that the handler set beside a c.Error for
-		// the logs (c.Status(204)) is its response: sent now, so that an
-		// error middleware before this one, which renders what is not
-		// written yet, leaves it as it is.
-		st.w.WriteHeaderNow()
-		unknown = false
-	}
-	if st.w.hijacked || unknown {
-		// Hijacked, or an error left for a middleware before this one to
-		// render: what the client gets is not what was captured.
-		return
-	}
-	header := st.w.sent
-	if header == nil { // nothing written yet: Gin sends the headers as they are now
-		header = st.w.Header()
-	}
-	// A Buffered flight's response held back, unless it went past the
-	// capture (a route without this middleware dispatched to): then it is
-	// sent, and nothing can be sent after it whatever the commit does.
-	past := st.w.buffered && st.w.sent == nil && st.w.ResponseWriter.Written()
-	resp := f.Complete(st.w.Status(), header)
-	if past {
-		return
-	}
-	if resp != nil && resp.Problem != nil && o.errorHandler != nil {
-		// A Buffered flight whose commit failed: its 503 goes through
-		// the hook, as Begin's refusals do, with the headers set before
-		// the handlers.
-		c.Writer = st.w.ResponseWriter
-		f.ResetHeader(c.Writer.Header())
-		resp.SetHeaders(c.Writer.Header())
-		o.errorHandler(c, resp.Problem)
-		return
-	}
-	if st.w.buffered {
-		st.w.send(resp)
+		if st.w.hijacked || unknown {
+			// Hijacked, or an error left for a middleware before this one to
+			// render: what the client gets is not what was captured.
+			return
+		}
+		header := st.w.sent
+		if header == nil { // nothing written yet: Gin sends the headers as they are now
+			header = st.w.Header()
+		}
+		resp = f.Complete(st.w.Status(), header)
+		if resp != nil && resp.Problem != nil && o.errorHandler != nil {
+			// A Buffered flight whose commit failed: its 503 goes through
+			// the hook, as Begin's refusals do, with the headers set before
+			// the handlers.
+			c.Writer = st.w.ResponseWriter
+			f.ResetHeader(c.Writer.Header())
+			resp.SetHeaders(c.Writer.Header())
+			o.errorHandler(c, resp.Problem)
+			return
+		}
+		if st.w.buffered {
+			st.w.send(resp)
+		}
 	}
 }
 
@@ -211,43 +146,8 @@ func (st *state) run(c *gin.Context, prev gin.ResponseWriter, o *options) {
 type state struct {
 	req  core.Request
 	ctx  requestContext
-	held heldContext
 	w    writer
-	body body // a body read before the middleware (ShouldBindBodyWith); then Begin's
-	done bool // the flight has ended (completed or aborted)
-	// route is c.FullPath() of the pass whose chain runs into the capture:
-	// the first pass's, or a dispatched one's while it runs.
-	route string
-}
-
-// body is a request body in memory.
-type body struct{ bytes.Reader }
-
-// Close does nothing: the bytes are in memory.
-func (*body) Close() error { return nil }
-
-// heldKey is the context key under which a middleware of Engine e marks a
-// request whose key it holds, while the chain it runs may dispatch the
-// request again.
-type heldKey struct{ e *core.Engine }
-
-// heldContext is the handlers' request context below the flight's: it
-// answers its key with the state of the pass holding the key, until that
-// pass ends.
-type heldContext struct {
-	context.Context
-	key heldKey
-	st  atomic.Pointer[state] // nil once the pass ends; read by any goroutine holding the context
-}
-
-func (x *heldContext) Value(key any) any {
-	if k, ok := key.(heldKey); ok && k == x.key {
-		if st := x.st.Load(); st != nil {
-			return st
-		}
-		return nil
-	}
-	return x.Context.Value(key)
+	body bytes.Reader // a body read before the middleware (ShouldBindBodyWith)
 }
 
 // requestContext is the core.Request's Context: the request's deadline and
