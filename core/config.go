@@ -119,7 +119,8 @@ type Config struct {
 	// empty list is unset. Content-Type is one of the headers it filters: a
 	// list without it replays the body without its type (net/http and Fiber
 	// then send text/plain), so list it with the others, as in
-	// []string{"Content-Type", "Location"}. Default: nil, every header not denied.
+	// []string{"Content-Type", "Location"}. Default: nil, every header not
+	// denied.
 	KeepHeaders []string
 
 	// ResponseTTL is how long a stored response is kept.

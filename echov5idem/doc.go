@@ -18,8 +18,8 @@
 // echo.ErrMethodNotAllowed: the lock is released and a retry runs again.
 // idem's refusals are RFC 9457 problem details (Config.ErrorHandler renders
 // them the app's way); a body over middleware.BodyLimit's limit gets
-// Echo's own 413, reported to the Observer as core.OutcomeTooLarge. Operations lists the covered routes for package
-// swagger.
+// Echo's own 413, reported to the Observer as core.OutcomeTooLarge.
+// Operations lists the covered routes for package swagger.
 //
 // See Example; the reasons and edge cases are in docs/design.md, "echoidem"
 // and "echov5idem".
