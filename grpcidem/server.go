@@ -75,6 +75,12 @@ func UnaryServerInterceptor(eng *core.Engine, opts ...Option) grpc.UnaryServerIn
 	if s.cfg.LegacyKeyHeader != "-" {
 		s.legacyName = strings.ToLower(s.cfg.LegacyKeyHeader)
 		names = append(names, s.cfg.LegacyKeyHeader, s.legacyName)
+		// A Replacer tries its pairs in argument order: the longer name
+		// first, or a key header that starts the legacy one ("Key",
+		// "Key-Legacy") would lower-case only its own part of the other.
+		if len(s.cfg.LegacyKeyHeader) > len(s.cfg.KeyHeader) {
+			names[0], names[1], names[2], names[3] = names[2], names[3], names[0], names[1]
+		}
 	}
 	s.names = strings.NewReplacer(names...)
 	retry := &errdetails.RetryInfo{RetryDelay: durationpb.New(s.cfg.RetryAfter)}
@@ -108,7 +114,13 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	key, present, err := s.eng.Key(md)
 	switch {
 	case err != nil:
-		detail := s.names.Replace(strings.TrimPrefix(err.Error(), core.ErrInvalidKey.Error()+": "))
+		detail := strings.TrimPrefix(err.Error(), core.ErrInvalidKey.Error()+": ")
+		if _, wrapsTwo := err.(interface{ Unwrap() []error }); !wrapsTwo {
+			// Core's own message, which names the headers; a malformed key's
+			// or Config.ValidateKey's (ErrInvalidKey and that error) names
+			// none, and the app's text is not rewritten.
+			detail = s.names.Replace(detail)
+		}
 		return nil, s.invalidKey(ctx, info, start, key, err, ReasonInvalidKey, "invalid idempotency key: "+detail)
 	case !present:
 		return nil, s.invalidKey(ctx, info, start, key, nil, ReasonMissingKey,

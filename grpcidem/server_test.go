@@ -602,6 +602,33 @@ func testKeys(t *testing.T, newStore func(*testing.T) core.Store) {
 	}
 }
 
+// With custom headers, the message names their metadata keys whole, even
+// when one name starts the other, and Config.ValidateKey's message is the
+// app's, not rewritten where it holds a header's name.
+func TestInvalidKeyMessageNames(t *testing.T) {
+	h := start(t, core.Config{KeyHeader: "Key", LegacyKeyHeader: "Key-Legacy", ValidateKey: func(k string) error {
+		if k != "ok" {
+			return errors.New("Keys are ok, or Keyless")
+		}
+		return nil
+	}})
+	for _, tt := range []struct {
+		md   []string
+		want string
+	}{
+		{[]string{"key", "ok", "key-legacy", "other"}, "invalid idempotency key: key and key-legacy differ"},
+		{[]string{"key-legacy", "a", "key-legacy", "b"}, "invalid idempotency key: 2 values of key-legacy, want one"},
+		{[]string{"key", "bad"}, "invalid idempotency key: Keys are ok, or Keyless"},
+	} {
+		r := h.call(order("book", 1), tt.md...)
+		wantRefusal(t, r, codes.InvalidArgument, grpcidem.ReasonInvalidKey, false)
+		if got := status.Convert(r.err).Message(); got != tt.want {
+			t.Errorf("message %q, want %q", got, tt.want)
+		}
+	}
+	h.wantRuns(0)
+}
+
 func testScope(t *testing.T, newStore func(*testing.T) core.Store) {
 	h := start(t, core.Config{Store: newStore(t), Scope: func(r *core.Request) string {
 		if r.Method != "/idem.grpcidem.testpb.Orders/Create" || r.Route != r.Method {
