@@ -25,7 +25,9 @@ type InboxOptions struct {
 	// Schema holds the table. Optional. Default: none, the connection's
 	// search_path (public, usually).
 	Schema string
-	// Table is the table's name. Optional. Default: DefaultInboxTable.
+	// Table is the table's name, at most 40 bytes and not ending in _steps
+	// or _quota (a store's tables, as Options.Table says). Optional.
+	// Default: DefaultInboxTable.
 	Table string
 }
 

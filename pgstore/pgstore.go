@@ -35,7 +35,8 @@ var (
 	// ErrNilPool reports New or Migrate called without a pool.
 	ErrNilPool = errors.New("pgstore: nil pool")
 	// ErrInvalidOptions reports Options out of range: a negative Timeout,
-	// JanitorBatch or StaleLockAge, or a name too long for PostgreSQL.
+	// JanitorBatch or StaleLockAge, a name too long for PostgreSQL, or a
+	// Table name ending in _steps or _quota (another store's tables).
 	ErrInvalidOptions = errors.New("pgstore: invalid options")
 )
 
@@ -103,8 +104,12 @@ func (o *Options) withDefaults() (Options, error) {
 		// The index names add up to 23 bytes to the table's; PostgreSQL
 		// cuts identifiers at 63.
 		return c, fmt.Errorf("%w: table name over 40 bytes or schema name over 63", ErrInvalidOptions)
-	case strings.HasSuffix(c.Table, "_steps") || strings.HasSuffix(c.Table, "_quota"):
-		return c, fmt.Errorf("%w: table name %q ends in the suffix of another table's checkpoints or quota (_steps, _quota)", ErrInvalidOptions, c.Table)
+	}
+	for _, t := range []struct{ suffix, of string }{{"_steps", "checkpoints'"}, {"_quota", "quota's"}} {
+		if strings.HasSuffix(c.Table, t.suffix) {
+			return c, fmt.Errorf("%w: table name %q ends in %q, as the %s table of the store with Table %q does (Migrate creates <Table>%s): choose a name without it",
+				ErrInvalidOptions, c.Table, t.suffix, t.of, strings.TrimSuffix(c.Table, t.suffix), t.suffix)
+		}
 	}
 	return c, nil
 }

@@ -48,6 +48,15 @@ func TestNewErrors(t *testing.T) {
 			t.Errorf("%s: Migrate = %v, want ErrInvalidOptions", name, err)
 		}
 	}
+	// The message says whose table the name would be, and what to do.
+	_, err := pgstore.New(pool, &pgstore.Options{Table: "orders_keys_steps"})
+	want := `pgstore: invalid options: table name "orders_keys_steps" ends in "_steps", as the checkpoints' table of the store with Table "orders_keys" does (Migrate creates <Table>_steps): choose a name without it`
+	if err == nil || err.Error() != want {
+		t.Errorf("New = %v, want %s", err, want)
+	}
+	if _, err := pgstore.NewInbox(pool, &pgstore.InboxOptions{Table: "events_quota"}); !errors.Is(err, pgstore.ErrInvalidOptions) {
+		t.Errorf("NewInbox = %v, want ErrInvalidOptions, as InboxOptions.Table says", err)
+	}
 }
 
 // TestStoreErrorsWithoutPostgres: every operation on an unreachable
