@@ -50,7 +50,8 @@ func TestNewErrors(t *testing.T) {
 	}
 	// The message says whose table the name would be, and what to do.
 	_, err := pgstore.New(pool, &pgstore.Options{Table: "orders_keys_steps"})
-	want := `pgstore: invalid options: table name "orders_keys_steps" ends in "_steps", as the checkpoints' table of the store with Table "orders_keys" does (Migrate creates <Table>_steps): choose a name without it`
+	want := `pgstore: invalid options: table name "orders_keys_steps" ends in "_steps", ` +
+		`as the checkpoints' table of the store with Table "orders_keys" does (Migrate creates <Table>_steps): choose a name without it`
 	if err == nil || err.Error() != want {
 		t.Errorf("New = %v, want %s", err, want)
 	}
