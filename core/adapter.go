@@ -744,7 +744,9 @@ func (w *captureWriter) send() {
 		maps.Copy(h, w.header) // as the handler sent them
 	}
 	w.ResponseWriter.WriteHeader(status)
-	w.ResponseWriter.Write(w.flight.BufferedBody()) //nolint:errcheck // the client went away; nothing to do
+	if body := w.flight.BufferedBody(); len(body) > 0 { // an empty Write is a body to a compressing writer
+		w.ResponseWriter.Write(body) //nolint:errcheck // the client went away; nothing to do
+	}
 }
 
 // Response is a response the Engine answers with instead of running the
@@ -767,7 +769,11 @@ func (r *Response) SetHeaders(dst http.Header) {
 	}
 }
 
-// Write writes r to w: the headers, the status and the body.
+// Write writes r to w: the headers, the status and the body. An empty body
+// is not written at all: a compressing writer before the adapter (Echo's
+// Gzip) takes even an empty Write for a body, and would send a replay of a
+// 204 or an empty 200 compressed, with a Content-Encoding and a
+// Content-Type that the handler's response did not have.
 func (r *Response) Write(w http.ResponseWriter) {
 	h := w.Header()
 	for k, v := range r.Header {
@@ -777,7 +783,9 @@ func (r *Response) Write(w http.ResponseWriter) {
 		h.Set("Content-Length", strconv.Itoa(len(r.Body)))
 	}
 	w.WriteHeader(r.StatusCode)
-	w.Write(r.Body) //nolint:errcheck // the client went away; nothing to do
+	if len(r.Body) > 0 {
+		w.Write(r.Body) //nolint:errcheck // the client went away; nothing to do
+	}
 }
 
 // bodyAllowed reports whether a response with this status may have a body

@@ -576,3 +576,37 @@ func TestEchoRewriteQuery(t *testing.T) {
 	}
 	wantRuns(t, &runs, 1)
 }
+
+// With middleware.Gzip before the middleware, as the docs advise, a replay
+// of a response without a body (a 204, a redirect, a handler that wrote
+// nothing) is sent as the handler's was: no gzip stream, Content-Encoding
+// or sniffed Content-Type of its own. In the transactional mode, the held
+// response too.
+func TestEchoGzipEmptyBodyReplay(t *testing.T) {
+	t.Parallel()
+	for _, store := range []func(*testing.T) core.Store{nil, idemtest.NewTxStore} {
+		cfg := core.Config{}
+		if store != nil {
+			cfg.Store = store(t)
+		}
+		e := newEcho()
+		e.Use(middleware.Gzip(), echoidem.New(newEngine(t, cfg)))
+		e.POST("/204", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
+		e.POST("/303", func(c echo.Context) error { return c.Redirect(http.StatusSeeOther, "/orders/1") })
+		e.POST("/nothing", func(echo.Context) error { return nil })
+		for _, path := range []string{"/204", "/303", "/nothing"} {
+			first := send(e, http.MethodPost, path, "gzip"+path, "Accept-Encoding", "gzip")
+			replay := send(e, http.MethodPost, path, "gzip"+path, "Accept-Encoding", "gzip")
+			for _, rec := range []*httptest.ResponseRecorder{first, replay} {
+				ce, ct := rec.Header().Get(echo.HeaderContentEncoding), rec.Header().Get(echo.HeaderContentType)
+				if rec.Code != first.Code || rec.Body.Len() != 0 || ce != "" || ct != "" {
+					t.Errorf("tx %v, %s: %d, body %q, Content-Encoding %q, Content-Type %q; want %d without a body, either header",
+						store != nil, path, rec.Code, rec.Body, ce, ct, first.Code)
+				}
+			}
+			if replay.Header().Get(core.HeaderReplay) != "true" {
+				t.Errorf("tx %v, %s: not replayed", store != nil, path)
+			}
+		}
+	}
+}

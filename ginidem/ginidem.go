@@ -81,7 +81,8 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			c.Abort()
 			return
 		case resp != nil:
-			resp.Write(c.Writer) // a replay is not a handler result: later handlers do not run
+			resp.Write(c.Writer)      // a replay is not a handler result: later handlers do not run
+			c.Writer.WriteHeaderNow() // Gin's WriteHeader only notes the status: sent, even without a body
 			c.Abort()
 			return
 		case f == nil:
@@ -275,7 +276,9 @@ func (w *writer) send(resp *core.Response) {
 	clear(h)
 	maps.Copy(h, w.sent) // as the handlers sent them
 	gw.WriteHeaderNow()
-	gw.Write(w.f.BufferedBody()) //nolint:errcheck // the client went away; nothing to do
+	if body := w.f.BufferedBody(); len(body) > 0 {
+		gw.Write(body) //nolint:errcheck // the client went away; nothing to do
+	}
 }
 
 // Hijack notes a hijack that succeeded: the response is then not stored.

@@ -580,3 +580,22 @@ func TestGinHandleContextUnderUse(t *testing.T) {
 	}
 	wantRuns(t, "the handler", &runs, 0)
 }
+
+// A replay of a response without a body is sent by ginidem, as one with a
+// body: a middleware before it sees it written, not a status Gin has yet to
+// send.
+func TestGinEmptyReplayWritten(t *testing.T) {
+	t.Parallel()
+	var written []bool
+	r := gin.New()
+	r.Use(func(c *gin.Context) {
+		c.Next()
+		written = append(written, c.Writer.Written())
+	}, ginidem.New(newEngine(t, core.Config{})))
+	r.POST("/orders", func(c *gin.Context) { c.Status(http.StatusNoContent) })
+	wantResponse(t, post(r, "/orders", "empty-1"), http.StatusNoContent, "", false)
+	wantResponse(t, post(r, "/orders", "empty-1"), http.StatusNoContent, "", true)
+	if len(written) != 2 || !written[1] {
+		t.Fatalf("the middleware before ginidem saw written = %v, want the replay written", written)
+	}
+}
