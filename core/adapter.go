@@ -268,6 +268,11 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 		h.Set("Retry-After", e.quotaRetryAfter(err))
 		return nil, e.problem(&Problem{Type: problemQuotaExceeded, Title: "Idempotency quota exceeded",
 			Status: http.StatusTooManyRequests, Detail: quotaDetail(err)}, h)
+	case errors.Is(err, errNested):
+		return nil, e.problem(&Problem{Type: problemMiddlewareTwice, Title: "Idempotency middleware ran twice",
+			Status: http.StatusInternalServerError,
+			Detail: "the request went through the idempotency middleware twice (mounted twice, or dispatched again by a handler), " +
+				"and the first pass holds its key: mount the middleware once on the route"}, nil)
 	case errors.Is(err, ErrInFlight):
 		return nil, e.problem(&Problem{Type: problemKeyInFlight, Title: "Request in flight",
 			Status: http.StatusConflict,
@@ -308,6 +313,7 @@ var httpAnswers = answers{
 	mismatch:    http.StatusUnprocessableEntity,
 	unavailable: http.StatusServiceUnavailable,
 	quota:       http.StatusTooManyRequests,
+	nested:      http.StatusInternalServerError,
 	check:       checkHTTPCode,
 }
 

@@ -978,3 +978,59 @@ func TestEventsHaveContext(t *testing.T) {
 		t.Fatalf("events %v, without a Context: %v", seen, missing)
 	}
 }
+
+// A request that goes through the middleware of one Engine twice (mounted
+// twice on a route, or dispatched again by a handler) meets its own key's
+// lock: it gets 500 middleware-twice at once, even with Config.Wait (the
+// lock's holder waits for it), and the first pass stores none of it, so
+// the key is free for the request once the middleware is mounted once. Do
+// called again with its own key inside fn is refused at once the same way.
+func TestMiddlewareTwice(t *testing.T) { synctest.Test(t, testMiddlewareTwice) }
+
+func testMiddlewareTwice(t *testing.T) {
+	var ev events
+	eng, err := core.New(core.Config{Wait: 5 * time.Second, Observer: ev.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	})
+	start := time.Now()
+	twice := eng.Middleware(eng.Middleware(handler))
+	for range 2 {
+		w := post(t, twice, "twice", `{}`)
+		if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), problemType("middleware-twice")) ||
+			w.Header().Get(core.HeaderReplay) != "" {
+			t.Fatalf("through the middleware twice: %d %q %s, want 500 %s, not replayed", w.Code, w.Header(), w.Body, problemType("middleware-twice"))
+		}
+	}
+	if d := time.Since(start); d != 0 {
+		t.Errorf("refused after %v on the fake clock, want at once", d)
+	}
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("handler ran %d times", n)
+	}
+	if n := ev.count(core.OutcomeConflict); n != 2 {
+		t.Errorf("%d conflicts observed, want 2", n)
+	}
+	if w := post(t, eng.Middleware(handler), "twice", `{}`); w.Code != http.StatusCreated || runs.Load() != 1 {
+		t.Fatalf("mounted once: %d after %d runs, want 201 after 1", w.Code, runs.Load())
+	}
+
+	_, _, err = core.Do(t.Context(), eng, "s", "k", func(ctx context.Context) (int, error) {
+		_, _, err := core.Do(ctx, eng, "s", "k", func(context.Context) (int, error) { return 2, nil })
+		if !errors.Is(err, core.ErrInFlight) {
+			t.Errorf("Do inside Do of its key: %v, want ErrInFlight", err)
+		}
+		return 1, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d != 0 {
+		t.Errorf("Do refused after %v on the fake clock, want at once", d)
+	}
+}

@@ -15,8 +15,11 @@ import (
 // Event.Route is "unmatched" and ScopeRoute joins the URL path. A pattern's
 // host joins the fingerprint (Request.Host).
 //
-// A handler that panics or hijacks the connection has its lock released
-// without storing; the panic goes on up the stack to whatever recovers it.
+// Wrap a handler once: a request through the middleware of one Engine
+// twice gets 500 middleware-twice from the second pass, and its handler
+// does not run. A handler that panics or hijacks the connection has its
+// lock released without storing; the panic goes on up the stack to
+// whatever recovers it.
 // A flushed response is stored when the handler returns, as any other.
 // With a TxStore (Flight.Buffered) nothing reaches the client before the
 // handler's writes commit with the stored response; a failed commit

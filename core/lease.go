@@ -97,7 +97,8 @@ func (e *Engine) Observe(ev Event) {
 //   - nil, a Record, nil: the call completed before with the same
 //     fingerprint: answer with the record (a replay);
 //   - nil, nil, an error: ErrKeyReused, ErrInFlight (after waiting up to
-//     Config.Wait), a *QuotaError (Config.Quota), or an error wrapping
+//     Config.Wait; at once if c.Context holds the key's own Lease, which
+//     would wait for this call), a *QuotaError (Config.Quota), or an error wrapping
 //     ErrStoreUnavailable (FailClosed, or a busy store).
 //
 // Acquire reports the replay, conflict, mismatch or store error to the
@@ -106,7 +107,7 @@ func (e *Engine) Acquire(c *Call) (*Lease, *Record, error) {
 	a := &noAnswers
 	if c.Transport != "" {
 		a = &answers{transport: c.Transport, conflict: c.InFlight, mismatch: c.Reused, unavailable: c.Unavailable, quota: c.OverQuota,
-			omitted: c.Omitted}
+			omitted: c.Omitted, nested: c.InFlight}
 	}
 	if c.Check != nil {
 		if a == &noAnswers {
@@ -123,10 +124,19 @@ func (e *Engine) Acquire(c *Call) (*Lease, *Record, error) {
 type answers struct {
 	transport                                       string
 	conflict, mismatch, unavailable, quota, omitted int
+	nested                                          int                 // errNested's
 	check                                           func(*Record) error // vets a record before it is replayed; nil: any
 }
 
 var noAnswers answers
+
+// errNested is Acquire's answer to a call whose context holds the live
+// lease of its own key on the same Engine: the call runs inside the one
+// that holds the key (a middleware mounted twice on a route, a request
+// dispatched again from its handler, Do called with its request's key).
+// Waiting could not help: the holder waits for it. Begin answers it with
+// 500 (docs/problems.md, middleware-twice), which the holder does not store.
+var errNested = fmt.Errorf("%w: the call's context holds this key's lease: it runs inside the call that holds the key", ErrInFlight)
 
 // acquire is Acquire with the endpoint that Config.ScopeRoute joins to the
 // scope (c.Route, or the path of an HTTP request without a route
@@ -158,6 +168,13 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 	}
 	if e.cfg.Quota.set() {
 		l.ctx = withQuota(l.ctx, c.Scope, e.cfg.Quota)
+	}
+	if held, ok := ctx.Value(leaseKey{}).(*Lease); ok && held.e == e && held.id == l.id && held.live() {
+		// Asked again for its key inside the call that holds it: the store
+		// would answer in flight until the call ends, which waits for this.
+		l.ev.Err = errNested
+		l.observe(OutcomeConflict, a.nested)
+		return nil, nil, errNested
 	}
 	var deadline time.Time
 	if e.cfg.Wait > 0 {
@@ -398,6 +415,13 @@ func (l *Lease) NewContext(ctx context.Context) context.Context {
 // Protected reports whether the lease holds the key's lock. It is false
 // when the store failed and the work runs unprotected (fail-open).
 func (l *Lease) Protected() bool { return l.token != "" || l.tx != nil }
+
+// live reports whether the lease has not ended yet.
+func (l *Lease) live() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.done
+}
 
 // Buffered reports whether the lease holds its key in a TxStore's
 // transaction: the work's writes commit with its result in Complete, so

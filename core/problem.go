@@ -18,6 +18,7 @@ const (
 	problemBodyConsumed     = "https://github.com/idem-go/idem/blob/main/docs/problems.md#body-consumed"
 	problemStoreUnavailable = "https://github.com/idem-go/idem/blob/main/docs/problems.md#store-unavailable"
 	problemQuotaExceeded    = "https://github.com/idem-go/idem/blob/main/docs/problems.md#quota-exceeded"
+	problemMiddlewareTwice  = "https://github.com/idem-go/idem/blob/main/docs/problems.md#middleware-twice"
 )
 
 // contentTypeProblem is the media type of every error body (RFC 9457).

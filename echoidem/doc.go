@@ -5,7 +5,8 @@
 //
 // Build one core.Engine (every setting is a core.Config field) and register
 // echoidem.New(eng), or NewWithConfig for a Skipper or an ErrorHandler, with
-// e.Use, on a group or on a route (not e.Pre), after middleware.Recover(),
+// e.Use, on a group or on a route (not e.Pre; once: a request through it
+// twice gets 500 middleware-twice), after middleware.Recover(),
 // authentication and response-shaping middleware such as Gzip. The route
 // template is c.Path(); a request that matched no route passes through
 // untouched. core.Request.Context's Value also reads what c.Set stored.

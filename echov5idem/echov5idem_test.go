@@ -633,3 +633,26 @@ func TestGzipEmptyBodyReplay(t *testing.T) {
 		}
 	}
 }
+
+// Mounted twice on a route, under e.Use and on the route, the middleware
+// meets its own key's lock on the second pass: 500 middleware-twice, which
+// the first pass does not store, and the handler does not run.
+func TestMountedTwice(t *testing.T) {
+	t.Parallel()
+	eng := newEngine(t, core.Config{})
+	e := newEcho()
+	e.Use(echov5idem.New(eng))
+	var runs atomic.Int64
+	e.POST("/orders", func(c *echo.Context) error {
+		runs.Add(1)
+		return c.NoContent(http.StatusCreated)
+	}, echov5idem.New(eng))
+	for range 2 {
+		rec := send(e, http.MethodPost, "/orders", "twice")
+		if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), "#middleware-twice") ||
+			rec.Header().Get(core.HeaderReplay) != "" {
+			t.Fatalf("got %d %v %s, want 500 middleware-twice, not replayed", rec.Code, rec.Header(), rec.Body)
+		}
+	}
+	wantRuns(t, &runs, 0)
+}

@@ -13,10 +13,10 @@
 // It must run after anything that rewrites the request's URL, and once per
 // chain: a request that meets it twice, under r.Use and on its route, or
 // dispatched again by a handler (r.HandleContext, or r.ServeHTTP with the
-// same request) through r.Use, gets 409 from the second, which the first
-// stores. With such a handler, put it only on the routes dispatched to: on
-// the dispatching route, HandleContext gives c.Writer back to Gin, and the
-// response would bypass its capture and replay empty.
+// same request) through r.Use, gets 500 middleware-twice from the second,
+// and the handler does not run. With such a handler, put it only on the
+// routes dispatched to: on the dispatching route, HandleContext gives
+// c.Writer back to Gin, and the response would bypass its capture.
 //
 // A replay or one of idem's refusals (RFC 9457 problem details, or
 // WithErrorHandler's rendering) is written and the chain aborted. Otherwise
