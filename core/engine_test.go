@@ -1034,3 +1034,35 @@ func testMiddlewareTwice(t *testing.T) {
 		t.Errorf("Do refused after %v on the fake clock, want at once", d)
 	}
 }
+
+// With a Storable that keeps 5xx responses too, the first pass of a
+// request through the middleware twice must not store the second pass's
+// 500 middleware-twice: once the middleware is mounted once, the key runs
+// its handler, as docs/problems.md says (nothing is stored under the key).
+// In the transactional mode too.
+func TestMiddlewareTwiceStorableAll(t *testing.T) {
+	t.Parallel()
+	for _, tx := range []bool{false, true} {
+		cfg := core.Config{Storable: func(int) bool { return true }}
+		if tx {
+			cfg.Store = idemtest.NewTxStore(t)
+		}
+		eng, err := core.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.WriteHeader(http.StatusCreated)
+		})
+		if w := post(t, eng.Middleware(eng.Middleware(handler)), "twice-all", `{}`); w.Code != http.StatusInternalServerError {
+			t.Fatalf("tx %v, through the middleware twice: %d, want 500", tx, w.Code)
+		}
+		w := post(t, eng.Middleware(handler), "twice-all", `{}`)
+		if w.Code != http.StatusCreated || runs.Load() != 1 {
+			t.Fatalf("tx %v, mounted once: %d %q %s after %d runs, want 201 after 1 (the 500 middleware-twice was stored)",
+				tx, w.Code, w.Header(), w.Body, runs.Load())
+		}
+	}
+}

@@ -169,7 +169,7 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 	if e.cfg.Quota.set() {
 		l.ctx = withQuota(l.ctx, c.Scope, e.cfg.Quota)
 	}
-	if held, ok := ctx.Value(leaseKey{}).(*Lease); ok && held.e == e && held.id == l.id && held.live() {
+	if held, ok := ctx.Value(leaseKey{}).(*Lease); ok && held.e == e && held.id == l.id && held.refuseNested() {
 		// Asked again for its key inside the call that holds it: the store
 		// would answer in flight until the call ends, which waits for this.
 		l.ev.Err = errNested
@@ -388,8 +388,9 @@ type Lease struct {
 	// Release), in the lease's memory: two allocations less
 	firstCtx, endCtx storeCtx
 
-	mu      sync.Mutex // guards done, held, lease and expired against the refresher
+	mu      sync.Mutex // guards done, held, lease and expired against the refresher, and nested
 	done    bool
+	nested  bool          // a call inside the lease was refused with errNested
 	held    time.Time     // when the lock was last known held for lease: taken or refreshed
 	lease   time.Duration // how long the lock lasts from held: the initial lease, then renew
 	renew   time.Duration // what a refresh extends the lock to: LockTTL, or less (renewer, leasedTx)
@@ -416,11 +417,21 @@ func (l *Lease) NewContext(ctx context.Context) context.Context {
 // when the store failed and the work runs unprotected (fail-open).
 func (l *Lease) Protected() bool { return l.token != "" || l.tx != nil }
 
-// live reports whether the lease has not ended yet.
-func (l *Lease) live() bool {
+// refuseNested reports whether the lease has not ended yet, and if so
+// notes that a call inside it was refused with errNested (nestedRefused).
+func (l *Lease) refuseNested() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.nested = l.nested || !l.done
 	return !l.done
+}
+
+// nestedRefused reports whether a call inside the lease was refused with
+// errNested.
+func (l *Lease) nestedRefused() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.nested
 }
 
 // Buffered reports whether the lease holds its key in a TxStore's

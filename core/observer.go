@@ -15,7 +15,7 @@ const (
 	OutcomeReplay     Outcome = iota + 1 // a stored response was replayed
 	OutcomeStored                        // the handler ran and its response was stored (Err wraps ErrLockLost if the lock expired, or may have, meanwhile)
 	OutcomeNotStored                     // the handler ran; its response was not stored (5xx, panic, hijack, policy), the lock was released
-	OutcomeConflict                      // the key was in flight: 409
+	OutcomeConflict                      // the key was in flight: 409, or 500 middleware-twice if the call's context holds its lease
 	OutcomeMismatch                      // the key was used with another request: 422
 	OutcomeInvalidKey                    // the key was missing (and required) or malformed: 400
 	OutcomeTooLarge                      // the request body was over the limit: 413
@@ -105,13 +105,14 @@ func MaskKey(key string) string {
 }
 
 // SlogObserver returns an Observer that logs every event to l with the key
-// masked: store errors, lost locks, a body read before the middleware (a
-// server bug, answered 500) and a tiered store's second record of a key (it
-// ran twice) at Error level; conflicts, mismatches, invalid keys, too large
-// or unreadable bodies, quota refusals, responses stored after the lock
-// expired (or may have), the breaker's changes and the tiered store's other
-// fallbacks at Warn; the rest at Debug. The scope is logged as it is: an
-// application that scopes by a secret (an API key) should scope by its hash.
+// masked: store errors, lost locks, a body read before the middleware or
+// a request through it twice (server bugs, answered 500) and a tiered
+// store's second record of a key (it ran twice) at Error level;
+// conflicts, mismatches, invalid keys, too large or unreadable bodies,
+// quota refusals, responses stored after the lock expired (or may have),
+// the breaker's changes and the tiered store's other fallbacks at Warn;
+// the rest at Debug. The scope is logged as it is: an application that
+// scopes by a secret (an API key) should scope by its hash.
 func SlogObserver(l *slog.Logger) func(Event) {
 	return func(e Event) {
 		level := slog.LevelDebug

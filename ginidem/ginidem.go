@@ -22,10 +22,11 @@ type options struct {
 
 // WithErrorHandler renders the Engine's refusals (400 bad or missing key or
 // unreadable body, 409 key in flight, 413, 422 key reused, 429 over the
-// quota, 500 body read before the middleware, 503 store unavailable) the
-// app's way instead of as application/problem+json. The response's other
-// headers, such as Retry-After, are already set when it is called, and the
-// chain is aborted after it:
+// quota, 500 body read before the middleware or the middleware met twice,
+// 503 store unavailable) the app's way instead of as
+// application/problem+json. The response's other headers, such as
+// Retry-After, are already set when it is called, and the chain is aborted
+// after it:
 //
 //	ginidem.New(eng, ginidem.WithErrorHandler(func(c *gin.Context, p *core.Problem) {
 //		c.JSON(p.Status, gin.H{"error": p.Title})
