@@ -526,7 +526,7 @@ func (f *Flight) complete(status int, header http.Header, owned bool) *Response 
 		f.lease.Release(status, nil)
 		return nil
 	}
-	if status >= 500 && f.lease.nestedRefused() {
+	if status >= 500 && f.lease.nested.Load() {
 		// The second pass's 500 middleware-twice, even to a Storable that
 		// keeps 5xx: a server bug, which a retry must not meet once fixed.
 		f.lease.Release(status, errNested)

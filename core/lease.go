@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -169,9 +170,10 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 	if e.cfg.Quota.set() {
 		l.ctx = withQuota(l.ctx, c.Scope, e.cfg.Quota)
 	}
-	if held, ok := ctx.Value(leaseKey{}).(*Lease); ok && held.e == e && held.id == l.id && held.refuseNested() {
+	if held, ok := ctx.Value(leaseKey{}).(*Lease); ok && held.e == e && held.id == l.id && held.live() {
 		// Asked again for its key inside the call that holds it: the store
 		// would answer in flight until the call ends, which waits for this.
+		held.nested.Store(true)
 		l.ev.Err = errNested
 		l.observe(OutcomeConflict, a.nested)
 		return nil, nil, errNested
@@ -388,9 +390,10 @@ type Lease struct {
 	// Release), in the lease's memory: two allocations less
 	firstCtx, endCtx storeCtx
 
-	mu      sync.Mutex // guards done, held, lease and expired against the refresher, and nested
+	nested atomic.Bool // a call inside the lease was refused with errNested
+
+	mu      sync.Mutex // guards done, held, lease and expired against the refresher
 	done    bool
-	nested  bool          // a call inside the lease was refused with errNested
 	held    time.Time     // when the lock was last known held for lease: taken or refreshed
 	lease   time.Duration // how long the lock lasts from held: the initial lease, then renew
 	renew   time.Duration // what a refresh extends the lock to: LockTTL, or less (renewer, leasedTx)
@@ -417,21 +420,11 @@ func (l *Lease) NewContext(ctx context.Context) context.Context {
 // when the store failed and the work runs unprotected (fail-open).
 func (l *Lease) Protected() bool { return l.token != "" || l.tx != nil }
 
-// refuseNested reports whether the lease has not ended yet, and if so
-// notes that a call inside it was refused with errNested (nestedRefused).
-func (l *Lease) refuseNested() bool {
+// live reports whether the lease has not ended yet.
+func (l *Lease) live() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.nested = l.nested || !l.done
 	return !l.done
-}
-
-// nestedRefused reports whether a call inside the lease was refused with
-// errNested.
-func (l *Lease) nestedRefused() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.nested
 }
 
 // Buffered reports whether the lease holds its key in a TxStore's
