@@ -82,7 +82,13 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			c.Abort()
 			return
 		case resp != nil:
-			resp.Write(c.Writer)      // a replay is not a handler result: later handlers do not run
+			resp.Write(c.Writer) // a replay is not a handler result: later handlers do not run
+			if len(resp.Body) == 0 && resp.Header["Content-Encoding"] == nil {
+				// A compressing middleware before this one (gin-contrib/gzip)
+				// set it for a body, and drops it after the chain when none
+				// came: too late once the headers are sent.
+				c.Writer.Header().Del("Content-Encoding")
+			}
 			c.Writer.WriteHeaderNow() // Gin's WriteHeader only notes the status: sent, even without a body
 			c.Abort()
 			return
@@ -185,8 +191,12 @@ type writer struct {
 // WriteHeader notes that the handlers chose a status: Gin sends it after
 // the chain even if nothing is written.
 func (w *writer) WriteHeader(code int) {
-	if w.buffered && w.sent != nil {
-		return // as Gin ignores a status once the response has begun
+	if code <= 0 || w.buffered && w.sent != nil {
+		// Gin ignores both: c.Render(-1, …) (c.SSEvent, c.Redirect) keeps
+		// the status, and one set once the response has begun. Passed on,
+		// -1 would be the status of a writer below that keeps what it is
+		// given (gin-contrib/gzip's): a 200 not stored.
+		return
 	}
 	w.statusSet = true
 	w.ResponseWriter.WriteHeader(code)

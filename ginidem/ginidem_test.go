@@ -605,3 +605,68 @@ func TestGinEmptyReplayWritten(t *testing.T) {
 		t.Fatalf("the middleware before ginidem saw written = %v, want the replay written", written)
 	}
 }
+
+// notingWriter is the writer of a middleware before ginidem that keeps the
+// last status it was given, -1 included, as gin-contrib/gzip's does.
+type notingWriter struct {
+	gin.ResponseWriter
+	status int
+}
+
+func (w *notingWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *notingWriter) Status() int {
+	if w.status != 0 {
+		return w.status
+	}
+	return w.ResponseWriter.Status()
+}
+
+// c.SSEvent renders with the status -1 (keep the status): Gin ignores it,
+// and so does ginidem, so that a writer below that keeps it does not turn
+// the 200 sent into a status that is not stored (the handler ran again).
+func TestGinRenderKeepStatusStored(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	r := gin.New()
+	r.Use(func(c *gin.Context) { c.Writer = &notingWriter{ResponseWriter: c.Writer}; c.Next() })
+	r.POST("/events", ginidem.New(newEngine(t, core.Config{})), func(c *gin.Context) {
+		runs.Add(1)
+		c.SSEvent("order", "created")
+	})
+	const body = "event:order\ndata:created\n\n"
+	wantResponse(t, post(r, "/events", "sse-1"), http.StatusOK, body, false)
+	wantResponse(t, post(r, "/events", "sse-1"), http.StatusOK, body, true)
+	wantRuns(t, "the handler", &runs, 1)
+}
+
+// A compressing middleware before ginidem (gin-contrib/gzip) sets
+// Content-Encoding for a body and drops it after the chain when none came.
+// A replay without a body is sent before that: it has no Content-Encoding
+// either, as the first response had none.
+func TestGinEmptyReplayNoContentEncoding(t *testing.T) {
+	t.Parallel()
+	r := gin.New()
+	r.Use(func(c *gin.Context) {
+		c.Header("Content-Encoding", "gzip")
+		c.Next()
+		if c.Writer.Size() <= 0 {
+			c.Writer.Header().Del("Content-Encoding")
+		}
+	})
+	r.POST("/orders", ginidem.New(newEngine(t, core.Config{})), func(c *gin.Context) {
+		c.Header("Location", "/orders/1")
+		c.Status(http.StatusCreated)
+	})
+	for i, replay := range []bool{false, true} {
+		rec := post(r, "/orders", "empty-gzip-1")
+		wantResponse(t, rec, http.StatusCreated, "", replay)
+		sent := rec.Result().Header // as sent: rec.Header() is the map, changed after
+		if ce, loc := sent.Get("Content-Encoding"), sent.Get("Location"); ce != "" || loc != "/orders/1" {
+			t.Fatalf("response %d: Content-Encoding %q, Location %q; want none and /orders/1", i, ce, loc)
+		}
+	}
+}
