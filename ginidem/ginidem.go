@@ -252,7 +252,9 @@ func (w *writer) Flush() {
 // Written reports whether the response has begun (held back, for a
 // Buffered flight).
 func (w *writer) Written() bool {
-	if w.buffered {
+	if w.buffered || w.sent != nil {
+		// Begun here, even if a writer below sends it only later
+		// (gin-contrib/timeout's, whose WriteHeaderNow only notes it).
 		return w.sent != nil
 	}
 	return w.ResponseWriter.Written()

@@ -670,3 +670,29 @@ func TestGinEmptyReplayNoContentEncoding(t *testing.T) {
 		}
 	}
 }
+
+// heldWriter is the writer of a middleware before ginidem that holds the
+// response and sends it after the chain, as gin-contrib/timeout's does: its
+// WriteHeaderNow only notes the status, so Gin's writer is not Written yet.
+type heldWriter struct {
+	gin.ResponseWriter
+}
+
+func (w *heldWriter) WriteHeaderNow() {}
+
+// c.AbortWithError(400, err) writes its status (WriteHeaderNow) beside the
+// error: it is the handlers' response, stored, whether or not a writer
+// below has sent it yet.
+func TestGinAbortWithErrorHeldBelowStored(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	r := gin.New()
+	r.Use(func(c *gin.Context) { c.Writer = &heldWriter{ResponseWriter: c.Writer}; c.Next() })
+	r.POST("/orders", ginidem.New(newEngine(t, core.Config{})), func(c *gin.Context) {
+		runs.Add(1)
+		c.AbortWithError(http.StatusBadRequest, errors.New("no such item")) //nolint:errcheck // the status is the response
+	})
+	wantResponse(t, post(r, "/orders", "held-1"), http.StatusBadRequest, "", false)
+	wantResponse(t, post(r, "/orders", "held-1"), http.StatusBadRequest, "", true)
+	wantRuns(t, "the handler", &runs, 1)
+}
