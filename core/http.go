@@ -21,6 +21,10 @@ import (
 // lock released without storing; the panic goes on up the stack to
 // whatever recovers it.
 // A flushed response is stored when the handler returns, as any other.
+// A handler that writes nothing and returns once its request's deadline
+// passed (chi's middleware.Timeout, http.TimeoutHandler before the
+// middleware answer 504 or 503 for it) has its lock released without
+// storing, as a panic has.
 // With a TxStore (Flight.Buffered) nothing reaches the client before the
 // handler's writes commit with the stored response; a failed commit
 // answers 503 instead.

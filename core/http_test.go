@@ -3,6 +3,7 @@ package core_test
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"io"
 	"maps"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idem-go/idem/core"
 	"github.com/idem-go/idem/core/idemtest"
@@ -363,5 +365,55 @@ func TestMiddlewareSentPathEscaped(t *testing.T) {
 	}
 	if !slices.Equal(got, []string{"201 ", "201 true"}) || runs != 1 {
 		t.Errorf("got %q, %d runs; want [201, 201 replayed] and one run", got, runs)
+	}
+}
+
+// TestMiddlewareHandlerTimedOut: a handler that returns at its deadline
+// without writing (as chi's middleware.Timeout documents), under a timeout
+// middleware that then answers 504, has nothing stored: a retry runs it
+// again rather than get a replay of a 200 the client never saw. A Buffered
+// flight's held headers are dropped, as after a panic.
+func TestMiddlewareHandlerTimedOut(t *testing.T) {
+	for name, store := range map[string]core.Store{"lease": core.NewMemoryStore(0), "buffered": stepTxStore{core.NewMemoryStore(0)}} {
+		eng, err := core.New(core.Config{Store: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) == 1 {
+				w.Header().Set("Location", "/orders/1")
+				<-r.Context().Done()
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		}))
+		timeout := func(w http.ResponseWriter, r *http.Request) { // chi's middleware.Timeout, at its deadline at once
+			ctx, cancel := context.WithDeadline(r.Context(), time.Now())
+			defer cancel()
+			h.ServeHTTP(w, r.WithContext(ctx))
+			if ctx.Err() == context.DeadlineExceeded {
+				w.WriteHeader(http.StatusGatewayTimeout)
+			}
+		}
+		for i, want := range []int{http.StatusGatewayTimeout, http.StatusCreated, http.StatusCreated} {
+			req := httptest.NewRequest(http.MethodPost, "/orders", nil)
+			req.Header.Set("Idempotency-Key", "k")
+			w := httptest.NewRecorder()
+			if i < 2 {
+				timeout(w, req)
+			} else {
+				h.ServeHTTP(w, req)
+			}
+			if w.Code != want {
+				t.Fatalf("%s, request %d: %d, want %d", name, i+1, w.Code, want)
+			}
+			if i == 0 && name == "buffered" && w.Header().Get("Location") != "" {
+				t.Errorf("%s: the 504 has the handler's held Location", name)
+			}
+		}
+		if runs.Load() != 2 {
+			t.Fatalf("%s: handler ran %d times, want 2", name, runs.Load())
+		}
 	}
 }
