@@ -17,14 +17,16 @@ import (
 //
 // Wrap a handler once: a request through the middleware of one Engine
 // twice gets 500 middleware-twice from the second pass, and its handler
-// does not run. A handler that panics or hijacks the connection has its
-// lock released without storing; the panic goes on up the stack to
-// whatever recovers it.
-// A flushed response is stored when the handler returns, as any other.
-// A handler that writes nothing and returns once its request's deadline
-// passed (chi's middleware.Timeout, http.TimeoutHandler before the
-// middleware answer 504 or 503 for it) has its lock released without
-// storing, as a panic has.
+// does not run.
+//
+// A handler that panics or hijacks the connection has its lock released
+// without storing (the panic goes on up the stack), and so has one that
+// writes nothing and returns after its request's deadline: a timeout
+// before the middleware (http.TimeoutHandler, chi's middleware.Timeout)
+// answers 503 or 504 for it. Put such a timeout before the middleware,
+// never inside it: its answer would release the key while the handler
+// still runs, and a retry would run it again beside it. A flushed
+// response is stored when the handler returns, as any other.
 // With a TxStore (Flight.Buffered) nothing reaches the client before the
 // handler's writes commit with the stored response; a failed commit
 // answers 503 instead.
