@@ -987,6 +987,14 @@ func TestEventsHaveContext(t *testing.T) {
 // called again with its own key inside fn is refused at once the same way.
 func TestMiddlewareTwice(t *testing.T) { synctest.Test(t, testMiddlewareTwice) }
 
+// created counts its runs and answers 201.
+func created(runs *atomic.Int32) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	})
+}
+
 func testMiddlewareTwice(t *testing.T) {
 	var ev events
 	eng, err := core.New(core.Config{Wait: 5 * time.Second, Observer: ev.observe})
@@ -994,10 +1002,7 @@ func testMiddlewareTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	var runs atomic.Int32
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
-		w.WriteHeader(http.StatusCreated)
-	})
+	handler := created(&runs)
 	start := time.Now()
 	twice := eng.Middleware(eng.Middleware(handler))
 	for range 2 {
@@ -1052,10 +1057,7 @@ func TestMiddlewareTwiceStorableAll(t *testing.T) {
 			t.Fatal(err)
 		}
 		var runs atomic.Int32
-		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			runs.Add(1)
-			w.WriteHeader(http.StatusCreated)
-		})
+		handler := created(&runs)
 		if w := post(t, eng.Middleware(eng.Middleware(handler)), "twice-all", `{}`); w.Code != http.StatusInternalServerError {
 			t.Fatalf("tx %v, through the middleware twice: %d, want 500", tx, w.Code)
 		}
