@@ -23,9 +23,9 @@ import (
 // without storing (the panic goes on up the stack), and so has one that
 // writes nothing and returns after its request's deadline: a timeout
 // before the middleware (http.TimeoutHandler, chi's middleware.Timeout)
-// answers 503 or 504 for it. Put such a timeout before the middleware,
-// never inside it: its answer would release the key while the handler
-// still runs, and a retry would run it again beside it. A flushed
+// answers 503 or 504 for it. Put http.TimeoutHandler before the
+// middleware, never inside it: its 503 would release the key while the
+// handler still runs, and a retry would run it again beside it. A flushed
 // response is stored when the handler returns, as any other.
 // With a TxStore (Flight.Buffered) nothing reaches the client before the
 // handler's writes commit with the stored response; a failed commit

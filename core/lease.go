@@ -99,8 +99,8 @@ func (e *Engine) Observe(ev Event) {
 //     fingerprint: answer with the record (a replay);
 //   - nil, nil, an error: ErrKeyReused, ErrInFlight (after waiting up to
 //     Config.Wait; at once if c.Context holds the key's own Lease, which
-//     would wait for this call), a *QuotaError (Config.Quota), or an error wrapping
-//     ErrStoreUnavailable (FailClosed, or a busy store).
+//     would wait for this call), a *QuotaError (Config.Quota), or an
+//     error wrapping ErrStoreUnavailable (FailClosed, or a busy store).
 //
 // Acquire reports the replay, conflict, mismatch or store error to the
 // Observer; the Lease reports how it ends.

@@ -7,9 +7,9 @@
 // echov5idem.New(eng), or NewWithConfig for a Skipper or an ErrorHandler,
 // with e.Use, on a group or on a route (not e.Pre; once: a request through
 // it twice gets 500 middleware-twice), after middleware.Recover(),
-// authentication and response-shaping middleware such as Gzip. The route template is c.Path(); a request that matched no route
-// passes through untouched. core.Request.Context's Value also reads what
-// c.Set stored.
+// authentication and response-shaping middleware such as Gzip. The route
+// template is c.Path(); a request that matched no route passes through
+// untouched. core.Request.Context's Value also reads what c.Set stored.
 //
 // A handler's error is rendered by the app's HTTPErrorHandler inside the
 // middleware, which then returns nil, so what the client gets is what is
