@@ -587,8 +587,6 @@ func (f *Flight) Abort() {
 
 var errAborted = errors.New("idem: flight aborted: response not stored (panic, hijack, body stream or not the handler's)")
 
-var errTimedOut = errors.New("idem: the handler wrote nothing and its request's deadline passed: response not stored")
-
 // Request returns r as the handler gets it while f is open: its body reads
 // what Begin read, and its context carries f (InfoFromContext, a TxStore's
 // transaction). It sets r.Body.
@@ -612,10 +610,7 @@ func (f *Flight) ResponseWriter(w http.ResponseWriter) http.ResponseWriter {
 // Abort if the connection was hijacked, else Complete with the status and
 // the headers as they were sent (headers changed after WriteHeader never
 // reach the client), or, if the handler wrote nothing, 200 and the headers
-// as they are now, as net/http then sends them. A handler that wrote
-// nothing and whose request's deadline passed gave up: it ends as Abort
-// (a timeout middleware before the adapter, chi's Timeout or
-// http.TimeoutHandler, answers 504 or 503 for it). A Buffered flight's
+// as they are now, as net/http then sends them. A Buffered flight's
 // response is sent then, or, if its commit failed, the 503 that Complete
 // returns, with the headers set before the handler: through answer (an
 // adapter's error handler, which writes to the writer ResponseWriter was
@@ -733,17 +728,6 @@ func (w *captureWriter) finish(answer func(*Response)) {
 	// Buffered flight's send still needs it.
 	status, header, owned := w.status, w.header, !w.flight.Buffered()
 	if status == 0 {
-		if f := w.flight; f.ctx.f != nil && errors.Is(f.ctx.Context.Err(), context.DeadlineExceeded) {
-			// It gave up at its deadline, and a timeout middleware before
-			// the adapter (chi's Timeout, http.TimeoutHandler) answers for
-			// it: a 504 or a 503, not the 200 net/http would send.
-			w.ended = true
-			if f.Buffered() {
-				f.ResetHeader(w.ResponseWriter.Header())
-			}
-			f.lease.Release(0, errTimedOut)
-			return
-		}
 		status, header, owned = http.StatusOK, w.ResponseWriter.Header(), false
 	}
 	resp := w.flight.complete(status, header, owned) // if Storable panics, a deferred Abort still counts

@@ -20,13 +20,16 @@ import (
 // does not run.
 //
 // A handler that panics or hijacks the connection has its lock released
-// without storing (the panic goes on up the stack), and so has one that
-// writes nothing and returns after its request's deadline: a timeout
-// before the middleware (http.TimeoutHandler, chi's middleware.Timeout)
-// answers 503 or 504 for it. Put http.TimeoutHandler before the
-// middleware, never inside it: its 503 would release the key while the
-// handler still runs, and a retry would run it again beside it. A flushed
-// response is stored when the handler returns, as any other.
+// without storing (the panic goes on up the stack). What the handlers
+// inside the middleware answer is stored, a handler that writes nothing
+// included (net/http's 200): one that gives up at its deadline writes its
+// error status. A timeout that answers for the handler goes inside the
+// middleware if it waits for the handler to return (chi's
+// middleware.Timeout: its 504 is then not stored), before it if it answers
+// while the handler runs on (http.TimeoutHandler: inside, its 503 would
+// release the key while the handler still runs, and a retry would run it
+// again beside it). A flushed response is stored when the handler
+// returns, as any other.
 // With a TxStore (Flight.Buffered) nothing reaches the client before the
 // handler's writes commit with the stored response; a failed commit
 // answers 503 instead.
