@@ -1030,6 +1030,13 @@ func testMiddlewareTwice(t *testing.T) {
 		if !errors.Is(err, core.ErrInFlight) {
 			t.Errorf("Do inside Do of its key: %v, want ErrInFlight", err)
 		}
+		_, _, err = core.Do(ctx, eng, "s", "j", func(ctx context.Context) (int, error) {
+			_, _, err := core.Do(ctx, eng, "s", "k", func(context.Context) (int, error) { return 3, nil })
+			return 0, err
+		})
+		if !errors.Is(err, core.ErrInFlight) {
+			t.Errorf("Do of its key inside Do of another key inside Do of its key: %v, want ErrInFlight", err)
+		}
 		return 1, nil
 	})
 	if err != nil {

@@ -170,13 +170,15 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 	if e.cfg.Quota.set() {
 		l.ctx = withQuota(l.ctx, c.Scope, e.cfg.Quota)
 	}
-	if held, ok := ctx.Value(leaseKey{}).(*Lease); ok && held.e == e && held.id == l.id && held.live() {
-		// Asked again for its key inside the call that holds it: the store
-		// would answer in flight until the call ends, which waits for this.
-		held.nested.Store(true)
-		l.ev.Err = errNested
-		l.observe(OutcomeConflict, a.nested)
-		return nil, nil, errNested
+	// Asked again for its key inside a call that holds it: the store would
+	// answer in flight until that call ends, which waits for this one.
+	for held, _ := ctx.Value(leaseKey{}).(*Lease); held != nil; held, _ = held.ev.Context.Value(leaseKey{}).(*Lease) {
+		if held.e == e && held.id == l.id && held.live() {
+			held.nested.Store(true)
+			l.ev.Err = errNested
+			l.observe(OutcomeConflict, a.nested)
+			return nil, nil, errNested
+		}
 	}
 	var deadline time.Time
 	if e.cfg.Wait > 0 {

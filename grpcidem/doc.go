@@ -3,8 +3,9 @@
 // replays its reply, with ReplayMetadata "true", to every retry; and a unary
 // client interceptor that sends a key and retries with it.
 //
-// Build one core.Engine and chain UnaryServerInterceptor(eng) after a
-// recovery interceptor. Every unary method is covered (WithSkip leaves some
+// Build one core.Engine and chain UnaryServerInterceptor(eng) once, after
+// a recovery interceptor (chained twice, every call meets its own key in
+// flight: Aborted, and the handler does not run). Every unary method is covered (WithSkip leaves some
 // out); streaming calls are not. A reply, or an error's status, is stored
 // when WithStorable accepts its code (DefaultStorable: OK and client
 // errors), with the metadata the handler set less what core.Config's
