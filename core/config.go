@@ -2,8 +2,10 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/idem-go/idem/internal/defaults"
@@ -65,8 +67,10 @@ type Config struct {
 	// store that wraps a TxStore must be one itself.
 	Store Store
 
-	// Methods the Engine covers; other requests pass untouched.
-	// Default: POST, PUT, PATCH and DELETE.
+	// Methods the Engine covers, as requests carry them (upper-case: methods
+	// are case-sensitive, and New refuses "post"); other requests pass
+	// untouched. Default (nil): POST, PUT, PATCH and DELETE; an empty list
+	// covers none.
 	Methods []string
 	// Required makes a covered request without a key fail with 400.
 	// Default: false (a request without a key runs unprotected).
@@ -276,6 +280,9 @@ func (c *Config) setDefaults() error {
 	case wrapsTx(c.Store):
 		return errors.New("idem: Config.Store wraps a TxStore but is not one, so the work would not write in its transaction")
 	}
+	if err := c.checkNames(); err != nil {
+		return err
+	}
 	if t, ok := find[interface{ valid() error }](c.Store); ok {
 		if err := t.valid(); err != nil {
 			return err
@@ -285,6 +292,37 @@ func (c *Config) setDefaults() error {
 		return err
 	}
 	return nil
+}
+
+// checkNames refuses a method or a header name that no request carries,
+// which would leave every request unprotected without a word: a name that
+// is not an HTTP token (RFC 9110), or a method with a lower-case letter
+// ("post": methods are case-sensitive).
+func (c *Config) checkNames() error {
+	for _, m := range c.Methods {
+		if !isToken(m) || strings.ToUpper(m) != m {
+			return fmt.Errorf("idem: Config.Methods: %q is not a method as requests carry it (methods are case-sensitive: %q)", m, strings.ToUpper(m))
+		}
+	}
+	for _, h := range [...]struct{ field, name string }{
+		{"KeyHeader", c.KeyHeader}, {"LegacyKeyHeader", c.LegacyKeyHeader}, {"ReplayHeader", c.ReplayHeader},
+	} {
+		if h.name != "" && !isToken(h.name) {
+			return fmt.Errorf("idem: Config.%s: %q is not a header name", h.field, h.name)
+		}
+	}
+	return nil
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110, section 5.6.2): a
+// method or a header name.
+func isToken(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // wrapsTx reports whether s is not a TxStore but wraps one (Unwrap).

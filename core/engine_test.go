@@ -67,6 +67,12 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"negative ttl":        {ResponseTTL: -time.Second},
 		"tiny lock ttl":       {LockTTL: time.Microsecond},
 		"negative wait":       {Wait: -1},
+		// Each would leave every request unprotected, silently.
+		"lower-case method":        {Methods: []string{"POST", "patch"}},
+		"empty method":             {Methods: []string{""}},
+		"key header not a name":    {KeyHeader: "Idempotency Key"},
+		"legacy header not a name": {LegacyKeyHeader: "X-Key:"},
+		"replay header not a name": {ReplayHeader: "Replayed?"},
 	} {
 		if _, err := core.New(cfg); err == nil {
 			t.Errorf("%s: New accepted %+v", name, cfg)
