@@ -21,6 +21,8 @@
 // Echo's own 413, reported to the Observer as core.OutcomeTooLarge.
 // Operations lists the covered routes for package swagger.
 //
-// See Example; the reasons and edge cases are in docs/design.md, "echoidem"
+// See Example; the reasons and edge cases are in [docs/design.md], "echoidem"
 // and "echov5idem".
+//
+// [docs/design.md]: https://github.com/idem-go/idem/blob/main/docs/design.md
 package echov5idem

@@ -34,5 +34,7 @@
 // Operations lists the covered routes for package swagger.
 //
 // See Example; the reasons and edge cases (fasthttp's buffers,
-// StreamRequestBody, header names) are in docs/design.md, "fiberidem".
+// StreamRequestBody, header names) are in [docs/design.md], "fiberidem".
+//
+// [docs/design.md]: https://github.com/idem-go/idem/blob/main/docs/design.md
 package fiberidem

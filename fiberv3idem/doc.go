@@ -33,6 +33,8 @@
 // strips identity headers must strip trailers too).
 // Operations lists the covered routes for package swagger.
 //
-// See Example; the reasons and edge cases are in docs/design.md,
+// See Example; the reasons and edge cases are in [docs/design.md],
 // "fiberidem" and "fiberv3idem".
+//
+// [docs/design.md]: https://github.com/idem-go/idem/blob/main/docs/design.md
 package fiberv3idem

@@ -26,5 +26,7 @@
 // In pgstore's transactional mode the response is held until the commit.
 // Operations lists the covered routes for package swagger.
 //
-// See Example; the reasons and edge cases are in docs/design.md, "ginidem".
+// See Example; the reasons and edge cases are in [docs/design.md], "ginidem".
+//
+// [docs/design.md]: https://github.com/idem-go/idem/blob/main/docs/design.md
 package ginidem

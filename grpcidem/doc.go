@@ -21,6 +21,9 @@
 // within its MaxDelay with it; Replayed tells a replay from its header
 // metadata.
 //
-// See Example; every case is in docs/contract.md, "gRPC", and the reasons
-// in docs/design.md, "grpcidem".
+// See Example; every case is in [docs/contract.md], "gRPC", and the reasons
+// in [docs/design.md], "grpcidem".
+//
+// [docs/contract.md]: https://github.com/idem-go/idem/blob/main/docs/contract.md
+// [docs/design.md]: https://github.com/idem-go/idem/blob/main/docs/design.md
 package grpcidem

@@ -9,7 +9,7 @@
 // sent again with that same key and the same body after a network error (not
 // net/http's refusal of a request it cannot send, such as a bad header, nor
 // an error reading the body), a 409 that says the key is in flight (idem's
-// problem type key-in-flight of docs/problems.md, under any
+// problem type key-in-flight of [docs/problems.md], under any
 // Config.ProblemDocsURL, or a Retry-After), a 429 or a 5xx but 501: up to
 // MaxAttempts in all, waiting 100 ms, 200 ms, 400 ms (±25 %) or the
 // response's Retry-After, whichever is longer, and never past the request context's deadline; a 429 or 503 whose
@@ -30,6 +30,8 @@
 // Work that sends two requests of one method to one host and path must
 // give each its own key, such as core.DerivedKey(ctx, "refund 2") in the
 // Idempotency-Key header: they would share one. See Example.
+//
+// [docs/problems.md]: https://github.com/idem-go/idem/blob/main/docs/problems.md
 package idemclient
 
 import (

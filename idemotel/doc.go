@@ -16,7 +16,9 @@
 // Engine on the Telemetry reported last: Engines on stores of their own
 // want a Telemetry each, on MeterProviders of their own.
 //
-// See Example. docs/metrics.md lists the instruments and their attributes,
+// See Example. [docs/metrics.md] lists the instruments and their attributes,
 // and maps them to idemprom's names through a Prometheus exporter, so that
 // idemprom's alert rules and dashboard apply.
+//
+// [docs/metrics.md]: https://github.com/idem-go/idem/blob/main/docs/metrics.md
 package idemotel

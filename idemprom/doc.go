@@ -12,8 +12,10 @@
 // (a registry each, or prometheus.WrapRegistererWith a label). NewStuckKeys
 // reports the oldest lock in flight.
 //
-// See Example. docs/metrics.md lists the metrics and their labels, maps
+// See Example. [docs/metrics.md] lists the metrics and their labels, maps
 // them to the names of the systems idem replaces, and explains the alert
 // rules (alerts.yml, with promtool tests) and the Grafana dashboard
 // (dashboards/idempotency.json) beside this file.
+//
+// [docs/metrics.md]: https://github.com/idem-go/idem/blob/main/docs/metrics.md
 package idemprom

@@ -16,5 +16,7 @@
 // its mark in processed_events commit in one transaction (MigrateInbox).
 //
 // See Example; the table, the statements, the janitor, the transactional
-// mode and the reasons for each are in docs/pgstore.md.
+// mode and the reasons for each are in [docs/pgstore.md].
+//
+// [docs/pgstore.md]: https://github.com/idem-go/idem/blob/main/docs/pgstore.md
 package pgstore

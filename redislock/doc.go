@@ -12,5 +12,7 @@
 // Engine's policy. Run Redis with maxmemory-policy noeviction.
 //
 // See Example; the key layout, scripts, failures, batching and URLs are in
-// docs/redis.md.
+// [docs/redis.md].
+//
+// [docs/redis.md]: https://github.com/idem-go/idem/blob/main/docs/redis.md
 package redislock

@@ -10,7 +10,9 @@
 // Keys come from a KeyProvider: StaticKeys holds them in memory; a provider
 // of a KMS fetches (and caches) them. Each record is sealed with a random
 // 96-bit nonce: rotate the primary key before it seals 2^32 records. See
-// docs/design.md, "Encryption at rest".
+// [docs/design.md], "Encryption at rest".
+//
+// [docs/design.md]: https://github.com/idem-go/idem/blob/main/docs/design.md
 package seal
 
 import (

@@ -17,5 +17,7 @@
 // InjectTemplate rewrites a swag docs.go template once, before serving
 // (ExampleInjectTemplate); Inject rewrites a JSON or YAML document (Example);
 // the idemswag command rewrites the files swag init wrote. OpenAPI 3 through
-// kin-openapi, and the output's format, are in docs/design.md, "swagger".
+// kin-openapi, and the output's format, are in [docs/design.md], "swagger".
+//
+// [docs/design.md]: https://github.com/idem-go/idem/blob/main/docs/design.md
 package swagger
