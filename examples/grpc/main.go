@@ -121,7 +121,7 @@ func run(logger *slog.Logger) error {
 
 	interceptors := []grpc.UnaryServerInterceptor{recovery.UnaryServerInterceptor()} // outside: after a panic the key is released
 	if os.Getenv("IDEM_OFF") == "1" {
-		logger.Warn("IDEM_OFF=1: idempotency off, the store is not used")
+		logger.Warn("IDEM_OFF=1: idempotency off: no request is covered, and the store logged holds the orders only")
 	} else {
 		interceptors = append(interceptors, grpcidem.UnaryServerInterceptor(eng, grpcidem.WithSkip(func(_ context.Context, method string) bool {
 			return method == ordersv1.Orders_ListOrders_FullMethodName // a read: not covered

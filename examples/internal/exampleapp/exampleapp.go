@@ -92,7 +92,7 @@ func Setup() (*App, error) {
 	}
 	if os.Getenv("IDEM_OFF") == "1" {
 		cfg.Methods = []string{} // covers nothing: every request passes straight on
-		a.Logger.Warn("IDEM_OFF=1: idempotency off, the store is not used")
+		a.Logger.Warn("IDEM_OFF=1: idempotency off: no request is covered, and the store logged holds the orders only")
 	}
 	if err := a.limits(&cfg); err != nil {
 		return nil, err
