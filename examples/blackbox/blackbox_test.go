@@ -291,6 +291,7 @@ func testContract(t *testing.T, s *server) {
 	}{
 		{http.MethodPost, "/nowhere", http.StatusNotFound},
 		{http.MethodPost, "/ORDERS", http.StatusNotFound},
+		{http.MethodPost, "/orders/", http.StatusNotFound},
 		{http.MethodPut, "/orders", http.StatusMethodNotAllowed},
 		{http.MethodDelete, "/orders", http.StatusMethodNotAllowed},
 	} {

@@ -37,6 +37,10 @@ func main() {
 	// 405 for a method /orders does not serve, as in the other examples
 	// (Gin answers 404 by default).
 	r.HandleMethodNotAllowed = true
+	// 404 for /orders/, as in the other examples: Gin redirects it to
+	// /orders by default (307 for a POST), which a client follows with its
+	// body and key, so /orders/ would create an order here only.
+	r.RedirectTrailingSlash = false
 	if c := app.CORS; c.Origin != "" { // CORS_ORIGIN: before idem, which leaves preflights (OPTIONS) alone
 		r.Use(cors.New(cors.Config{AllowOrigins: []string{c.Origin}, AllowMethods: c.Methods, AllowHeaders: c.AllowHeaders,
 			ExposeHeaders: c.ExposeHeaders, MaxAge: time.Duration(c.MaxAge) * time.Second}))
