@@ -7,6 +7,7 @@
 package blackbox
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
@@ -132,6 +133,33 @@ func (s *server) do(req *http.Request) result {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return result{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// wantUnparsed sends a request with a control byte in a header, which the
+// server refuses (400) before any handler, as a key with one: its answer
+// must not quote the request, whose headers may be a proxy's (fasthttp's
+// message does, unless Server.SecureErrorLogMessage is set).
+func (s *server) wantUnparsed(body string) {
+	s.t.Helper()
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(s.url, "http://"), 5*time.Second)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck // a net.Conn's
+	const secret = "proxy-secret-4711"
+	fmt.Fprintf(conn, "POST /orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-User-ID: alice\r\n"+
+		"X-Internal-Auth: %s\r\nIdempotency-Key: k\x01\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		secret, len(body), body)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		s.t.Fatalf("control byte in a header: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || bytes.Contains(b, []byte(secret)) {
+		s.t.Errorf("control byte in a header: %d %q, want 400 without the request's headers", resp.StatusCode, b)
+	}
 }
 
 func (s *server) count() int {
@@ -282,6 +310,7 @@ func testContract(t *testing.T, s *server) {
 	// Bad keys.
 	wantProblem(t, "300-character key", s.post("alice", strings.Repeat("k", 300), order), http.StatusBadRequest, "invalid-key")
 	wantProblem(t, "non-ASCII key", s.post("alice", "clé-"+newKey(t), order), http.StatusBadRequest, "invalid-key")
+	s.wantUnparsed(order)
 
 	// A wrong URL or method gets the framework's 404 or 405, whatever the
 	// key: the request never was the handler's, and the key stays alice's.

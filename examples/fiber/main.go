@@ -49,6 +49,10 @@ func main() {
 		// (fiberidem reads a keyed one, bounded by MaxBodyBytes).
 		StreamRequestBody: os.Getenv("FIBER_STREAM_BODY") == "1",
 	})
+	// fasthttp's 400 for a request it cannot parse (a control byte in a
+	// header) reaches renderError with the raw request in its message,
+	// headers a proxy added included: not with this set.
+	f.Server().SecureErrorLogMessage = true
 	if c := app.CORS; c.Origin != "" { // CORS_ORIGIN: before idem, which leaves preflights (OPTIONS) alone
 		f.Use(cors.New(cors.Config{AllowOrigins: c.Origin, AllowMethods: strings.Join(c.Methods, ","),
 			AllowHeaders: strings.Join(c.AllowHeaders, ","), ExposeHeaders: strings.Join(c.ExposeHeaders, ","), MaxAge: c.MaxAge}))

@@ -48,6 +48,10 @@ func main() {
 		// (fiberv3idem reads a keyed one, bounded by MaxBodyBytes).
 		StreamRequestBody: os.Getenv("FIBER_STREAM_BODY") == "1",
 	})
+	// fasthttp's 400 for a request it cannot parse (a control byte in a
+	// header) reaches renderError with the raw request in its message,
+	// headers a proxy added included: not with this set.
+	f.Server().SecureErrorLogMessage = true
 	if c := app.CORS; c.Origin != "" { // CORS_ORIGIN: before idem, which leaves preflights (OPTIONS) alone
 		f.Use(cors.New(cors.Config{AllowOrigins: []string{c.Origin}, AllowMethods: c.Methods,
 			AllowHeaders: c.AllowHeaders, ExposeHeaders: c.ExposeHeaders, MaxAge: c.MaxAge}))
