@@ -24,10 +24,10 @@ import (
 )
 
 // Issue 24's "Done when": two examples/payments instances and one fake
-// provider; a client sends paymentsCount payments, a third of them with
-// fail_after ("charge" or "record": the instance exits right after that
-// step ran), restarts an instance when it exits, and retries each key on
-// the other instance until it gets a 201. The provider must show exactly
+// provider; a client sends paymentsCount payments, paymentsClients at a
+// time, a third of them with fail_after ("charge" or "record": the
+// instance exits right after that step ran), restarts an instance when it
+// exits, and retries each key on the other instance until it gets a 201. The provider must show exactly
 // one charge per payment, sent with the key core.DerivedKey gives (what a
 // re-run of the handler would send), and GET /payments exactly one payment
 // per key, with that charge. On Redis, on PostgreSQL in the transactional
@@ -68,15 +68,9 @@ type paymentsRun struct {
 	t        *testing.T
 	provider string // its URL
 	procs    [2]*proc
-	// gates: a request with fail_after runs alone on its instance (the
-	// write lock). A crash kills every request in its process: one killed
-	// between the provider's answer and its checkpoint would send the
-	// charge again, with the same derived key, which a real provider
-	// answers with the first charge but this fake one counts.
-	gates   [2]sync.RWMutex
-	client  *http.Client
-	crashes atomic.Int64
-	failed  chan string // an instance that exited otherwise than by fail_after
+	client   *http.Client
+	crashes  atomic.Int64
+	failed   chan string // an instance that exited otherwise than by fail_after
 }
 
 func runPayments(t *testing.T, serverBin, providerBin string, env []string) {
@@ -144,8 +138,11 @@ func runPayments(t *testing.T, serverBin, providerBin string, env []string) {
 	if t.Failed() {
 		return
 	}
-	if got := r.crashes.Load(); got != int64(len(failAfter)) {
-		t.Errorf("%d crashes, want %d: one per payment with fail_after", got, len(failAfter))
+	// One crash per payment with fail_after, but for those that another's
+	// crash killed after their step ran and before their own crash: their
+	// retry is served the step's checkpoint, and does not crash.
+	if got := r.crashes.Load(); got > int64(len(failAfter)) || got < int64(len(failAfter))*3/4 {
+		t.Errorf("%d crashes, want at most one per payment with fail_after (%d), and most of them", got, len(failAfter))
 	}
 	r.check(t, keys, created)
 }
@@ -209,7 +206,7 @@ func (r *paymentsRun) pay(ctx context.Context, i int, key, failAfter string) (ma
 	inst := i % 2
 	var last string
 	for attempt := 0; ; attempt++ {
-		status, resp, err := r.send(ctx, inst, key, body, failAfter != "")
+		status, resp, err := r.send(ctx, inst, key, body)
 		if status == http.StatusCreated {
 			var b map[string]any
 			if err := json.Unmarshal(resp, &b); err != nil {
@@ -227,15 +224,8 @@ func (r *paymentsRun) pay(ctx context.Context, i int, key, failAfter string) (ma
 	}
 }
 
-// send posts one attempt to instance inst, alone on it if alone.
-func (r *paymentsRun) send(ctx context.Context, inst int, key, body string, alone bool) (int, []byte, error) {
-	if alone {
-		r.gates[inst].Lock()
-		defer r.gates[inst].Unlock()
-	} else {
-		r.gates[inst].RLock()
-		defer r.gates[inst].RUnlock()
-	}
+// send posts one attempt to instance inst.
+func (r *paymentsRun) send(ctx context.Context, inst int, key, body string) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.procs[inst].addr+"/payments", strings.NewReader(body))
 	if err != nil {
 		return 0, nil, err
@@ -391,13 +381,13 @@ const paymentsRedisDownWithin = 5 * time.Second
 // 20 s for the Redis client (redislock.NewClient) to give up redialling.
 func TestPaymentsRedisDown(t *testing.T) {
 	r, rdb, _ := startPaymentsOnRedis(t, 4*paymentsRedisDownWithin, "IDEM_FAIL_CLOSED=")
-	if status, b, err := r.send(context.Background(), 0, "up", `{"amount": 1, "account": "a"}`, false); status != http.StatusCreated {
+	if status, b, err := r.send(context.Background(), 0, "up", `{"amount": 1, "account": "a"}`); status != http.StatusCreated {
 		t.Fatalf("with Redis up: %d %s %v", status, b, err)
 	}
 	rdb.kill()
 
 	start := time.Now()
-	status, b, err := r.send(context.Background(), 0, "down", `{"amount": 1, "account": "a"}`, false)
+	status, b, err := r.send(context.Background(), 0, "down", `{"amount": 1, "account": "a"}`)
 	if took := time.Since(start); err != nil || status != http.StatusInternalServerError || took > paymentsRedisDownWithin {
 		t.Errorf("POST /payments with Redis down: %d %s %v after %v, want 500 within %v", status, b, err, took, paymentsRedisDownWithin)
 	}
@@ -450,7 +440,7 @@ func TestPaymentsClientGivesUp(t *testing.T) {
 	const body = `{"amount": 700, "account": "a"}`
 	for attempt := range 2 { // the client gives up after 1 s, twice
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		status, b, err := r.send(ctx, 0, "slow", body, false)
+		status, b, err := r.send(ctx, 0, "slow", body)
 		cancel()
 		if err == nil && status != http.StatusConflict {
 			t.Fatalf("attempt %d with the provider hung: %d %s, want the client's timeout or 409", attempt, status, b)
@@ -461,7 +451,7 @@ func TestPaymentsClientGivesUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for {
-		status, b, err := r.send(ctx, 0, "slow", body, false)
+		status, b, err := r.send(ctx, 0, "slow", body)
 		if status == http.StatusCreated {
 			break
 		}

@@ -10,8 +10,8 @@
 //
 // POST /payments needs an Idempotency-Key; keys are scoped per X-User-ID.
 // fail_after "charge" or "record" makes the process exit (status 3, a
-// crash) right after that step ran in it: a retry, served the step's
-// checkpoint, goes on. The environment is the other examples' (ADDR,
+// crash) right after that step ran in it, once no other request is in its
+// charge step: a retry, served the step's checkpoint, goes on. The environment is the other examples' (ADDR,
 // REDIS_URL, DATABASE_URL, ...), plus PROVIDER_URL (default
 // http://127.0.0.1:8091). Like every example it fails open by default; a
 // payment API in production runs fail-closed, here IDEM_FAIL_CLOSED=1
@@ -29,6 +29,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idem-go/idem/core"
@@ -117,10 +118,12 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 	ctx, user := context.WithoutCancel(r.Context()), r.Header.Get(exampleapp.UserHeader)
 
 	var ran bool // whether the last step ran here, not from its checkpoint
+	charging.RLock()
 	ch, err := core.Step(ctx, "charge", func(ctx context.Context) (charge, error) {
 		ran = true
 		return s.provider.charge(ctx, key, req.Amount)
 	})
+	charging.RUnlock()
 	if err != nil {
 		s.log.Error("payments: charge failed", "error", err)
 		writeJSON(w, http.StatusBadGateway, map[string]string{"error": "the payment provider failed"})
@@ -140,9 +143,18 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, map[string]any{"id": p.ID, "amount": p.Amount, "account": p.Account, "charge_id": p.ChargeID})
 }
 
-// crashIf ends the process at once, as a crash would, if crash is true.
+// charging is held (read) by the charge steps under way, from before the
+// provider's call until its checkpoint is stored, and by crashIf (write).
+var charging sync.RWMutex
+
+// crashIf ends the process, as a crash would, if crash is true: once the
+// charge steps of the other requests under way here have their checkpoints,
+// so that the crash is this request's alone. (A real crash cuts them too,
+// and a charge cut between the provider's answer and its checkpoint is
+// charged again by a provider that ignores keys: docs/steps.md.)
 func crashIf(crash bool, step string) {
 	if crash {
+		charging.Lock()
 		log.Printf("fail_after %q: exiting", step)
 		os.Exit(3)
 	}
