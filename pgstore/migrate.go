@@ -43,7 +43,10 @@ const migrateLock = "idem-go/idem migrate "
 // idempotent and safe to run from several instances at once: it runs in
 // one transaction under an advisory lock of the schema's, and records the
 // version it reached in VersionTable of the same schema, which it creates
-// if needed (with the schema).
+// if needed (with the schema). A table already at the last version costs
+// the advisory lock, a read of VersionTable and no DDL, so a role with no
+// right to create in the schema may call Migrate at every start once a
+// role that has it (a separate migration step) migrated.
 //
 // It is safe to run while other instances serve requests: it waits at
 // most 100 ms for each lock (an upgrade that alters the table needs it to
@@ -107,6 +110,9 @@ func migrateOnce(ctx context.Context, pool *pgxpool.Pool, o *Options, ups []migr
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", migrateLock+o.Schema); err != nil {
 			return err
 		}
+		if done, err := upToDate(ctx, tx, o, ups, table); done || err != nil {
+			return err
+		}
 		if o.Schema != "" {
 			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{o.Schema}.Sanitize()); err != nil {
 				return err
@@ -141,6 +147,28 @@ func migrateOnce(ctx context.Context, pool *pgxpool.Pool, o *Options, ups []migr
 ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version, applied_at = now()`, table, applied)
 		return err
 	})
+}
+
+// upToDate reports whether VersionTable says that table has had the last
+// of ups. It runs no DDL: a role that may use the store's tables but
+// create nothing in the schema or the database (PostgreSQL 15's default
+// on the public schema) fails even a CREATE ... IF NOT EXISTS of what
+// exists. It reads under the migration's advisory lock, so after any
+// migration that ran before: a name looked up before the lock could stay
+// cached in the session as missing, and CREATE SCHEMA IF NOT EXISTS then
+// conflict with the schema another instance has just created.
+func upToDate(ctx context.Context, tx pgx.Tx, o *Options, ups []migration, table string) (bool, error) {
+	versions := o.ident(VersionTable)
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", versions).Scan(&exists); err != nil || !exists || len(ups) == 0 {
+		return false, err
+	}
+	var version int
+	err := tx.QueryRow(ctx, "SELECT version FROM "+versions+" WHERE table_name = $1", table).Scan(&version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil && version >= ups[len(ups)-1].version, err
 }
 
 type migration struct {

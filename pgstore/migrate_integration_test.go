@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -232,4 +233,55 @@ WHERE wait_event_type = 'Lock' AND query LIKE '%ALTER TABLE%' AND query LIKE '%'
 		time.Sleep(2 * time.Millisecond) // a real server's state, polled
 	}
 	t.Fatal("no ALTER TABLE of Migrate's seen waiting for the table")
+}
+
+// TestIntegrationMigrateUpToDateWithoutCreate runs Migrate, as an
+// application starting does, with a role that may read and write the
+// store's tables but create nothing (PostgreSQL 15's default on the public
+// schema, or a role that a separate step migrates for): on a schema
+// already migrated, it succeeds, running no DDL; on one that needs an
+// upgrade, it fails with the missing right.
+func TestIntegrationMigrateUpToDateWithoutCreate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := pgtest.Pool(t)
+	opts := &pgstore.Options{Schema: schema}
+	if err := pgstore.Migrate(ctx, pool, opts); err != nil {
+		t.Fatal(err)
+	}
+	role := pgx.Identifier{schema + "_app"}.Sanitize()
+	grants := "CREATE ROLE " + role + " NOLOGIN; GRANT USAGE ON SCHEMA " + pgx.Identifier{schema}.Sanitize() + " TO " + role +
+		"; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + pgx.Identifier{schema}.Sanitize() + " TO " + role
+	if _, err := pool.Exec(ctx, grants); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := pool.Exec(ctx, "DROP OWNED BY "+role+"; DROP ROLE "+role); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	cfg, err := pgxpool.ParseConfig(pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SET ROLE "+role)
+		return err
+	}
+	app, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pgstore.Migrate(mctx, app, opts); err != nil {
+		t.Fatalf("Migrate, up to date, by a role that cannot create: %v; want nil", err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, pgstore.VersionTable}.Sanitize()+" SET version = 3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgstore.Migrate(mctx, app, opts); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("Migrate, an upgrade, by a role that cannot create: %v; want permission denied", err)
+	}
 }
