@@ -88,7 +88,10 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.KeyState, error) 
 
 // Purge implements core.Admin: it takes the key's lock with bsm/redislock
 // (core.ErrInFlight if a request holds it), so that no request starts on
-// the key meanwhile, deletes the record and releases the lock.
+// the key meanwhile, deletes the record and releases the lock. It
+// publishes the purge for the replay caches (SetInvalidate) in the same
+// script: a user whose ACL does not allow publishing on the channel
+// "<prefix>:purged" deletes the record and gets an error saying so.
 func (s *Store) Purge(ctx context.Context, key string) error {
 	resp, lock, err := s.Keys(key)
 	if err != nil {
@@ -101,7 +104,12 @@ func (s *Store) Purge(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("redislock: purge: %w", err)
 	}
-	n, err := purgeScript.Run(ctx, s.client, []string{resp, lock}, l.Token(), s.purged, key).Int64()
+	res, err := purgeScript.Run(ctx, s.client, []string{resp, lock}, l.Token(), s.purged, key).Result()
+	n, ok := res.(int64)
+	unpublished, _ := res.(string) // deleted, not published
+	if err == nil && !ok && unpublished == "" {
+		err = fmt.Errorf("%w to purge: %v", ErrUnexpectedReply, res)
+	}
 	// Released even if the purge's context ended: the lock would hold the
 	// key's requests off until it expires.
 	relErr := l.Release(context.WithoutCancel(ctx))
@@ -112,6 +120,9 @@ func (s *Store) Purge(ctx context.Context, key string) error {
 		return fmt.Errorf("redislock: purge: lock lost after %v; record not deleted", PurgeLockTTL)
 	case relErr != nil:
 		return fmt.Errorf("redislock: purge: record deleted, but the lock (expiring in %v) not released: %w", PurgeLockTTL, relErr)
+	case unpublished != "":
+		return fmt.Errorf("redislock: purge: record deleted, but not published on %s (replay caches keep it until it expires): %s",
+			s.purged, unpublished)
 	case n == 0:
 		return core.ErrNotFound
 	}

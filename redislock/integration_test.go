@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -1027,4 +1028,40 @@ func (c *counter) takeCommands() (cmds, trips int64) {
 	c.scripts = nil
 	c.mu.Unlock()
 	return c.cmds.Swap(0), c.n.Swap(0)
+}
+
+// TestIntegrationPurgeWithoutPublishRight purges as an ACL user that may
+// use the keys but not publish to the purge channel (a new user's default
+// since Redis 7, acl-pubsub-default resetchannels): Purge deletes the
+// record, and its error says so and why the replay caches were not told,
+// rather than reading as a purge that changed nothing.
+func TestIntegrationPurgeWithoutPublishRight(t *testing.T) {
+	ctx := context.Background()
+	srv := startRedisServer(t)
+	if err := srv.client(t).Do(ctx, "ACL", "SETUSER", "ops", "on", ">pw", "~*", "resetchannels", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	client, err := redislock.NewClient("redis://ops:pw@" + srv.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	store := mustNew(t, client, nil)
+	_, token, err := store.Acquire(ctx, "k", time.Minute)
+	if err != nil || token == "" {
+		t.Fatalf("Acquire: %q, %v", token, err)
+	}
+	if err := store.Complete(ctx, "k", token, []byte("record"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	err = store.Purge(ctx, "k")
+	if err == nil || !strings.Contains(err.Error(), "record deleted") || !strings.Contains(err.Error(), "publish") {
+		t.Fatalf("Purge without the right to publish: %v; want an error saying the record was deleted and not published", err)
+	}
+	if st, err := store.Inspect(ctx, "k"); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("Inspect after the purge: %+v, %v; want ErrNotFound", st, err)
+	}
+	if err := store.Purge(ctx, "k"); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("Purge again: %v; want ErrNotFound", err)
+	}
 }
