@@ -331,7 +331,8 @@ func (e *Engine) retryAfter() http.Header {
 }
 
 // replay sets r to the response of a stored record: its headers, the
-// replay's own and its Content-Length.
+// replay's own and its Content-Length (none if it has trailers, which
+// HTTP/1.1 sends only chunked).
 func (e *Engine) replay(r *Response, rec *Record) {
 	h := http.Header(rec.Header)
 	if h == nil {
@@ -344,7 +345,7 @@ func (e *Engine) replay(r *Response, rec *Record) {
 		h[name] = values[n-1 : n : n] // an Add to one header cannot overwrite the next
 	}
 	add(e.cfg.ReplayHeader, "true")
-	if bodyAllowed(rec.Code) {
+	if bodyAllowed(rec.Code) && !hasTrailers(h) {
 		add("Content-Length", strconv.Itoa(len(rec.Body)))
 	}
 	if e.cfg.ReplayTimestamp {
@@ -609,8 +610,10 @@ func (f *Flight) ResponseWriter(w http.ResponseWriter) http.ResponseWriter {
 // Finish ends f once the handler, given ResponseWriter, has returned:
 // Abort if the connection was hijacked, else Complete with the status and
 // the headers as they were sent (headers changed after WriteHeader never
-// reach the client), or, if the handler wrote nothing, 200 and the headers
-// as they are now, as net/http then sends them. A Buffered flight's
+// reach the client) and the trailers set by now (named by the Trailer
+// header or with http.TrailerPrefix, which do), or, if the handler wrote
+// nothing, 200 and the headers as they are now, as net/http then sends
+// them. A Buffered flight's
 // response is sent then, or, if its commit failed, the 503 that Complete
 // returns, with the headers set before the handler: through answer (an
 // adapter's error handler, which writes to the writer ResponseWriter was
@@ -729,6 +732,8 @@ func (w *captureWriter) finish(answer func(*Response)) {
 	status, header, owned := w.status, w.header, !w.flight.Buffered()
 	if status == 0 {
 		status, header, owned = http.StatusOK, w.ResponseWriter.Header(), false
+	} else {
+		w.addTrailers()
 	}
 	resp := w.flight.complete(status, header, owned) // if Storable panics, a deferred Abort still counts
 	w.ended = true
@@ -742,6 +747,28 @@ func (w *captureWriter) finish(answer func(*Response)) {
 		}
 	case w.flight.Buffered():
 		w.send()
+	}
+}
+
+// addTrailers adds to w.header the trailers that the handler set after
+// the status, as net/http sends them once the handler returns: the names
+// its Trailer header declared, and the keys with http.TrailerPrefix
+// (connect-go's gRPC protocol sends Grpc-Status so). They are kept as
+// "Trailer:name", which a replay sends as a trailer again.
+func (w *captureWriter) addTrailers() {
+	live := w.ResponseWriter.Header()
+	for _, v := range w.header["Trailer"] {
+		for name := range strings.SplitSeq(v, ",") {
+			name = http.CanonicalHeaderKey(strings.TrimSpace(name))
+			if values, ok := live[name]; ok && name != "" {
+				w.header[http.TrailerPrefix+name] = values
+			}
+		}
+	}
+	for k, v := range live {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			w.header[k] = v
+		}
 	}
 }
 
@@ -785,19 +812,31 @@ func (r *Response) SetHeaders(dst http.Header) {
 // is not written at all: a compressing writer before the adapter (Echo's
 // Gzip) takes even an empty Write for a body, and would send a replay of a
 // 204 or an empty 200 compressed, with a Content-Encoding and a
-// Content-Type that the handler's response did not have.
+// Content-Type that the handler's response did not have. A Content-Length
+// is set unless r has one or has trailers (http.TrailerPrefix).
 func (r *Response) Write(w http.ResponseWriter) {
 	h := w.Header()
 	for k, v := range r.Header {
 		h[k] = v
 	}
-	if bodyAllowed(r.StatusCode) && r.Header["Content-Length"] == nil {
+	if bodyAllowed(r.StatusCode) && r.Header["Content-Length"] == nil && !hasTrailers(r.Header) {
 		h.Set("Content-Length", strconv.Itoa(len(r.Body)))
 	}
 	w.WriteHeader(r.StatusCode)
 	if len(r.Body) > 0 {
 		w.Write(r.Body) //nolint:errcheck // the client went away; nothing to do
 	}
+}
+
+// hasTrailers reports whether h holds a trailer (http.TrailerPrefix): an
+// HTTP/1.1 response sends trailers only chunked, without a Content-Length.
+func hasTrailers(h http.Header) bool {
+	for k := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // bodyAllowed reports whether a response with this status may have a body

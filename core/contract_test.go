@@ -178,6 +178,60 @@ func problemType(name string) string {
 // contentTypeProblem is the media type of the Engine's refusals (RFC 9457).
 const contentTypeProblem = "application/problem+json"
 
+// Trailers set after the body, the two ways net/http takes them (a name
+// the Trailer header declared, a key with http.TrailerPrefix), as
+// connect-go's gRPC protocol sends its Grpc-Status: the replay sends them
+// too, over HTTP/2 and HTTP/1.1, and the storage policy still applies.
+func TestStoredTrailersSetAfterBody(t *testing.T) {
+	for _, h2 := range []bool{true, false} {
+		eng, err := core.New(core.Config{Observer: func(core.Event) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs := 0
+		srv := httptest.NewUnstartedServer(eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs++
+			w.Header().Set("Trailer", "X-Checksum")
+			w.WriteHeader(http.StatusCreated)
+			w.Write([]byte("ok")) //nolint:errcheck
+			w.Header().Set("X-Checksum", "c1")
+			w.Header().Set(http.TrailerPrefix+"Grpc-Status", "0")
+			w.Header().Set(http.TrailerPrefix+"X-Request-Id", "first")
+		})))
+		srv.EnableHTTP2 = h2
+		srv.StartTLS()
+		for i := range 2 {
+			req, err := http.NewRequest(http.MethodPost, srv.URL+"/trailers", strings.NewReader("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Idempotency-Key", "trailers")
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusCreated || string(body) != "ok" {
+				t.Fatalf("HTTP/2 %v, #%d: %d %q, want 201 ok", h2, i+1, resp.StatusCode, body)
+			}
+			if got, want := resp.Header.Get(core.HeaderReplay), map[bool]string{true: "true"}[i == 1]; got != want {
+				t.Errorf("HTTP/2 %v, #%d: replay header %q, want %q", h2, i+1, got, want)
+			}
+			if c, s := resp.Trailer.Get("X-Checksum"), resp.Trailer.Get("Grpc-Status"); c != "c1" || s != "0" {
+				t.Errorf("HTTP/2 %v, #%d: trailers X-Checksum %q, Grpc-Status %q; want c1 and 0", h2, i+1, c, s)
+			}
+			if got := resp.Trailer.Get("X-Request-Id"); i == 1 && got != "" {
+				t.Errorf("HTTP/2 %v: the replay sent the first response's X-Request-Id trailer %q (DeniedHeaders)", h2, got)
+			}
+		}
+		srv.Close()
+		if runs != 1 {
+			t.Errorf("HTTP/2 %v: %d runs, want 1", h2, runs)
+		}
+	}
+}
+
 // A handler's trailer set with http.TrailerPrefix is judged by the storage
 // policy as the header it names: net/http's HTTP/2 server sends it on the
 // replay too, so a Set-Cookie trailer would reach whoever replays.
