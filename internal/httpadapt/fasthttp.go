@@ -204,9 +204,16 @@ func init() {
 
 // WriteResponse writes an Engine response (a replay or a problem). SetBody
 // copies the body into fasthttp's buffer: it may be the store's own bytes.
+// The trailers of a record that a net/http adapter stored (keys with
+// http.TrailerPrefix) are left out: fasthttp sends none with a body of
+// known length, and would write each as a header line "Trailer:Name: v",
+// which a client reads as a Trailer header.
 func WriteResponse[H FastResponseHeader](res FastResponse, rh H, r *core.Response) {
 	res.SetStatusCode(r.StatusCode)
 	for k, vs := range r.Header {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			continue
+		}
 		for i, v := range vs {
 			if i == 0 {
 				rh.Set(k, v)

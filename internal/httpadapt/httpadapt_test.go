@@ -202,6 +202,16 @@ func TestWriteResponse(t *testing.T) {
 		t.Fatalf("headers %v", got)
 	}
 
+	// A record a net/http adapter stored with trailers (http.TrailerPrefix):
+	// fasthttp would write "Trailer:Grpc-Status: 0", a header "Trailer" to
+	// the client, and sends no trailers with a body of known length.
+	rh = &fakeHeader{}
+	WriteResponse(res, rh, &core.Response{StatusCode: 200, Body: []byte("ok"), Header: http.Header{
+		"Content-Type": {"application/grpc"}, http.TrailerPrefix + "Grpc-Status": {"0"}}})
+	if got := headersOf(rh); !equalHeader(got, http.Header{"Content-Type": {"application/grpc"}}) {
+		t.Fatalf("a record with a trailer: headers %v, want Content-Type only", got)
+	}
+
 	rh = &fakeHeader{}
 	FastProblemHeaders(rh, &core.Response{Header: http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"1"}}})
 	if got := headersOf(rh); !equalHeader(got, http.Header{"Retry-After": {"1"}}) {
