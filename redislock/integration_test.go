@@ -1065,3 +1065,80 @@ func TestIntegrationPurgeWithoutPublishRight(t *testing.T) {
 		t.Fatalf("Purge again: %v; want ErrNotFound", err)
 	}
 }
+
+// TestIntegrationDocumentedACL runs the store as an ACL user with the
+// rights docs/redis.md lists, and no more: every operation works, Purge of
+// a key in flight included (bsm/redislock's obtain reads the lock held
+// with GETRANGE).
+func TestIntegrationDocumentedACL(t *testing.T) {
+	ctx := context.Background()
+	srv := startRedisServer(t)
+	if err := srv.client(t).Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "~idempotency*", "&idempotency:purged", "+@scripting",
+		"+get", "+set", "+del", "+pexpire", "+pttl", "+getrange", "+hset", "+hgetall", "+time",
+		"+zadd", "+zcard", "+zrange", "+zrem", "+zremrangebyscore", "+zscore", "+scan", "+info", "+subscribe", "+publish").Err(); err != nil {
+		t.Fatal(err)
+	}
+	client, err := redislock.NewClient("redis://app:pw@" + srv.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	t.Run("conformance", func(t *testing.T) {
+		idemtest.TestStore(t, func(t *testing.T) core.Store { return mustNew(t, client, nil) })
+	})
+	t.Run("lease", func(t *testing.T) {
+		idemtest.TestLease(t, func(t *testing.T) core.Store { return mustNew(t, client, nil) })
+	})
+	t.Run("quota", func(t *testing.T) {
+		idemtest.TestQuota(t, func(t *testing.T) core.Store { return mustNew(t, client, nil) })
+	})
+
+	store := mustNew(t, client, nil)
+	purged := make(chan string, 1)
+	store.SetInvalidate(func(key string) { purged <- key })
+	t.Cleanup(func() { store.Close() })
+	_, token, err := store.Acquire(ctx, "acl", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Purge(ctx, "acl"); !errors.Is(err, core.ErrInFlight) {
+		t.Errorf("Purge of a key in flight: %v, want ErrInFlight", err)
+	}
+	if st, err := store.InFlight(ctx, 10); err != nil || len(st) == 0 {
+		t.Errorf("InFlight: %v, %v", st, err)
+	}
+	if _, err := store.RunID(ctx, "acl"); err != nil {
+		t.Errorf("RunID: %v", err)
+	}
+	if err := store.Complete(ctx, "acl", token, []byte("record"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Inspect(ctx, "acl"); err != nil {
+		t.Errorf("Inspect: %v", err)
+	}
+	// Purges until one reaches SetInvalidate's subscription, which starts in
+	// the background.
+	for i, deadline := 0, time.Now().Add(5*time.Second); ; i++ {
+		key := "acl"
+		if i > 0 {
+			key = fmt.Sprint("acl", i)
+			if _, token, err = store.Acquire(ctx, key, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if err := store.Complete(ctx, key, token, []byte("record"), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := store.Purge(ctx, key); err != nil {
+			t.Fatalf("Purge: %v", err)
+		}
+		select {
+		case <-purged:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no purge published to SetInvalidate's subscription")
+		}
+	}
+}
