@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idem-go/idem/internal/trailers"
 )
 
 // This file is the API of HTTP framework adapters (ginidem, echoidem,
@@ -733,7 +735,7 @@ func (w *captureWriter) finish(answer func(*Response)) {
 	if status == 0 {
 		status, header, owned = http.StatusOK, w.ResponseWriter.Header(), false
 	} else {
-		w.addTrailers()
+		trailers.Add(w.header, w.ResponseWriter.Header())
 	}
 	resp := w.flight.complete(status, header, owned) // if Storable panics, a deferred Abort still counts
 	w.ended = true
@@ -747,28 +749,6 @@ func (w *captureWriter) finish(answer func(*Response)) {
 		}
 	case w.flight.Buffered():
 		w.send()
-	}
-}
-
-// addTrailers adds to w.header the trailers that the handler set after
-// the status, as net/http sends them once the handler returns: the names
-// its Trailer header declared, and the keys with http.TrailerPrefix
-// (connect-go's gRPC protocol sends Grpc-Status so). They are kept as
-// "Trailer:name", which a replay sends as a trailer again.
-func (w *captureWriter) addTrailers() {
-	live := w.ResponseWriter.Header()
-	for _, v := range w.header["Trailer"] {
-		for name := range strings.SplitSeq(v, ",") {
-			name = http.CanonicalHeaderKey(strings.TrimSpace(name))
-			if values, ok := live[name]; ok && name != "" {
-				w.header[http.TrailerPrefix+name] = values
-			}
-		}
-	}
-	for k, v := range live {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
-			w.header[k] = v
-		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/internal/trailers"
 )
 
 // An Option configures the middleware.
@@ -132,6 +133,8 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 		header := st.w.sent
 		if header == nil { // nothing written yet: Gin sends the headers as they are now
 			header = st.w.Header()
+		} else {
+			trailers.Add(header, st.w.Header()) // sent once the handlers return
 		}
 		resp = f.Complete(st.w.Status(), header)
 		if resp != nil && resp.Problem != nil && o.errorHandler != nil {
