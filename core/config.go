@@ -300,8 +300,11 @@ func (c *Config) setDefaults() error {
 // ("post": methods are case-sensitive).
 func (c *Config) checkNames() error {
 	for _, m := range c.Methods {
-		if !isToken(m) || strings.ToUpper(m) != m {
-			return fmt.Errorf("idem: Config.Methods: %q is not a method as requests carry it (methods are case-sensitive: %q)", m, strings.ToUpper(m))
+		switch {
+		case !isToken(m):
+			return fmt.Errorf("idem: Config.Methods: %q is not a method", m)
+		case strings.ToUpper(m) != m:
+			return fmt.Errorf("idem: Config.Methods: %q covers no request: methods are case-sensitive (%q)", m, strings.ToUpper(m))
 		}
 	}
 	for _, h := range [...]struct{ field, name string }{
