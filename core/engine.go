@@ -110,12 +110,15 @@ func (e *Engine) Config() Config {
 // minInitialLease is the shortest initial lease (see Engine.initialLease).
 const minInitialLease = 10 * time.Second
 
+// observe reports ev, which started at start, to the Observer, or, without
+// one, logs it if it is store trouble; it reads the clock for its Duration
+// only if the event is reported.
 func (e *Engine) observe(ev Event, start time.Time) {
-	ev.Duration = time.Since(start)
 	if ev.Context == nil {
 		ev.Context = context.Background()
 	}
 	if e.cfg.Observer != nil {
+		ev.Duration = time.Since(start)
 		e.cfg.Observer(ev)
 		return
 	}
@@ -123,6 +126,7 @@ func (e *Engine) observe(ev Event, start time.Time) {
 	switch ev.Outcome {
 	case OutcomeStoreError, OutcomeLockLost, OutcomeBreaker, OutcomeFallback:
 		if !errors.Is(ev.Err, errCircuitOpen) { // the breaker's opening was logged
+			ev.Duration = time.Since(start)
 			SlogObserver(slog.Default())(ev)
 		}
 	}

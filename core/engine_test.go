@@ -1081,3 +1081,38 @@ func TestMiddlewareTwiceStorableAll(t *testing.T) {
 		}
 	}
 }
+
+// failingComplete is a memory store whose Complete fails.
+type failingComplete struct{ *core.MemoryStore }
+
+func (failingComplete) Complete(context.Context, string, string, []byte, time.Duration) error {
+	return errors.New("store down")
+}
+
+// An event's Duration runs from the request's start to its outcome, for the
+// Observer and, without one, for the log of a store error.
+func TestEventDuration(t *testing.T) { synctest.Test(t, testEventDuration) }
+
+func testEventDuration(t *testing.T) {
+	var evs events
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { advance(3 * time.Second) })
+	eng, _ := core.New(core.Config{Observer: evs.observe})
+	h := eng.Middleware(slow)
+	post(t, h, "k1", "{}")
+	post(t, h, "k1", "{}")
+	if len(evs.all) != 2 || evs.all[0].Outcome != core.OutcomeStored || evs.all[1].Outcome != core.OutcomeReplay {
+		t.Fatalf("events %+v, want stored then replay", evs.all)
+	}
+	if evs.all[0].Duration != 3*time.Second || evs.all[1].Duration != 0 {
+		t.Fatalf("durations %v and %v, want 3s and 0 (the fake clock moves only in the handler)", evs.all[0].Duration, evs.all[1].Duration)
+	}
+
+	var buf bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	eng, _ = core.New(core.Config{Store: failingComplete{core.NewMemoryStore(0)}})
+	post(t, eng.Middleware(slow), "k2", "{}")
+	if out := buf.String(); !strings.Contains(out, "outcome=store_error") || !strings.Contains(out, "duration=3s") {
+		t.Fatalf("log %q, want a store error of 3s", out)
+	}
+}
