@@ -250,7 +250,7 @@ func (e *Engine) Begin(req *Request) (*Flight, *Response) {
 	if e.cfg.Scope != nil || e.cfg.TTL != nil {
 		c.Scope, c.TTL = e.scopeAndTTL(*req)
 	}
-	f := &Flight{body: body, max: e.cfg.MaxStoredBodyBytes}
+	f := &Flight{body: body}
 	l, rec, err := e.acquire(&c, endpoint, start, &httpAnswers, &f.lease)
 	switch {
 	case l != nil:
@@ -430,7 +430,6 @@ type Flight struct {
 	lease Lease
 	body  []byte
 	base  http.Header // response headers set before the handler ran
-	max   int         // Config.MaxStoredBodyBytes
 
 	// the captured response body, or its hash once it outgrew the limit
 	resp   []byte
@@ -494,7 +493,7 @@ func (f *Flight) Write(p []byte) (int, error) {
 		f.resp = append(f.resp, p...)
 	case f.hasher != nil:
 		f.hasher.Write(p)
-	case len(f.resp)+len(p) > f.max:
+	case len(f.resp)+len(p) > f.lease.e.cfg.MaxStoredBodyBytes:
 		f.hasher = sha256.New()
 		f.hasher.Write(f.resp)
 		f.hasher.Write(p)

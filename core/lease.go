@@ -156,7 +156,7 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 		index:       -1,
 		e:           e,
 		answers:     a,
-		detached:    detachedCtx{parent: ctx, call: l},
+		detached:    detachedCtx{call: l},
 		ev:          Event{Context: ctx, Transport: a.transport, Method: c.Method, Route: c.Route, Key: c.Key, Scope: c.Scope},
 		start:       start,
 		id:          ID(c.Scope, c.Key, route),
@@ -396,13 +396,13 @@ type Lease struct {
 
 	mu      sync.Mutex // guards done, held, lease and expired against the refresher
 	done    bool
+	expired bool          // a refresh found the lock gone
 	held    time.Time     // when the lock was last known held for lease: taken or refreshed
 	lease   time.Duration // how long the lock lasts from held: the initial lease, then renew
 	renew   time.Duration // what a refresh extends the lock to: LockTTL, or less (renewer, leasedTx)
 	every   time.Duration // how often it is refreshed, if not renew/3 (renewer)
 	busy    chan struct{} // closed when the refresh under way ends; nil if none
 	busyTo  time.Time     // the deadline of the refresh under way
-	expired bool          // a refresh found the lock gone
 
 	due   time.Time   // the next refresh, while the Engine's refresher holds the lease
 	index int         // in the refresher's heap; -1 if not in it
@@ -774,7 +774,7 @@ func (l *Lease) refresh() {
 	// expires. Its context carries none of the call's values: the call may
 	// outlast the request, whose context a framework reuses once the
 	// adapter returns; only the call's lease, for a store's own events.
-	ctx, cancel := context.WithTimeout(&detachedCtx{parent: context.Background(), call: l}, timeout)
+	ctx, cancel := context.WithTimeout(&refreshCtx{Context: context.Background(), call: l}, timeout)
 	sent := time.Now()
 	err := l.storeRefresh(ctx, renew)
 	cancel()

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"runtime"
 	"strconv"
 	"testing"
@@ -116,5 +118,35 @@ func TestDecodeRecordManyHeaders(t *testing.T) {
 		if l, rec, err := e.Acquire(&Call{Key: key}); l != nil || rec != nil || !errors.Is(err, ErrInFlight) {
 			t.Fatalf("retry: a lease %v, record %v, %v; want ErrInFlight (the lock left to expire)", l != nil, rec, err)
 		}
+	}
+}
+
+// allocated returns the bytes the heap gives one new(T): its size class,
+// with the header that the runtime puts before an object over 512 bytes
+// that holds pointers. The least of five counts: another goroutine's
+// allocations can only add to one.
+func allocated[T any]() uint64 {
+	const n = 1000
+	sink := make([]*T, n)
+	least := uint64(math.MaxUint64)
+	for range 5 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for i := range sink {
+			sink[i] = new(T)
+		}
+		runtime.ReadMemStats(&after)
+		least = min(least, (after.TotalAlloc-before.TotalAlloc)/n)
+	}
+	runtime.KeepAlive(sink)
+	return least
+}
+
+// A Flight is allocated for every keyed request, a replay included: it
+// stays within the runtime's 1152-byte size class (the next is 1280), its
+// 8-byte header included.
+func TestFlightSizeClass(t *testing.T) {
+	if got := allocated[Flight](); got > 1152 {
+		t.Errorf("a Flight (%d bytes) takes %d bytes of heap, more than the 1152 of its size class", reflect.TypeFor[Flight]().Size(), got)
 	}
 }

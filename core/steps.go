@@ -14,9 +14,8 @@ var errNoCheckpoints = errors.New("idem: the store keeps no step checkpoints (co
 // steps are a lease's checkpoints, read from the store by its first Step:
 // while the lease holds the key, only its own steps write any.
 type steps struct {
-	mu     sync.Mutex
-	loaded bool
-	done   map[string][]byte
+	mu   sync.Mutex
+	done map[string][]byte // nil until read
 }
 
 // Step runs fn as the step called name of the work that runs under ctx's
@@ -153,7 +152,7 @@ func (l *Lease) checkpoint(cp Checkpointer, step string) ([]byte, bool, error) {
 	st := &l.steps
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if !st.loaded {
+	if st.done == nil {
 		sc, cancel := l.storeContext()
 		done, err := cp.LoadSteps(sc, l.id)
 		cancel()
@@ -163,7 +162,7 @@ func (l *Lease) checkpoint(cp Checkpointer, step string) ([]byte, bool, error) {
 		if done == nil {
 			done = make(map[string][]byte)
 		}
-		st.done, st.loaded = done, true
+		st.done = done
 	}
 	data, ok := st.done[step]
 	return data, ok, nil

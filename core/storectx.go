@@ -18,12 +18,11 @@ type storeCtx struct {
 
 	deadline time.Time
 
-	mu     sync.Mutex
-	err    error         // nil until done
-	done   chan struct{} // nil until Done is called
-	timer  *time.Timer   // closes done at the deadline
-	after  []*afterFunc  // registered by AfterFunc, run once done
-	closed bool          // done is closed
+	mu    sync.Mutex
+	err   error         // nil until done
+	done  chan struct{} // nil until Done is called
+	timer *time.Timer   // closes done at the deadline
+	after []*afterFunc  // registered by AfterFunc, run once done
 }
 
 // newStoreCtx returns a context of parent's values that is done after d.
@@ -101,7 +100,7 @@ func (c *storeCtx) cancel() {
 // finish, with err set and mu held, closes done, stops the timer and starts
 // the AfterFunc functions, once.
 func (c *storeCtx) finish() {
-	if c.closed {
+	if c.closed() {
 		return
 	}
 	if c.timer != nil {
@@ -110,7 +109,6 @@ func (c *storeCtx) finish() {
 	if c.done == nil {
 		return // Done will make it closed
 	}
-	c.closed = true
 	close(c.done)
 	for _, a := range c.after {
 		if a.state.CompareAndSwap(afterWaiting, afterRun) {
@@ -118,6 +116,16 @@ func (c *storeCtx) finish() {
 		}
 	}
 	c.after = nil
+}
+
+// closed reports whether done is closed. c.mu is held.
+func (c *storeCtx) closed() bool {
+	select {
+	case <-c.done: // never ready while done is nil
+		return true
+	default:
+		return false
+	}
 }
 
 // afterFunc is a function registered with storeCtx.AfterFunc.
@@ -141,7 +149,7 @@ func (c *storeCtx) AfterFunc(f func()) (stop func() bool) {
 	a := &afterFunc{f: f}
 	c.Done() // armed
 	c.mu.Lock()
-	if c.closed {
+	if c.closed() {
 		a.state.Store(afterRun)
 		go f()
 	} else {
@@ -152,13 +160,13 @@ func (c *storeCtx) AfterFunc(f func()) (stop func() bool) {
 }
 
 // detachedCtx is context.WithoutCancel without its allocations (one to
-// make it, one per Value call, which boxes it): the values of parent,
-// never done. A Lease holds one for its store calls, whose lease is call:
-// a store that reports an event of its own (the tiered store's fallback)
-// names the call's key, scope and route (callLease).
+// make it, one per Value call, which boxes it): the values of the context
+// of call (its Event's, which never changes), never done. A Lease holds
+// one for its store calls, whose lease is call: a store that reports an
+// event of its own (the tiered store's fallback) names the call's key,
+// scope and route (callLease).
 type detachedCtx struct {
-	parent context.Context
-	call   *Lease
+	call *Lease
 }
 
 // callKey is the context key of the lease of a store call's call.
@@ -176,18 +184,30 @@ func (*detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
 func (*detachedCtx) Done() <-chan struct{}       { return nil }
 func (*detachedCtx) Err() error                  { return nil }
 
-// Value returns parent's value of key, but none for cancelCtxKey: the
-// parent's cancellation is not this context's, as with WithoutCancel.
+// Value returns the call's value of key, but none for cancelCtxKey: the
+// call's cancellation is not this context's, as with WithoutCancel.
 func (c *detachedCtx) Value(key any) any {
 	switch key {
 	case cancelCtxKey:
 		return nil
 	case callKey{}:
-		if c.call != nil {
-			return c.call
-		}
+		return c.call
 	}
-	return c.parent.Value(key)
+	return c.call.ev.Context.Value(key)
+}
+
+// refreshCtx is the parent of the context of a lease's refresh: none of
+// the call's values, only its lease (callLease).
+type refreshCtx struct {
+	context.Context // context.Background()
+	call            *Lease
+}
+
+func (c *refreshCtx) Value(key any) any {
+	if key == (callKey{}) {
+		return c.call
+	}
+	return c.Context.Value(key)
 }
 
 // cancelCtxKey is the unexported key under which the context package (and

@@ -159,7 +159,7 @@ func TestStoreCtxAllocs(t *testing.T) {
 func TestStoreCtxCause(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		req, cancel := context.WithCancelCause(context.WithValue(context.Background(), ctxKey{}, "v"))
-		d := &detachedCtx{parent: req}
+		d := &detachedCtx{call: &Lease{ev: Event{Context: req}}}
 		c := newStoreCtx(d, time.Second)
 		defer c.cancel()
 		<-c.Done() // the store call's deadline passes; the request lives
@@ -172,6 +172,53 @@ func TestStoreCtxCause(t *testing.T) {
 		}
 		if context.Cause(d) != nil || d.Value(ctxKey{}) != "v" {
 			t.Fatalf("detached: Cause %v, value %v", context.Cause(d), d.Value(ctxKey{}))
+		}
+	})
+}
+
+// contextStore records what the contexts of its Acquire and Refresh carry.
+type contextStore struct {
+	*MemoryStore
+	mu                     sync.Mutex
+	acquired, refreshed    any // ctxKey's value
+	acquireLease, refLease *Lease
+}
+
+func (s *contextStore) Acquire(ctx context.Context, key string, ttl time.Duration) ([]byte, string, error) {
+	s.mu.Lock()
+	s.acquired, s.acquireLease = ctx.Value(ctxKey{}), callLease(ctx)
+	s.mu.Unlock()
+	return s.MemoryStore.Acquire(ctx, key, ttl)
+}
+
+func (s *contextStore) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
+	s.mu.Lock()
+	s.refreshed, s.refLease = ctx.Value(ctxKey{}), callLease(ctx)
+	s.mu.Unlock()
+	return s.MemoryStore.Refresh(ctx, key, token, ttl)
+}
+
+// A store call's context carries the call's values and its lease; a
+// refresh's carries its lease alone, none of the call's values: the call
+// may outlast the request, whose context a framework reuses.
+func TestStoreCallContextValues(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &contextStore{MemoryStore: NewMemoryStore(0)}
+		eng, _ := New(Config{Store: s, LockTTL: 30 * time.Second})
+		ctx := context.WithValue(context.Background(), ctxKey{}, "v")
+		l, _, err := eng.Acquire(&Call{Context: ctx, Key: "k"})
+		if err != nil || l == nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		<-time.After(eng.initialLease) // past the first refresh
+		l.Release(0, nil)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.acquired != "v" || s.acquireLease != l {
+			t.Errorf("Acquire's context: value %v, lease %p, want v and %p", s.acquired, s.acquireLease, l)
+		}
+		if s.refreshed != nil || s.refLease != l {
+			t.Errorf("Refresh's context: value %v, lease %p, want none and %p", s.refreshed, s.refLease, l)
 		}
 	})
 }
