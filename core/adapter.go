@@ -340,7 +340,17 @@ func (e *Engine) replay(r *Response, rec *Record) {
 	if h == nil {
 		h = make(http.Header, 4)
 	}
-	values := make([]string, 0, 4) // the values below: one allocation
+	n := 1 // the values below: one allocation, of their number
+	if bodyAllowed(rec.Code) {
+		n++
+	}
+	if e.cfg.ReplayTimestamp {
+		n++
+	}
+	if rec.BodyOmitted {
+		n++
+	}
+	values := make([]string, 0, n)
 	add := func(name, value string) {
 		values = append(values, value)
 		n := len(values)

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,6 +145,32 @@ func TestReplayHeadersDoNotAlias(t *testing.T) {
 	}
 	if got := hdr.Values(core.HeaderOriginalTimestamp); len(got) != 1 || got[0] == "7" {
 		t.Errorf("original timestamp = %q after the Adds", got)
+	}
+}
+
+// A replay of an omitted body adds four headers, each its own slice.
+func TestReplayHeadersOfAnOmittedBody(t *testing.T) {
+	eng, _ := core.New(core.Config{ReplayTimestamp: true, MaxStoredBodyBytes: 2})
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte("hello")) //nolint:errcheck
+	}))
+	post(t, h, "omitted", "{}")
+	hdr := post(t, h, "omitted", "{}").Header()
+	names := []string{"X-Idempotency-Replay", "Content-Length", core.HeaderOriginalTimestamp, core.HeaderBodyOmitted}
+	for _, name := range names {
+		if len(hdr[name]) != 1 || hdr[name][0] == "" {
+			t.Fatalf("%s = %q, want one value", name, hdr[name])
+		}
+		hdr.Add(name, "again")
+	}
+	for _, name := range names {
+		if got := hdr[name]; len(got) != 2 || got[0] == "again" || got[1] != "again" {
+			t.Errorf("%s = %q after an Add to each", name, got)
+		}
+	}
+	if got := hdr.Get(core.HeaderBodyOmitted); !strings.HasSuffix(got, "; size=5") {
+		t.Errorf("%s = %q", core.HeaderBodyOmitted, got)
 	}
 }
 
