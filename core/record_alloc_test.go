@@ -150,3 +150,11 @@ func TestFlightSizeClass(t *testing.T) {
 		t.Errorf("a Flight (%d bytes) takes %d bytes of heap, more than the 1152 of its size class", reflect.TypeFor[Flight]().Size(), got)
 	}
 }
+
+// The memory store keeps an entry per key, live for as long as its record:
+// it stays within the runtime's 128-byte size class (the next is 144).
+func TestMemEntrySizeClass(t *testing.T) {
+	if got := allocated[memEntry](); got > 128 {
+		t.Errorf("a memory store entry (%d bytes) takes %d bytes of heap, more than the 128 of its size class", reflect.TypeFor[memEntry]().Size(), got)
+	}
+}
