@@ -124,7 +124,8 @@ func TestDecodeRecordManyHeaders(t *testing.T) {
 // allocated returns the bytes the heap gives one new(T): its size class,
 // with the header that the runtime puts before an object over 512 bytes
 // that holds pointers. The least of five counts: another goroutine's
-// allocations can only add to one.
+// allocations can only add to one. They may add to all five (1 KiB a
+// millisecond is enough), so a test compares it with the next size class.
 func allocated[T any]() uint64 {
 	const n = 1000
 	sink := make([]*T, n)
@@ -146,7 +147,7 @@ func allocated[T any]() uint64 {
 // stays within the runtime's 1152-byte size class (the next is 1280), its
 // 8-byte header included.
 func TestFlightSizeClass(t *testing.T) {
-	if got := allocated[Flight](); got > 1152 {
+	if got := allocated[Flight](); got >= 1280 {
 		t.Errorf("a Flight (%d bytes) takes %d bytes of heap, more than the 1152 of its size class", reflect.TypeFor[Flight]().Size(), got)
 	}
 }
@@ -154,7 +155,7 @@ func TestFlightSizeClass(t *testing.T) {
 // The memory store keeps an entry per key, live for as long as its record:
 // it stays within the runtime's 128-byte size class (the next is 144).
 func TestMemEntrySizeClass(t *testing.T) {
-	if got := allocated[memEntry](); got > 128 {
+	if got := allocated[memEntry](); got >= 144 {
 		t.Errorf("a memory store entry (%d bytes) takes %d bytes of heap, more than the 128 of its size class", reflect.TypeFor[memEntry]().Size(), got)
 	}
 }
