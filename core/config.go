@@ -304,7 +304,7 @@ func (c *Config) checkNames() error {
 		case !isToken(m):
 			return fmt.Errorf("idem: Config.Methods: %q is not a method", m)
 		case strings.ToUpper(m) != m:
-			return fmt.Errorf("idem: Config.Methods: %q covers no request: methods are case-sensitive (%q)", m, strings.ToUpper(m))
+			return fmt.Errorf("idem: Config.Methods: %q is not upper-case: methods are case-sensitive, so it would not cover %q", m, strings.ToUpper(m))
 		}
 	}
 	for _, h := range [...]struct{ field, name string }{
