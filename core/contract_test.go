@@ -201,17 +201,7 @@ func TestStoredTrailersSetAfterBody(t *testing.T) {
 		srv.EnableHTTP2 = h2
 		srv.StartTLS()
 		for i := range 2 {
-			req, err := http.NewRequest(http.MethodPost, srv.URL+"/trailers", strings.NewReader("{}"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Idempotency-Key", "trailers")
-			resp, err := srv.Client().Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			resp, body := postTrailers(t, srv)
 			if resp.StatusCode != http.StatusCreated || string(body) != "ok" {
 				t.Fatalf("HTTP/2 %v, #%d: %d %q, want 201 ok", h2, i+1, resp.StatusCode, body)
 			}
@@ -230,6 +220,24 @@ func TestStoredTrailersSetAfterBody(t *testing.T) {
 			t.Errorf("HTTP/2 %v: %d runs, want 1", h2, runs)
 		}
 	}
+}
+
+// postTrailers posts to srv's /trailers with the key "trailers" and returns
+// the response and its body, read to its end: its trailers are then set.
+func postTrailers(t *testing.T, srv *httptest.Server) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/trailers", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Idempotency-Key", "trailers")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, body
 }
 
 // A handler's trailer set with http.TrailerPrefix is judged by the storage
@@ -254,17 +262,7 @@ func TestStoredTrailerPrefix(t *testing.T) {
 	defer srv.Close()
 	var last *http.Response
 	for range 2 {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/trailers", strings.NewReader("{}"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Idempotency-Key", "trailers")
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, body := postTrailers(t, srv)
 		if resp.StatusCode != http.StatusCreated || string(body) != "ok" {
 			t.Fatalf("%d %q, want 201 ok", resp.StatusCode, body)
 		}
