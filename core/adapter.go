@@ -624,12 +624,11 @@ func (f *Flight) ResponseWriter(w http.ResponseWriter) http.ResponseWriter {
 // reach the client) and the trailers set by now (named by the Trailer
 // header or with http.TrailerPrefix, which do), or, if the handler wrote
 // nothing, 200 and the headers as they are now, as net/http then sends
-// them. A Buffered flight's
-// response is sent then, or, if its commit failed, the 503 that Complete
-// returns, with the headers set before the handler: through answer (an
-// adapter's error handler, which writes to the writer ResponseWriter was
-// given), or as problem+json if answer is nil. Once f has ended (Finish,
-// Abandon, Abort), Finish does nothing.
+// them. A Buffered flight's response is sent then, or, if its commit
+// failed, the 503 that Complete returns, with the headers set before the
+// handler: through answer (an adapter's error handler, which writes to the
+// writer ResponseWriter was given), or as problem+json if answer is nil.
+// Once f has ended (Finish, Abandon, Abort), Finish does nothing.
 func (f *Flight) Finish(answer func(*Response)) { f.writer.finish(answer) }
 
 // Abandon ends f without storing, as Abort, once the handler, given
