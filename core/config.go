@@ -51,11 +51,16 @@ var defaultDeniedHeaders = []string{"X-Request-Id"}
 
 // DefaultStorable is the default store policy: every status below 500
 // except 408 Request Timeout, 425 Too Early and 429 Too Many Requests,
-// which tell the client to retry.
+// which tell the client to retry, and 499, the "client closed request" of
+// nginx, grpc-gateway and connect-go (a call its client cancelled).
 func DefaultStorable(status int) bool {
 	return status < 500 && status != http.StatusRequestTimeout &&
-		status != http.StatusTooEarly && status != http.StatusTooManyRequests
+		status != http.StatusTooEarly && status != http.StatusTooManyRequests && status != statusClientClosed
 }
+
+// statusClientClosed is nginx's 499 Client Closed Request, which grpc-gateway
+// and connect-go answer for a call whose client cancelled it.
+const statusClientClosed = 499
 
 // Config configures an Engine. The zero value is usable: every zero field
 // takes the default named in its comment.

@@ -687,7 +687,7 @@ func testStorePolicy(t *testing.T, h *harness) {
 		stored bool
 	}{
 		{200, true}, {201, true}, {204, true}, {302, true}, {400, true}, {404, true}, {409, true}, {422, true},
-		{408, false}, {425, false}, {429, false}, {500, false}, {502, false}, {503, false},
+		{408, false}, {425, false}, {429, false}, {499, false}, {500, false}, {502, false}, {503, false},
 	} {
 		k := "policy-" + strconv.Itoa(c.status)
 		before := s.app.runs.Load()
