@@ -630,16 +630,24 @@ func (w *notingWriter) Status() int {
 // the 200 sent into a status that is not stored (the handler ran again).
 func TestGinRenderKeepStatusStored(t *testing.T) {
 	t.Parallel()
+	wantStoredBelow(t, func(w gin.ResponseWriter) gin.ResponseWriter { return &notingWriter{ResponseWriter: w} },
+		func(c *gin.Context) { c.SSEvent("order", "created") }, http.StatusOK, "event:order\ndata:created\n\n")
+}
+
+// wantStoredBelow runs h once behind ginidem with a middleware before it
+// that wraps Gin's writer with wrap: h's answer, status and body, is
+// stored and replayed, and h runs once.
+func wantStoredBelow(t *testing.T, wrap func(gin.ResponseWriter) gin.ResponseWriter, h gin.HandlerFunc, status int, body string) {
+	t.Helper()
 	var runs atomic.Int64
 	r := gin.New()
-	r.Use(func(c *gin.Context) { c.Writer = &notingWriter{ResponseWriter: c.Writer}; c.Next() })
-	r.POST("/events", ginidem.New(newEngine(t, core.Config{})), func(c *gin.Context) {
+	r.Use(func(c *gin.Context) { c.Writer = wrap(c.Writer); c.Next() })
+	r.POST("/orders", ginidem.New(newEngine(t, core.Config{})), func(c *gin.Context) {
 		runs.Add(1)
-		c.SSEvent("order", "created")
+		h(c)
 	})
-	const body = "event:order\ndata:created\n\n"
-	wantResponse(t, post(r, "/events", "sse-1"), http.StatusOK, body, false)
-	wantResponse(t, post(r, "/events", "sse-1"), http.StatusOK, body, true)
+	wantResponse(t, post(r, "/orders", "below-1"), status, body, false)
+	wantResponse(t, post(r, "/orders", "below-1"), status, body, true)
 	wantRuns(t, "the handler", &runs, 1)
 }
 
@@ -685,14 +693,8 @@ func (w *heldWriter) WriteHeaderNow() {}
 // below has sent it yet.
 func TestGinAbortWithErrorHeldBelowStored(t *testing.T) {
 	t.Parallel()
-	var runs atomic.Int64
-	r := gin.New()
-	r.Use(func(c *gin.Context) { c.Writer = &heldWriter{ResponseWriter: c.Writer}; c.Next() })
-	r.POST("/orders", ginidem.New(newEngine(t, core.Config{})), func(c *gin.Context) {
-		runs.Add(1)
-		c.AbortWithError(http.StatusBadRequest, errors.New("no such item")) //nolint:errcheck // the status is the response
-	})
-	wantResponse(t, post(r, "/orders", "held-1"), http.StatusBadRequest, "", false)
-	wantResponse(t, post(r, "/orders", "held-1"), http.StatusBadRequest, "", true)
-	wantRuns(t, "the handler", &runs, 1)
+	wantStoredBelow(t, func(w gin.ResponseWriter) gin.ResponseWriter { return &heldWriter{ResponseWriter: w} },
+		func(c *gin.Context) {
+			c.AbortWithError(http.StatusBadRequest, errors.New("no such item")) //nolint:errcheck // the status is the response
+		}, http.StatusBadRequest, "")
 }
