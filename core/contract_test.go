@@ -184,22 +184,14 @@ const contentTypeProblem = "application/problem+json"
 // too, over HTTP/2 and HTTP/1.1, and the storage policy still applies.
 func TestStoredTrailersSetAfterBody(t *testing.T) {
 	for _, h2 := range []bool{true, false} {
-		eng, err := core.New(core.Config{Observer: func(core.Event) {}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		runs := 0
-		srv := httptest.NewUnstartedServer(eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			runs++
+		srv, runs := trailerServer(t, h2, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Trailer", "X-Checksum")
 			w.WriteHeader(http.StatusCreated)
 			w.Write([]byte("ok")) //nolint:errcheck
 			w.Header().Set("X-Checksum", "c1")
 			w.Header().Set(http.TrailerPrefix+"Grpc-Status", "0")
 			w.Header().Set(http.TrailerPrefix+"X-Request-Id", "first")
-		})))
-		srv.EnableHTTP2 = h2
-		srv.StartTLS()
+		})
 		for i := range 2 {
 			resp, body := postTrailers(t, srv)
 			if resp.StatusCode != http.StatusCreated || string(body) != "ok" {
@@ -216,10 +208,28 @@ func TestStoredTrailersSetAfterBody(t *testing.T) {
 			}
 		}
 		srv.Close()
-		if runs != 1 {
-			t.Errorf("HTTP/2 %v: %d runs, want 1", h2, runs)
+		if *runs != 1 {
+			t.Errorf("HTTP/2 %v: %d runs, want 1", h2, *runs)
 		}
 	}
+}
+
+// trailerServer serves h behind an Engine's middleware over TLS, HTTP/2 if
+// h2, and counts h's runs in the int it returns.
+func trailerServer(t *testing.T, h2 bool, h http.HandlerFunc) (*httptest.Server, *int) {
+	t.Helper()
+	eng, err := core.New(core.Config{Observer: func(core.Event) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := new(int)
+	srv := httptest.NewUnstartedServer(eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		*runs++
+		h(w, r)
+	})))
+	srv.EnableHTTP2 = h2
+	srv.StartTLS()
+	return srv, runs
 }
 
 // postTrailers posts to srv's /trailers with the key "trailers" and returns
@@ -244,21 +254,13 @@ func postTrailers(t *testing.T, srv *httptest.Server) (*http.Response, []byte) {
 // policy as the header it names: net/http's HTTP/2 server sends it on the
 // replay too, so a Set-Cookie trailer would reach whoever replays.
 func TestStoredTrailerPrefix(t *testing.T) {
-	eng, err := core.New(core.Config{Observer: func(core.Event) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := 0
-	srv := httptest.NewUnstartedServer(eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs++
+	srv, runs := trailerServer(t, true, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(http.TrailerPrefix+"Set-Cookie", "session=secret")
 		w.Header().Set(http.TrailerPrefix+"X-Request-Id", "first")
 		w.Header().Set(http.TrailerPrefix+"X-Checksum", "c1")
 		w.WriteHeader(http.StatusCreated)
 		w.Write([]byte("ok")) //nolint:errcheck
-	})))
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
+	})
 	defer srv.Close()
 	var last *http.Response
 	for range 2 {
@@ -268,8 +270,8 @@ func TestStoredTrailerPrefix(t *testing.T) {
 		}
 		last = resp
 	}
-	if runs != 1 || last.Header.Get(core.HeaderReplay) != "true" {
-		t.Fatalf("%d runs, replay %q: want 1 run and a replay", runs, last.Header.Get(core.HeaderReplay))
+	if *runs != 1 || last.Header.Get(core.HeaderReplay) != "true" {
+		t.Fatalf("%d runs, replay %q: want 1 run and a replay", *runs, last.Header.Get(core.HeaderReplay))
 	}
 	if got := last.Trailer.Get("Set-Cookie"); got != "" {
 		t.Errorf("the replay sent the first response's Set-Cookie trailer %q", got)
