@@ -221,7 +221,11 @@ func (w *writer) Write(p []byte) (int, error) {
 		w.held += len(p)
 		return len(p), nil
 	}
-	return w.ResponseWriter.Write(p)
+	var err error
+	if !w.f.Gone() { // nothing more is sent once the client went away (core.Flight.Sent)
+		_, err = w.ResponseWriter.Write(p)
+	}
+	return w.f.Sent(len(p), err)
 }
 
 func (w *writer) WriteString(s string) (int, error) {
@@ -231,7 +235,11 @@ func (w *writer) WriteString(s string) (int, error) {
 		w.held += len(s)
 		return len(s), nil
 	}
-	return w.ResponseWriter.WriteString(s)
+	var err error
+	if !w.f.Gone() {
+		_, err = w.ResponseWriter.WriteString(s)
+	}
+	return w.f.Sent(len(s), err)
 }
 
 // WriteHeaderNow sends the headers without a body (c.AbortWithStatus).
@@ -247,7 +255,7 @@ func (w *writer) WriteHeaderNow() {
 // when the handlers return. A Buffered flight flushes nothing.
 func (w *writer) Flush() {
 	w.snapshot()
-	if !w.buffered {
+	if !w.buffered && !w.f.Gone() {
 		w.ResponseWriter.Flush()
 	}
 }

@@ -47,6 +47,7 @@ const (
 	hdrLate   = "X-Test-Late"   // panic after answering
 	hdrSize   = "X-Test-Size"   // answer with a body of this many bytes
 	hdrFlush  = "X-Test-Flush"  // flush the response after writing it
+	hdrGone   = "X-Test-Gone"   // stream a body of goneSize bytes, waiting for the client to go away after its first part
 	hdrUser   = "X-User-ID"     // the scope
 )
 
@@ -81,6 +82,7 @@ func TestHTTP(t *testing.T, serve Serve, newStore func(t *testing.T) core.Store)
 		{"PanicReleasesLock", testPanicReleasesLock},
 		{"BodyTooLarge", testBodyTooLarge},
 		{"LargeResponseOmitted", testLargeResponseOmitted},
+		{"ClientGoneMidResponse", testClientGoneMidResponse},
 		{"Scope", testScope},
 		{"StoreFailOpen", testStoreFailOpen},
 		{"StoreFailClosed", testStoreFailClosed},
@@ -144,7 +146,9 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Order-Id", strconv.FormatInt(n, 10))
 	w.Header().Set("Set-Cookie", "session=secret")
 	w.WriteHeader(status)
-	if size, _ := strconv.Atoi(r.Header.Get(hdrSize)); size > 0 {
+	if r.Header.Get(hdrGone) != "" {
+		streamUntilGone(w, r)
+	} else if size, _ := strconv.Atoi(r.Header.Get(hdrSize)); size > 0 {
 		w.Write(bytes.Repeat([]byte("x"), size)) //nolint:errcheck
 	} else {
 		fmt.Fprintf(w, `{"run":%d,"path":%q,"bytes":%d}`, n, r.URL.Path, len(body))
@@ -154,6 +158,28 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Header.Get(hdrLate) != "" {
 		panic("idemtest: handler panics after its response as asked")
+	}
+}
+
+// goneSize is the size of the body streamUntilGone writes.
+const goneSize = 256 << 10
+
+// streamUntilGone streams a body of goneSize bytes as io.Copy does, in
+// 4 KiB writes that stop at the first failed one: its first 16 KiB, then,
+// once the client has gone away (the request's context is done; at
+// most a second, for a server that does not tell), the rest.
+func streamUntilGone(w http.ResponseWriter, r *http.Request) {
+	chunk := bytes.Repeat([]byte("x"), 4<<10)
+	for i := 0; i < goneSize; i += len(chunk) {
+		if i == 16<<10 { // past net/http's 4 KiB buffer: sent (a flush would make Fiber's a body stream, not stored)
+			select {
+			case <-r.Context().Done():
+			case <-time.After(time.Second):
+			}
+		}
+		if _, err := w.Write(chunk); err != nil {
+			return
+		}
 	}
 }
 
@@ -745,6 +771,46 @@ func testLargeResponseOmitted(t *testing.T, h *harness) {
 	omitted := r.header.Get(core.HeaderBodyOmitted)
 	if !strings.Contains(omitted, "size=5000") || !strings.Contains(omitted, "sha256=") {
 		t.Fatalf("%s = %q", core.HeaderBodyOmitted, omitted)
+	}
+	s.wantRuns(1)
+}
+
+// A client that goes away while the response is sent: the response is
+// stored whole, as the handler meant it, though the handler stops streaming
+// at its first failed write; the retry gets it replayed, not cut short.
+func testClientGoneMidResponse(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/orders", strings.NewReader(order))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(key, "gone-1")
+	req.Header.Set(hdrGone, "1")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1)); err != nil {
+		t.Fatalf("reading the first byte: %v", err)
+	}
+	cancel() // the client goes away, its connection closed
+	resp.Body.Close()
+	want := response{status: http.StatusCreated, body: bytes.Repeat([]byte("x"), goneSize)}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r := s.do(http.MethodPost, "/orders", order, key, "gone-1", hdrGone, "1")
+		if r.status != http.StatusConflict {
+			if len(r.body) != goneSize {
+				t.Fatalf("the retry got %d bytes of body (status %d), want the %d the handler wrote", len(r.body), r.status, goneSize)
+			}
+			wantReplayOf(t, r, want)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the key is still in flight after 10 s")
+		}
 	}
 	s.wantRuns(1)
 }
