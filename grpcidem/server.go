@@ -282,7 +282,7 @@ func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, l 
 	}
 	defer l.Release(int(codes.Unknown), errPanicked) // a no-op once the lease ended
 	ctx = l.NewContext(ctx)                          // core.InfoFromContext, a TxStore's transaction
-	c := &capture{held: l.Buffered()}
+	c := &capture{held: l.Buffered(), ctx: ctx}
 	if st := grpc.ServerTransportStreamFromContext(ctx); st != nil {
 		c.ServerTransportStream = st
 		ctx = grpc.NewContextWithServerTransportStream(ctx, c)
@@ -340,6 +340,7 @@ func (s *server) store(l *core.Lease, c *capture, method string, resp any, err e
 // passed on only by send, once the result has committed.
 type capture struct {
 	grpc.ServerTransportStream
+	ctx             context.Context // the call's: done once its client went away
 	held            bool
 	mu              sync.Mutex
 	header, trailer metadata.MD
@@ -384,8 +385,12 @@ func (c *capture) send() {
 	}
 }
 
+// keep keeps md to store, if the stream took it (err is nil) or would have
+// but for the client, which went away (the call's context is done, and
+// gRPC refuses metadata on a stream it closed): the reply is stored all
+// the same, and the retry that replays it must get its metadata too.
 func (c *capture) keep(into *metadata.MD, md metadata.MD, err error) error {
-	if err == nil {
+	if err == nil || c.ctx.Err() != nil {
 		c.mu.Lock()
 		*into = metadata.Join(*into, md)
 		c.mu.Unlock()

@@ -258,6 +258,7 @@ func testServer(t *testing.T, newStore func(t *testing.T) core.Store) {
 		{"ConcurrentDuplicatesHeld", testConcurrentDuplicatesHeld},
 		{"ConcurrentDuplicatesWait", testConcurrentDuplicatesWait},
 		{"PanicReleasesKey", testPanicReleasesKey},
+		{"ClientGoneMetadata", testClientGoneMetadata},
 		{"StoredError", testStoredError},
 		{"InternalNotStored", testInternalNotStored},
 		{"NilReply", testNilReply},
@@ -493,6 +494,47 @@ func testPanicReleasesKey(t *testing.T, newStore func(*testing.T) core.Store) {
 	h.wantRuns(2)
 	wantReplayOf(t, h.call(order("panic", 1), key(k)...), retry)
 	h.wantRuns(2)
+}
+
+// A call whose client went away before the handler set its metadata (gRPC
+// then refuses it on the stream it closed): the reply is stored with the
+// metadata, and the retry gets both replayed.
+func testClientGoneMetadata(t *testing.T, newStore func(*testing.T) core.Store) {
+	eng, err := core.New(core.Config{Store: newStore(t), StoreTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered := make(chan struct{}, 1)
+	var held atomic.Bool
+	afterGone := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if held.CompareAndSwap(false, true) { // the first call only
+			entered <- struct{}{}
+			select {
+			case <-ctx.Done():
+				time.Sleep(20 * time.Millisecond) // gRPC closes the stream just after it cancels ctx
+			case <-time.After(10 * time.Second):
+			}
+		}
+		return handler(ctx, req)
+	}
+	h := &harness{t: t, svc: &service{}}
+	h.client = testpb.NewOrdersClient(serve(t, h.svc, grpcidem.UnaryServerInterceptor(eng), afterGone))
+	k := idemtest.Key(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-entered; cancel() }()
+	if _, err := h.client.Create(metadata.AppendToOutgoingContext(ctx, key(k)...), order("book", 1)); status.Code(err) != codes.Canceled {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	var r result
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if r = h.call(order("book", 1), key(k)...); status.Code(r.err) != codes.Aborted || time.Now().After(deadline) {
+			break
+		}
+	}
+	first := result{reply: &testpb.Order{Id: "ord_1", Item: "book", Qty: 1},
+		header: metadata.Pairs("x-order-id", "ord_1"), trailer: metadata.Pairs("x-trailer", "ord_1")}
+	wantReplayOf(t, r, first)
+	h.wantRuns(1)
 }
 
 func testStoredError(t *testing.T, newStore func(*testing.T) core.Store) {
