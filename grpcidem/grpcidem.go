@@ -57,7 +57,10 @@ func DefaultStorable(c codes.Code) bool {
 }
 
 // Replayed reports whether header, the header metadata of a reply
-// (grpc.Header), marks a replay.
+// (grpc.Header), marks a replay. If an interceptor chained before the
+// server's grpcidem sends the header before the call runs (grpc.SendHeader),
+// a replay's metadata, its mark included, comes in the trailer instead
+// (grpc.Trailer): ask Replayed of that too.
 func Replayed(header metadata.MD) bool {
 	v := header.Get(ReplayMetadata)
 	return len(v) > 0 && v[0] == "true"

@@ -490,9 +490,14 @@ func (s *server) replay(ctx context.Context, rec *core.Record, d *stored) (any, 
 		header[bodyOmittedMetadata] = []string{"sha256=" + hex.EncodeToString(rec.BodySHA256[:]) +
 			"; size=" + strconv.FormatInt(rec.BodySize, 10)}
 	}
-	// Errors only outside a server (no stream): nothing to send them on.
-	_ = grpc.SetHeader(ctx, header)
-	if trailer != nil {
+	// Errors outside a server (no stream): nothing to send them on; or, on a
+	// stream, when an interceptor chained before grpcidem sent the header
+	// already (grpc.SendHeader): the replay's metadata, its mark included,
+	// then goes out in the trailer rather than not at all.
+	if err := grpc.SetHeader(ctx, header); err != nil {
+		trailer = metadata.Join(header, trailer)
+	}
+	if len(trailer) > 0 {
 		_ = grpc.SetTrailer(ctx, trailer)
 	}
 	return d.reply, d.err

@@ -259,6 +259,7 @@ func testServer(t *testing.T, newStore func(t *testing.T) core.Store) {
 		{"ConcurrentDuplicatesWait", testConcurrentDuplicatesWait},
 		{"PanicReleasesKey", testPanicReleasesKey},
 		{"ClientGoneMetadata", testClientGoneMetadata},
+		{"OuterSendsHeader", testOuterSendsHeader},
 		{"StoredError", testStoredError},
 		{"InternalNotStored", testInternalNotStored},
 		{"NilReply", testNilReply},
@@ -534,6 +535,43 @@ func testClientGoneMetadata(t *testing.T, newStore func(*testing.T) core.Store) 
 	first := result{reply: &testpb.Order{Id: "ord_1", Item: "book", Qty: 1},
 		header: metadata.Pairs("x-order-id", "ord_1"), trailer: metadata.Pairs("x-trailer", "ord_1")}
 	wantReplayOf(t, r, first)
+	h.wantRuns(1)
+}
+
+// An interceptor before grpcidem that sends the header before the call
+// runs: the replay's header can no longer be set, and its mark comes in the
+// trailer rather than not at all.
+func testOuterSendsHeader(t *testing.T, newStore func(*testing.T) core.Store) {
+	eng, err := core.New(core.Config{Store: newStore(t), StoreTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outer := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := grpc.SendHeader(ctx, metadata.Pairs("x-outer", "1")); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+	h := &harness{t: t, svc: &service{}}
+	h.client = testpb.NewOrdersClient(serve(t, h.svc, outer, grpcidem.UnaryServerInterceptor(eng)))
+	k := idemtest.Key(t)
+	first := h.call(order("book", 1), key(k)...)
+	wantOK(t, first)
+	wantNotReplay(t, first)
+	if grpcidem.Replayed(first.trailer) {
+		t.Fatalf("first call's trailer marked as a replay: %v", first.trailer)
+	}
+	r := h.call(order("book", 1), key(k)...)
+	wantOK(t, r)
+	if !proto.Equal(r.reply, first.reply) {
+		t.Fatalf("replay %v, want %v", r.reply, first.reply)
+	}
+	if !grpcidem.Replayed(r.trailer) {
+		t.Fatalf("replay unmarked: header %v, trailer %v", r.header, r.trailer)
+	}
+	if got := r.trailer.Get("x-trailer"); len(got) != 1 || got[0] != "ord_1" {
+		t.Fatalf("replayed trailer x-trailer %v, want [ord_1]", got)
+	}
 	h.wantRuns(1)
 }
 
