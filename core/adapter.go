@@ -514,31 +514,6 @@ func (f *Flight) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Sent returns what a handler's write of n bytes reports once the adapter
-// has passed them on to the client, which answered err. Once a write to the
-// client has failed (the client went away: Gone), the adapter sends nothing
-// more, and every write reports n bytes written and no error while the
-// response is still stored whole: a handler that stops at its first failed
-// write (io.Copy, a template, a reverse proxy) would otherwise have its
-// response stored cut short, and replayed so to the client's retry. Past
-// MaxStoredBodyBytes, whose body is not stored, it reports the failure, so
-// that a handler that writes until its client goes away still ends.
-func (f *Flight) Sent(n int, err error) (int, error) {
-	if err != nil {
-		f.writer.gone = true
-	}
-	if f.writer.gone && f.hasher != nil {
-		return 0, errClientGone
-	}
-	return n, nil
-}
-
-// Gone reports whether a write of the response to the client has failed
-// (Sent): the adapter sends nothing more of it.
-func (f *Flight) Gone() bool { return f.writer.gone }
-
-var errClientGone = errors.New("idem: a write to the client failed: the response is no longer sent")
-
 // Complete ends the flight with the handler's status and response headers
 // (the body went through Write): the response is stored, less the headers
 // left as Request.ResponseHeader had them and the storage policy's, and the
@@ -637,7 +612,10 @@ func (f *Flight) Request(r *http.Request) *http.Request {
 // passes the response on to w and copies it into f, and notes the status
 // and a hijacked connection; a Buffered flight's response waits for
 // Finish. A flush does not stop the capture: the response is stored when
-// the handler returns, like any other (docs/design.md, "Adapters").
+// the handler returns, like any other (docs/design.md, "Adapters"). Once a
+// write to w fails (the client went away), nothing more is sent, and the
+// handler's writes report success until its body passes MaxStoredBodyBytes,
+// so that its whole response is stored for the client's retry.
 func (f *Flight) ResponseWriter(w http.ResponseWriter) http.ResponseWriter {
 	f.writer = captureWriter{ResponseWriter: w, flight: f}
 	return &f.writer
@@ -687,7 +665,7 @@ type captureWriter struct {
 	header   http.Header // as sent: a copy taken with the status
 	hijacked bool
 	ended    bool // by Finish, Abandon or Abort
-	gone     bool // Flight.Gone, of any adapter's writer: here, in memory the Flight has to spare
+	gone     bool // a write to the client failed: nothing more is sent (wrote)
 }
 
 // WriteHeader notes the first final status and the headers sent with it,
@@ -708,7 +686,7 @@ func (w *captureWriter) WriteHeader(code int) {
 
 // Write copies p into the Flight and passes it on (a Buffered flight's body
 // waits for Finish; nothing more is sent once the client has gone away:
-// Flight.Sent).
+// wrote).
 func (w *captureWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
@@ -718,22 +696,43 @@ func (w *captureWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	var err error
-	if !w.flight.Gone() {
+	if !w.gone {
 		_, err = w.ResponseWriter.Write(p)
 	}
-	return w.flight.Sent(len(p), err)
+	return w.wrote(len(p), err)
 }
+
+// wrote returns what a handler's write of n bytes reports once passed on to
+// the client, which answered err. Once a write to the client has failed
+// (the client went away), nothing more is sent, and every write reports n
+// bytes written and no error while the response is still stored whole: a
+// handler that stops at its first failed write (io.Copy, a template, a
+// reverse proxy) would otherwise have its response stored cut short, and
+// replayed so to the client's retry. Past MaxStoredBodyBytes, whose body is
+// not stored, it reports the failure, so that a handler that writes until
+// its client goes away still ends.
+func (w *captureWriter) wrote(n int, err error) (int, error) {
+	if err != nil {
+		w.gone = true
+	}
+	if w.gone && w.flight.hasher != nil {
+		return 0, errClientGone
+	}
+	return n, nil
+}
+
+var errClientGone = errors.New("idem: a write to the client failed: the response is no longer sent")
 
 // FlushError flushes: the status and headers, if not sent yet, and the
 // body so far. http.ResponseController and Echo's Response.Flush call it.
 // A Buffered flight flushes nothing before Finish, nor one whose client has
-// gone away (Flight.Sent).
+// gone away (wrote).
 func (w *captureWriter) FlushError() error {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK) // as net/http sends it on a flush
 	}
-	if w.flight.Buffered() || w.flight.Gone() {
-		_, err := w.flight.Sent(0, nil)
+	if w.flight.Buffered() || w.gone {
+		_, err := w.wrote(0, nil)
 		return err
 	}
 	return http.NewResponseController(w.ResponseWriter).Flush()

@@ -445,3 +445,41 @@ func TestMiddlewareTimeoutInside(t *testing.T) {
 		}
 	}
 }
+
+// goneWriter is a client that goes away after its first write.
+type goneWriter struct {
+	*httptest.ResponseRecorder
+	writes int
+}
+
+func (w *goneWriter) Write(p []byte) (int, error) {
+	if w.writes++; w.writes > 1 {
+		return 0, io.ErrClosedPipe
+	}
+	return w.ResponseRecorder.Write(p)
+}
+
+// Once a write to the client fails, a handler's writes report success while
+// its body is still stored whole, and fail again past MaxStoredBodyBytes,
+// so that a handler that writes until its client goes away still ends.
+func TestClientGoneWritesEnd(t *testing.T) {
+	eng, err := core.New(core.Config{MaxStoredBodyBytes: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted int
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for accepted < 100 {
+			if _, err := w.Write([]byte("abcd")); err != nil {
+				return
+			}
+			accepted++
+		}
+	}))
+	r := httptest.NewRequest(http.MethodPost, "/orders", nil)
+	r.Header.Set("Idempotency-Key", "gone")
+	h.ServeHTTP(&goneWriter{ResponseRecorder: httptest.NewRecorder()}, r)
+	if accepted != 2 { // 4 sent, 4 more stored; the third goes past 10 bytes
+		t.Errorf("%d writes reported done, want 2: the third passes MaxStoredBodyBytes after the client went away", accepted)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"maps"
 	"net"
 	"net/http"
@@ -54,6 +55,7 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	maxStored := eng.Config().MaxStoredBodyBytes
 	return func(c *gin.Context) {
 		r := c.Request
 		// A request that matched no route (NoRoute, NoMethod: no
@@ -98,7 +100,7 @@ func New(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			return
 		}
 
-		st.w = writer{ResponseWriter: c.Writer, f: f, buffered: f.Buffered()}
+		st.w = writer{ResponseWriter: c.Writer, f: f, buffered: f.Buffered(), maxStored: maxStored}
 		returned := false
 		defer func() {
 			// Also on a panic, before gin.Recovery writes its 500: c.Writer
@@ -188,7 +190,9 @@ type writer struct {
 	statusSet bool        // the handlers chose a status (c.Status)
 	hijacked  bool
 	buffered  bool // f.Buffered()
-	held      int  // the size of a Buffered flight's body
+	size      int  // of the body written so far
+	maxStored int  // the Engine's MaxStoredBodyBytes
+	gone      bool // a write to the client failed: nothing more is sent (wrote)
 }
 
 // WriteHeader notes that the handlers chose a status: Gin sends it after
@@ -217,30 +221,51 @@ func (w *writer) snapshot() {
 func (w *writer) Write(p []byte) (int, error) {
 	w.snapshot()
 	w.f.Write(p) //nolint:errcheck // never fails
+	w.size += len(p)
 	if w.buffered {
-		w.held += len(p)
 		return len(p), nil
 	}
 	var err error
-	if !w.f.Gone() { // nothing more is sent once the client went away (core.Flight.Sent)
+	if !w.gone {
 		_, err = w.ResponseWriter.Write(p)
 	}
-	return w.f.Sent(len(p), err)
+	return w.wrote(len(p), err)
 }
 
 func (w *writer) WriteString(s string) (int, error) {
 	w.snapshot()
 	w.f.Write([]byte(s)) //nolint:errcheck // never fails
+	w.size += len(s)
 	if w.buffered {
-		w.held += len(s)
 		return len(s), nil
 	}
 	var err error
-	if !w.f.Gone() {
+	if !w.gone {
 		_, err = w.ResponseWriter.WriteString(s)
 	}
-	return w.f.Sent(len(s), err)
+	return w.wrote(len(s), err)
 }
+
+// wrote returns what a handler's write of n bytes reports once passed on to
+// the client, which answered err, as core's own writer does: once a write
+// to the client has failed (the client went away), nothing more is sent,
+// and every write reports n bytes written and no error while the body is
+// still stored whole, so that a handler that stops at its first failed
+// write (c.DataFromReader, a template) has its whole response stored, not
+// one cut short. Past MaxStoredBodyBytes, whose body is not stored, it
+// reports the failure, so that a handler that writes until its client goes
+// away still ends.
+func (w *writer) wrote(n int, err error) (int, error) {
+	if err != nil {
+		w.gone = true
+	}
+	if w.gone && w.size > w.maxStored {
+		return 0, errClientGone
+	}
+	return n, nil
+}
+
+var errClientGone = errors.New("ginidem: a write to the client failed: the response is no longer sent")
 
 // WriteHeaderNow sends the headers without a body (c.AbortWithStatus).
 func (w *writer) WriteHeaderNow() {
@@ -255,7 +280,7 @@ func (w *writer) WriteHeaderNow() {
 // when the handlers return. A Buffered flight flushes nothing.
 func (w *writer) Flush() {
 	w.snapshot()
-	if !w.buffered && !w.f.Gone() {
+	if !w.buffered && !w.gone {
 		w.ResponseWriter.Flush()
 	}
 }
@@ -280,7 +305,7 @@ func (w *writer) Size() int {
 	case w.sent == nil:
 		return -1
 	}
-	return w.held
+	return w.size
 }
 
 // send sends a Buffered flight's response once f.Complete returned resp:
