@@ -35,7 +35,8 @@ var (
 	// ErrUnknownKey reports a key id the KeyProvider does not know.
 	ErrUnknownKey = errors.New("seal: unknown key id")
 	// ErrInvalidKey reports a key that is not KeySize bytes, or an id that
-	// is not 1 to 64 characters of [A-Za-z0-9._-].
+	// is not 1 to 64 characters of [A-Za-z0-9._-] (ParseKeys, StaticKeys)
+	// or, given by another KeyProvider, not 1 to 255 bytes.
 	ErrInvalidKey = errors.New("seal: invalid key")
 	// ErrOpen reports sealed bytes that do not open: tampered with, sealed
 	// under another key or with other additional data (another store key).
@@ -43,7 +44,8 @@ var (
 )
 
 // KeyProvider gives the keys that seal and open records. A key id must
-// always name the same key.
+// always name the same key, and be 1 to 255 bytes (core.Sealer's bound;
+// a KMS's key ARN or resource name will do): it is stored in clear.
 type KeyProvider interface {
 	// Primary returns the key that seals new records, and its id.
 	Primary(ctx context.Context) (id string, key []byte, err error)
@@ -211,16 +213,25 @@ func (s *Sealer) Open(ctx context.Context, keyID string, sealed, additionalData 
 	return plain, nil
 }
 
+// maxProviderID is the longest key id a KeyProvider may give: core's
+// bound for a Sealer's key id.
+const maxProviderID = 255
+
 // aead returns the cipher of key, named id: cached, as long as the
-// provider gives the same key for id.
+// provider gives the same key for id. Ids of StaticKeys are checked when
+// parsed; those of another provider (a KMS's ARN) need only fit in a
+// stored record.
 func (s *Sealer) aead(id string, key []byte) (*aead, error) {
 	if v, ok := s.aeads.Load(id); ok {
 		if a := v.(*aead); subtle.ConstantTimeCompare(a.key, key) == 1 {
 			return a, nil
 		}
 	}
-	if err := checkKey(id, key); err != nil {
-		return nil, err
+	switch {
+	case id == "" || len(id) > maxProviderID:
+		return nil, fmt.Errorf("%w: key id of %d bytes, want 1 to %d", ErrInvalidKey, len(id), maxProviderID)
+	case len(key) != KeySize:
+		return nil, fmt.Errorf("%w: key %q has %d bytes, want %d", ErrInvalidKey, id, len(key), KeySize)
 	}
 	block, err := aes.NewCipher(key)
 	if err != nil {

@@ -194,3 +194,36 @@ func TestNewNilPanics(t *testing.T) {
 	}()
 	seal.New(nil)
 }
+
+// kms is a KeyProvider that names its keys as a KMS does: an ARN.
+type kms struct{ id string }
+
+func (k kms) Primary(context.Context) (string, []byte, error) { return k.id, key(9), nil }
+func (k kms) Key(_ context.Context, id string) ([]byte, error) {
+	if id != k.id {
+		return nil, seal.ErrUnknownKey
+	}
+	return key(9), nil
+}
+
+// A KeyProvider's ids are core's (1 to 255 bytes): a KMS names its keys
+// with ':' and '/', which IDEM_SEAL_KEYS's syntax alone forbids. Refused,
+// every record would go unsealed and unstored, and its request run again
+// once its lock expired.
+func TestProviderIDsOfAKMS(t *testing.T) {
+	ctx := context.Background()
+	const arn = "arn:aws:kms:eu-west-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+	s := seal.New(kms{id: arn})
+	id, sealed, err := s.Seal(ctx, []byte("secret"), []byte("ad"))
+	if err != nil || id != arn {
+		t.Fatalf("Seal = %q, %v", id, err)
+	}
+	if plain, err := s.Open(ctx, arn, sealed, []byte("ad")); err != nil || string(plain) != "secret" {
+		t.Fatalf("Open = %q, %v", plain, err)
+	}
+	for _, bad := range []string{"", strings.Repeat("k", 256)} {
+		if _, _, err := seal.New(kms{id: bad}).Seal(ctx, []byte("x"), nil); !errors.Is(err, seal.ErrInvalidKey) {
+			t.Errorf("Seal under an id of %d bytes: %v, want ErrInvalidKey", len(bad), err)
+		}
+	}
+}
