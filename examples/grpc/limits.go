@@ -48,6 +48,11 @@ func limits(cfg *core.Config, logger *slog.Logger) error {
 		cfg.Quota.Window = time.Minute
 		logger.Info("quota per user", "in_flight", q.InFlight, "per_minute", q.PerWindow)
 	}
+	if spec, set := os.LookupEnv("IDEM_SEAL_KEYS"); set && spec == "" {
+		// A secret that did not render: read as unset, every record would
+		// be stored in clear, and refused by the instances that seal.
+		return fmt.Errorf("IDEM_SEAL_KEYS is set but empty: want <id>:<base64 key>[,...], or unset it to store records in clear")
+	}
 	if os.Getenv("IDEM_SEAL_CLEAR_UNTIL") != "" && os.Getenv("IDEM_SEAL_KEYS") == "" {
 		return fmt.Errorf("IDEM_SEAL_CLEAR_UNTIL needs IDEM_SEAL_KEYS: without keys every record is stored in clear")
 	}

@@ -36,3 +36,13 @@ func TestLimitsFailClosed(t *testing.T) {
 		})
 	}
 }
+
+// TestLimitsSealKeysSetButEmpty: IDEM_SEAL_KEYS set to nothing is refused
+// at start, as in the HTTP examples, rather than store records in clear.
+func TestLimitsSealKeysSetButEmpty(t *testing.T) {
+	t.Setenv("IDEM_SEAL_KEYS", "")
+	var cfg core.Config
+	if err := limits(&cfg, slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))); err == nil {
+		t.Fatalf("limits: nil error, want one naming IDEM_SEAL_KEYS; Sealer %v", cfg.Sealer)
+	}
+}

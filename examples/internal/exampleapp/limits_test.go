@@ -84,3 +84,15 @@ func TestLimitsFailClosed(t *testing.T) {
 		})
 	}
 }
+
+// TestLimitsSealKeysSetButEmpty: IDEM_SEAL_KEYS set to nothing (a secret
+// that did not render) is refused at start, not read as unset, which would
+// store every record in clear.
+func TestLimitsSealKeysSetButEmpty(t *testing.T) {
+	t.Setenv("IDEM_SEAL_KEYS", "")
+	a := &App{Logger: slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))}
+	var cfg core.Config
+	if err := a.limits(&cfg); err == nil || !strings.Contains(err.Error(), "IDEM_SEAL_KEYS") {
+		t.Fatalf("limits: %v, want an error naming IDEM_SEAL_KEYS; Sealer %v", err, cfg.Sealer)
+	}
+}
