@@ -81,6 +81,7 @@ func TestHTTP(t *testing.T, serve Serve, newStore func(t *testing.T) core.Store)
 		{"StorePolicy", testStorePolicy},
 		{"PanicReleasesLock", testPanicReleasesLock},
 		{"BodyTooLarge", testBodyTooLarge},
+		{"ExpectContinue", testExpectContinue},
 		{"LargeResponseOmitted", testLargeResponseOmitted},
 		{"ClientGoneMidResponse", testClientGoneMidResponse},
 		{"Scope", testScope},
@@ -754,6 +755,79 @@ func testBodyTooLarge(t *testing.T, h *harness) {
 	// Without a key the body is not read by the middleware at all.
 	wantStatus(t, s.do(http.MethodPost, "/orders", big), http.StatusCreated)
 	s.wantRuns(1)
+}
+
+// A request sent with "Expect: 100-continue", as curl sends a large body,
+// its headers alone until the server asks for the body: one that the
+// middleware refuses before reading its body (a bad key, a declared body
+// over MaxBodyBytes) gets its answer at once, with "Connection: close" if
+// the body is left unread (what follows on the connection would otherwise
+// be read as that body); or a 100 Continue, and its answer once the body
+// is sent. A server that waits for a body it never asked for leaves the
+// client waiting. One that reads the body sends 100 Continue first.
+func testExpectContinue(t *testing.T, h *harness) {
+	s := h.start(t, core.Config{MaxBodyBytes: 64})
+	big := `{"item":"` + strings.Repeat("b", 100) + `"}`
+	cases := []struct {
+		name, key, body string
+		status          int
+		replay          bool
+	}{
+		{"invalid key", strings.Repeat("k", 300), order, http.StatusBadRequest, false},
+		{"body over MaxBodyBytes", "expect-big", big, http.StatusRequestEntityTooLarge, false},
+		{"first", "expect-1", order, http.StatusCreated, false},
+		{"replay", "expect-1", order, http.StatusCreated, true},
+		{"key reused", "expect-1", `{"item":"other"}`, http.StatusUnprocessableEntity, false},
+	}
+	for _, c := range cases {
+		resp, err := expectContinue(s.url, c.key, c.body)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if resp.StatusCode != c.status || (resp.Header.Get(core.HeaderReplay) == "true") != c.replay {
+			t.Fatalf("%s: %d %v, want %d (replay: %v)", c.name, resp.StatusCode, resp.Header, c.status, c.replay)
+		}
+	}
+	s.wantRuns(1)
+}
+
+// expectContinue sends a keyed POST /orders with "Expect: 100-continue"
+// on a connection of its own, its body only once the server has answered
+// 100 Continue, and returns the final response. It fails if the server
+// sends nothing for 3 s after the headers, or answers without asking for
+// the body and without closing the connection.
+func expectContinue(baseURL, k, body string) (*http.Response, error) {
+	conn, err := net.Dial("tcp", strings.TrimPrefix(baseURL, "http://"))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(3 * time.Second)) //nolint:errcheck
+	fmt.Fprintf(conn, "POST /orders HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"+
+		"Idempotency-Key: %s\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", k, len(body))
+	br := bufio.NewReader(conn)
+	req := &http.Request{Method: http.MethodPost}
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		return nil, fmt.Errorf("no answer to the headers (neither 100 Continue nor a final status): %w", err)
+	}
+	if resp.StatusCode != http.StatusContinue {
+		io.ReadAll(resp.Body) //nolint:errcheck
+		if !resp.Close {
+			return nil, fmt.Errorf("%d without 100 Continue, the body unread, and the connection kept open", resp.StatusCode)
+		}
+		return resp, nil
+	}
+	conn.SetDeadline(time.Now().Add(3 * time.Second)) //nolint:errcheck
+	if _, err := io.WriteString(conn, body); err != nil {
+		return nil, err
+	}
+	resp, err = http.ReadResponse(br, req)
+	if err != nil {
+		return nil, fmt.Errorf("after 100 Continue and the body: %w", err)
+	}
+	_, err = io.ReadAll(resp.Body)
+	return resp, err
 }
 
 func testLargeResponseOmitted(t *testing.T, h *harness) {

@@ -99,12 +99,16 @@ func (e limitError) As(target any) bool {
 // far are those of middleware before the adapter).
 func (p *Protected) Begin(eng *core.Engine, r *http.Request, route, host string, store Getter, w http.ResponseWriter) (*core.Flight, *core.Response) {
 	p.Ctx = Values{Context: r.Context(), Store: store}
-	if p.BodyLimit != nil && r.Body != nil && r.Body != http.NoBody {
-		p.body = limitedBody{ReadCloser: r.Body, limit: p.BodyLimit}
-		r.Body = &p.body
-	}
 	p.Req = core.NewRequest(r, route, w)
 	p.Req.Context = &p.Ctx
 	p.Req.Host = host
+	// The Engine reads the body through the wrapper; r keeps its own. r is
+	// the server's request, and net/http knows a body with "Expect:
+	// 100-continue" by its type: replaced, a refusal that leaves it unread
+	// (a bad key) waits for a body the client is never asked for.
+	if p.BodyLimit != nil && r.Body != nil && r.Body != http.NoBody {
+		p.body = limitedBody{ReadCloser: r.Body, limit: p.BodyLimit}
+		p.Req.Body = &p.body
+	}
 	return eng.Begin(&p.Req)
 }
