@@ -794,7 +794,7 @@ func testExpectContinue(t *testing.T, h *harness) {
 // expectContinue sends a keyed POST /orders with "Expect: 100-continue"
 // on a connection of its own, its body only once the server has answered
 // 100 Continue, and returns the final response. It fails if the server
-// sends nothing for 3 s after the headers, or answers without asking for
+// sends nothing for 10 s after the headers, or answers without asking for
 // the body and without closing the connection.
 func expectContinue(baseURL, k, body string) (*http.Response, error) {
 	conn, err := net.Dial("tcp", strings.TrimPrefix(baseURL, "http://"))
@@ -802,7 +802,7 @@ func expectContinue(baseURL, k, body string) (*http.Response, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(3 * time.Second)) //nolint:errcheck
+	conn.SetDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
 	fmt.Fprintf(conn, "POST /orders HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"+
 		"Idempotency-Key: %s\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", k, len(body))
 	br := bufio.NewReader(conn)
@@ -818,7 +818,7 @@ func expectContinue(baseURL, k, body string) (*http.Response, error) {
 		}
 		return resp, nil
 	}
-	conn.SetDeadline(time.Now().Add(3 * time.Second)) //nolint:errcheck
+	conn.SetDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
 	if _, err := io.WriteString(conn, body); err != nil {
 		return nil, err
 	}
