@@ -132,8 +132,8 @@ type Config struct {
 	// denied.
 	KeepHeaders []string
 
-	// ResponseTTL is how long a stored response is kept.
-	// Default: 24 hours.
+	// ResponseTTL is how long a stored response is kept; New refuses less
+	// than a second. Default: 24 hours.
 	ResponseTTL time.Duration
 	// TTL overrides ResponseTTL per request, such as 72 hours for payments;
 	// a result of zero or less means ResponseTTL. Default: none.
@@ -280,6 +280,10 @@ func (c *Config) setDefaults() error {
 		return errors.New("idem: negative duration in Config")
 	case c.LockTTL < 3*time.Millisecond:
 		return errors.New("idem: LockTTL must be at least 3ms")
+	case c.ResponseTTL < time.Second:
+		// A bare number is nanoseconds (ResponseTTL: 86400): the record
+		// would be gone before any retry, which would run the work again.
+		return errors.New("idem: ResponseTTL must be at least 1s")
 	case c.Quota.set() && !enforcesQuota(c.Store):
 		return errors.New("idem: Config.Quota: the store does not enforce quotas (core.QuotaFromContext)")
 	case wrapsTx(c.Store):

@@ -66,7 +66,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"negative body limit": {MaxBodyBytes: -1},
 		"negative ttl":        {ResponseTTL: -time.Second},
 		"tiny lock ttl":       {LockTTL: time.Microsecond},
-		"negative wait":       {Wait: -1},
+		// A bare number is nanoseconds: every retry would run again.
+		"response ttl in nanoseconds": {ResponseTTL: 86400},
+		"negative wait":               {Wait: -1},
 		// Each would leave every request unprotected, silently.
 		"lower-case method":        {Methods: []string{"POST", "patch"}},
 		"empty method":             {Methods: []string{""}},
