@@ -134,7 +134,8 @@ func (t *tiered) SetInvalidate(invalidate func(key string)) {
 	t.invalidate = append(t.invalidate, invalidate)
 	t.mu.Unlock()
 	for _, s := range []Store{t.fast, t.durable} {
-		if i, ok := s.(Invalidator); ok {
+		// Through a wrapper too, such as a metrics InstrumentStore of a tier.
+		if i, ok := find[Invalidator](s); ok {
 			i.SetInvalidate(invalidate)
 		}
 	}

@@ -495,6 +495,28 @@ func TestTieredPurgeInvalidatesReplayCache(t *testing.T) {
 	}
 }
 
+// A purge made by another process drops this process's cached copy also
+// when the tiers are wrapped, as by a metrics InstrumentStore per tier.
+func TestTieredWrappedTiersPurgeInvalidatesReplayCache(t *testing.T) {
+	fast, durable := core.NewMemoryStore(0), core.NewMemoryStore(0)
+	store := core.NewTiered(instrument.Store(fast, nopObserve), instrument.Store(durable, nopObserve))
+	eng, err := core.New(core.Config{Store: store, ReplayCache: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	run(t, eng, "k", &runs)                //nolint:errcheck
+	run(t, eng, "k", &runs)                //nolint:errcheck // a replay, now cached
+	other := core.NewTiered(fast, durable) // another process's store on the same tiers
+	if err := other.(core.Admin).Purge(context.Background(), core.ID("", "k", "")); err != nil {
+		t.Fatal(err)
+	}
+	run(t, eng, "k", &runs) //nolint:errcheck
+	if runs.Load() != 2 {
+		t.Fatalf("after a purge the work ran %d times in all, want 2 (the cached copy replayed)", runs.Load())
+	}
+}
+
 // A purge with the fast tier down, or stalled (a client that redials a
 // Redis that is down until the deadline: it gets half the purge's time),
 // drops the durable tier's record and says that the fast tier's copy was
