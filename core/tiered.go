@@ -835,8 +835,8 @@ func (t *tiered) admins() (durable, fast Admin, err error) {
 
 // checkpointers returns the tiers as Checkpointers.
 func (t *tiered) checkpointers() (durable, fast Checkpointer, err error) {
-	d, ok1 := t.durable.(Checkpointer)
-	f, ok2 := t.fast.(Checkpointer)
+	d, ok1 := find[Checkpointer](t.durable) // through a wrapper too, as New's
+	f, ok2 := find[Checkpointer](t.fast)
 	if !ok1 || !ok2 {
 		return nil, nil, fmt.Errorf("%w: a tier is not one", errNoCheckpoints)
 	}

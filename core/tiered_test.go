@@ -657,6 +657,31 @@ func TestTieredSteps(t *testing.T) {
 	}
 }
 
+// Steps keep their checkpoints also when the tiers are wrapped, as by a
+// metrics InstrumentStore per tier.
+func TestTieredWrappedTiersSteps(t *testing.T) {
+	store := core.NewTiered(instrument.Store(core.NewMemoryStore(0), nopObserve), instrument.Store(core.NewMemoryStore(0), nopObserve))
+	eng, err := core.New(core.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	work := func(fail bool) func(ctx context.Context) (string, error) {
+		return func(ctx context.Context) (string, error) {
+			v, err := core.Step(ctx, "a", func(context.Context) (string, error) { runs++; return "a1", nil })
+			if err != nil || fail {
+				return "", errors.Join(err, errors.New("run again"))
+			}
+			return v, nil
+		}
+	}
+	core.Do(context.Background(), eng, "s", "k", work(true)) //nolint:errcheck // a's checkpoint saved
+	got, _, err := core.Do(context.Background(), eng, "s", "k", work(false))
+	if err != nil || got != "a1" || runs != 1 {
+		t.Fatalf("run again: %q, %v; step a ran %d times, want 1 (its checkpoint)", got, err, runs)
+	}
+}
+
 // Over a durable TxStore the tiered store is one too: the durable tier's
 // transaction holds the key, the fast tier gets the record after the
 // commit and serves the replays, and a fast lock is a conflict.
