@@ -35,7 +35,8 @@ var (
 	// ErrNilPool reports New or Migrate called without a pool.
 	ErrNilPool = errors.New("pgstore: nil pool")
 	// ErrInvalidOptions reports Options out of range: a negative Timeout,
-	// JanitorBatch or StaleLockAge, a name too long for PostgreSQL, or a
+	// JanitorBatch or StaleLockAge, a JanitorInterval under 1ms, a name
+	// too long for PostgreSQL, or a
 	// Table name ending in _steps or _quota (another store's tables).
 	ErrInvalidOptions = errors.New("pgstore: invalid options")
 )
@@ -54,8 +55,9 @@ type Options struct {
 	// Engine's calls have Config.StoreTimeout's). Optional. Default:
 	// DefaultTimeout.
 	Timeout time.Duration
-	// JanitorInterval is the time between two sweeps of expired rows; a
-	// negative value starts no janitor. Optional. Default: DefaultJanitorInterval.
+	// JanitorInterval is the time between two sweeps of expired rows, at
+	// least 1ms; a negative value starts no janitor. Optional. Default:
+	// DefaultJanitorInterval.
 	JanitorInterval time.Duration
 	// JanitorBatch is the most rows one DELETE removes. Optional.
 	// Default: DefaultJanitorBatch.
@@ -100,6 +102,10 @@ func (o *Options) withDefaults() (Options, error) {
 		return c, fmt.Errorf("%w: negative JanitorBatch", ErrInvalidOptions)
 	case c.StaleLockAge < 0:
 		return c, fmt.Errorf("%w: negative StaleLockAge", ErrInvalidOptions)
+	case c.JanitorInterval > 0 && c.JanitorInterval < time.Millisecond:
+		// A bare number is nanoseconds (JanitorInterval: 60): each sweep
+		// opens a connection, hundreds a second.
+		return c, fmt.Errorf("%w: JanitorInterval under 1ms", ErrInvalidOptions)
 	case len(c.Table) > 40 || len(c.Schema) > 63:
 		// The index names add up to 23 bytes to the table's; PostgreSQL
 		// cuts identifiers at 63.

@@ -37,9 +37,12 @@ func TestNewErrors(t *testing.T) {
 		"negative Timeout":      {Timeout: -time.Second},
 		"negative JanitorBatch": {JanitorBatch: -1},
 		"negative StaleLockAge": {StaleLockAge: -time.Second},
-		"long table name":       {Table: "a_table_name_much_longer_than_forty_bytes_x"},
-		"another's steps table": {Table: "orders_keys_steps"},
-		"another's quota table": {Table: "orders_keys_quota"},
+		// A bare number is nanoseconds: a sweep, on a new connection, as
+		// fast as PostgreSQL accepts them.
+		"nanosecond JanitorInterval": {JanitorInterval: 60},
+		"long table name":            {Table: "a_table_name_much_longer_than_forty_bytes_x"},
+		"another's steps table":      {Table: "orders_keys_steps"},
+		"another's quota table":      {Table: "orders_keys_quota"},
 	} {
 		if _, err := pgstore.New(pool, &o); !errors.Is(err, pgstore.ErrInvalidOptions) {
 			t.Errorf("%s: New = %v, want ErrInvalidOptions", name, err)
