@@ -215,6 +215,16 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 			}
 			return l, nil, nil
 		case err == nil && token != "":
+			if time.Since(sent) >= e.initialLease {
+				// The reply came after the lock it took may have expired (a
+				// store slower than LockTTL, a pause): another call may
+				// hold the key by now, and both would run.
+				var held bool
+				if sent, held = e.reclaim(l, token); !held {
+					inFlight, waitErr = true, errLateLock
+					break
+				}
+			}
 			l.token = token
 			var renew time.Duration
 			if e.renews != nil {
@@ -254,6 +264,30 @@ func (e *Engine) acquire(c *Call, endpoint string, start time.Time, a *answers, 
 		l.observe(OutcomeConflict, a.conflict)
 		return nil, nil, ErrInFlight
 	}
+}
+
+// errLateLock is the Err of the conflict of a call whose lock may have
+// expired before the store's reply took it there (reclaim).
+var errLateLock = fmt.Errorf("%w: the store answered after the lock it took could have expired (LockTTL shorter than the store's latency?)", ErrLockLost)
+
+// reclaim refreshes the lock that token took, whose reply came after the
+// initial lease could have run out: it reports whether the lock is still
+// the call's, and when the refresh that says so was sent. If not, the lock
+// is released.
+func (e *Engine) reclaim(l *Lease, token string) (time.Time, bool) {
+	sent := time.Now()
+	sc := newStoreCtx(l.ctx, e.cfg.StoreTimeout)
+	err := e.cfg.Store.Refresh(sc, l.id, token, e.initialLease)
+	sc.cancel()
+	if err == nil && time.Since(sent) < e.initialLease {
+		return sent, true
+	}
+	// Fenced by the token: a lock another call took stays; the store
+	// forgets this one's share of a quota.
+	sc = newStoreCtx(l.ctx, e.cfg.StoreTimeout)
+	e.cfg.Store.Release(sc, l.id, token) //nolint:errcheck // the call answers in flight either way
+	sc.cancel()
+	return time.Time{}, false
 }
 
 // leasedTx is a Tx beside which a lock that expires holds its key: the
