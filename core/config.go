@@ -102,7 +102,10 @@ type Config struct {
 	Scope func(*Request) string
 	// ScopeRoute makes the route template part of the scope, so one key may
 	// be used once per endpoint; the path, for a request whose route
-	// template is unknown (Request.Route). Default: false.
+	// template is unknown (Request.Route). Every instance on a store must
+	// agree on it and on Scope: a change finds none of the keys stored
+	// before, whose retries run again (docs/design.md, "The key").
+	// Default: false.
 	ScopeRoute bool
 	// CriticalHeaders are request headers that join the fingerprint, so a
 	// retry that changes one of them is a different request (422).
