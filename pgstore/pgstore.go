@@ -44,7 +44,10 @@ var (
 // Options configures a Store and Migrate. A nil *Options means the defaults.
 type Options struct {
 	// Schema holds the table. Optional. Default: none, the connection's
-	// search_path (public, usually).
+	// search_path (public, usually). Every Store and TxStore on a table
+	// must write Schema and Table alike: the transactional mode's locks
+	// and the purge notices are named after them, so "" on one instance
+	// and "public" on another let both run a key at once.
 	Schema string
 	// Table is the table's name, at most 40 bytes; Migrate also creates
 	// <Table>_steps and <Table>_quota, so it must not end in either suffix
