@@ -280,12 +280,21 @@ RETURNING 1`,
 		held: `SELECT record, status = 'completed' AND expires_at > now()
 	OR status = 'processing' AND locked_until > now() FROM ` + t + ` WHERE key = $1`,
 		// now() is the transaction's start; the record's times are the commit's.
-		commit: `WITH dropped AS (DELETE FROM ` + st + ` WHERE key = $1)
+		// A live row of the key, which the advisory lock should have kept out
+		// (another store on the table that spells it differently, a lease-mode
+		// instance of an older release), is not written over: the division by
+		// zero aborts the transaction, the handler's writes with it
+		// (errKeyTaken).
+		commit: `WITH dropped AS (DELETE FROM ` + st + ` WHERE key = $1), done AS (
 INSERT INTO ` + t + ` AS k (key, status, record, status_code, created_at, completed_at, expires_at)
 VALUES ($1, 'completed', $2, $3, now(), clock_timestamp(), clock_timestamp() + $4::interval)
 ON CONFLICT (key) DO UPDATE SET status = 'completed', lock_token = NULL, locked_until = NULL,
 	record = EXCLUDED.record, status_code = EXCLUDED.status_code, created_at = EXCLUDED.created_at,
-	completed_at = EXCLUDED.completed_at, expires_at = EXCLUDED.expires_at`,
+	completed_at = EXCLUDED.completed_at, expires_at = EXCLUDED.expires_at
+WHERE NOT ((k.status = 'completed' AND k.expires_at > now()) IS TRUE OR (k.status = 'processing' AND k.locked_until > now()) IS TRUE)
+RETURNING 1
+)
+SELECT 1 / count(*)::int FROM done`,
 		keyLock: "idem-go/idem key " + t + " ",
 
 		stepsLock: "idem-go/idem steps " + t + " ",

@@ -433,8 +433,8 @@ func (t *txn) Context(ctx context.Context) context.Context {
 }
 
 // Commit implements core.Tx: the record is written over any row of the key
-// (an expired one: the advisory lock keeps out live ones) and committed with
-// the handler's writes. If a statement of the handler failed, PostgreSQL
+// (an expired one: the advisory lock keeps out live ones; a live one fails
+// the commit, errKeyTaken) and committed with the handler's writes. If a statement of the handler failed, PostgreSQL
 // has aborted the transaction, and none of the handler's writes can be
 // kept. A failure's record (failed: a 4xx, a gRPC error), the handler's
 // answer to that failure, commits after a rollback to the savepoint taken
@@ -499,8 +499,22 @@ func (t *txn) commit(ctx context.Context, record []byte, ttl time.Duration) erro
 	if err == nil && tag.String() == "ROLLBACK" {
 		err = pgx.ErrTxCommitRollback
 	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == divisionByZero {
+		err = errKeyTaken
+	}
 	return err
 }
+
+// divisionByZero is the SQLSTATE of the commit statement's refusal to
+// write over a live row of its key.
+const divisionByZero = "22012"
+
+// errKeyTaken is a commit's error when a live row of its key appeared while
+// its transaction held the key's advisory lock: another store took the key
+// under another lock name.
+var errKeyTaken = errors.New("another call stored the key's record or holds its lock, under another lock name: " +
+	"do all the stores on this table write Options.Schema and Table alike?")
 
 // Rollback implements core.Tx.
 func (t *txn) Rollback(ctx context.Context) error {

@@ -762,3 +762,59 @@ func TestIntegrationTxReadCommitted(t *testing.T) {
 		t.Fatalf("LoadSteps after the step committed: %q, want its checkpoint", steps)
 	}
 }
+
+// A transaction's commit does not write over a live record of its key:
+// two TxStores on one table that spell it differently (Schema "" and the
+// schema) do not share their advisory locks, so both may take a key, but
+// the second to commit fails, and its writes are rolled back with it.
+func TestIntegrationTxCommitKeepsLiveRecord(t *testing.T) {
+	ctx := context.Background()
+	pool, schema := pgtest.Pool(t)
+	o := pgstore.Options{Schema: schema, JanitorInterval: -1}
+	if err := pgstore.Migrate(ctx, pool, &o); err != nil {
+		t.Fatal(err)
+	}
+	a, err := pgstore.NewTx(pool, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	other, err := pgxpool.New(ctx, urlWith("search_path="+schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	b, err := pgstore.NewTx(other, &pgstore.Options{JanitorInterval: -1}) // the same table, through search_path
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+
+	_, txA, err := a.Begin(ctx, "k", time.Minute)
+	if err != nil || txA == nil {
+		t.Fatalf("a: %v, %v", txA, err)
+	}
+	_, txB, err := b.Begin(ctx, "k", time.Minute)
+	if err != nil || txB == nil {
+		txA.Rollback(ctx) //nolint:errcheck
+		t.Skipf("b: %v, %v: the locks are shared now; nothing left to check", txB, err)
+	}
+	table := pgx.Identifier{schema, pgstore.DefaultTable}.Sanitize()
+	if _, err := pgstore.Tx(txB.Context(ctx)).Exec(ctx, "CREATE TABLE IF NOT EXISTS "+pgx.Identifier{schema, "b_writes"}.Sanitize()+" ()"); err != nil {
+		t.Fatal(err)
+	}
+	if err := txA.Commit(ctx, []byte("record-a"), time.Hour, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := txB.Commit(ctx, []byte("record-b"), time.Hour, false); err == nil {
+		t.Error("b's commit wrote over a's live record")
+	}
+	var rec []byte
+	if err := pool.QueryRow(ctx, "SELECT record FROM "+table+" WHERE key = 'k'").Scan(&rec); err != nil || string(rec) != "record-a" {
+		t.Errorf("record: %q, %v; want a's", rec, err)
+	}
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", schema+".b_writes").Scan(&exists); err != nil || exists {
+		t.Errorf("b's writes committed: %v, %v", exists, err)
+	}
+}
