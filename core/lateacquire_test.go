@@ -24,11 +24,11 @@ type lateReply struct {
 func (s *lateReply) Acquire(ctx context.Context, key string, ttl time.Duration) ([]byte, string, error) {
 	first := s.calls.Add(1) == 1
 	if first && s.queued {
-		time.Sleep(s.delay)
+		advance(s.delay)
 	}
 	raw, token, err := s.MemoryStore.Acquire(ctx, key, ttl)
 	if first && !s.queued {
-		time.Sleep(s.delay)
+		advance(s.delay)
 	}
 	return raw, token, err
 }
@@ -51,7 +51,7 @@ func TestAcquireReplyAfterLockExpired(t *testing.T) {
 			l, _, err := eng.Acquire(&core.Call{Key: "k"})
 			first <- result{l, err}
 		}()
-		time.Sleep(120 * time.Millisecond) // the first lock expired; its reply is not back yet
+		advance(120 * time.Millisecond) // the first lock expired; its reply is not back yet
 		second, _, err := eng.Acquire(&core.Call{Key: "k"})
 		if err != nil || second == nil {
 			t.Fatalf("second: %v, %v", second, err)
@@ -102,7 +102,7 @@ func TestAcquireReplyLateLockStillHeld(t *testing.T) {
 		if err != nil || l == nil {
 			t.Fatalf("lock held at its reply: %v, %v", l, err)
 		}
-		time.Sleep(200 * time.Millisecond) // refreshed meanwhile
+		advance(200 * time.Millisecond) // refreshed meanwhile
 		if other, _, err := eng.Acquire(&core.Call{Key: "k"}); !errors.Is(err, core.ErrInFlight) {
 			t.Fatalf("duplicate while the work runs: %v, %v; want ErrInFlight", other, err)
 		}

@@ -825,8 +825,8 @@ func (t *tiered) InFlight(ctx context.Context, limit int) ([]KeyState, error) {
 var errNoAdmin = errors.New("idem: a tier of the store does not implement core.Admin")
 
 func (t *tiered) admins() (durable, fast Admin, err error) {
-	d, ok1 := t.durable.(Admin)
-	f, ok2 := t.fast.(Admin)
+	d, ok1 := find[Admin](t.durable) // through a wrapper too, as New's
+	f, ok2 := find[Admin](t.fast)
 	if !ok1 || !ok2 {
 		return nil, nil, errNoAdmin
 	}

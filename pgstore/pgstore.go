@@ -36,8 +36,8 @@ var (
 	ErrNilPool = errors.New("pgstore: nil pool")
 	// ErrInvalidOptions reports Options out of range: a negative Timeout,
 	// JanitorBatch or StaleLockAge, a JanitorInterval under 1ms, a name
-	// too long for PostgreSQL, or a
-	// Table name ending in _steps or _quota (another store's tables).
+	// too long for PostgreSQL, or a Table name ending in _steps or _quota
+	// (another store's tables).
 	ErrInvalidOptions = errors.New("pgstore: invalid options")
 )
 
@@ -47,7 +47,8 @@ type Options struct {
 	// search_path (public, usually). Every Store and TxStore on a table
 	// must write Schema and Table alike: the transactional mode's locks
 	// and the purge notices are named after them, so "" on one instance
-	// and "public" on another let both run a key at once.
+	// and "public" on another let both run a key at once (the second to
+	// commit then fails, its writes rolled back).
 	Schema string
 	// Table is the table's name, at most 40 bytes; Migrate also creates
 	// <Table>_steps and <Table>_quota, so it must not end in either suffix

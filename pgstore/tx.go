@@ -434,9 +434,9 @@ func (t *txn) Context(ctx context.Context) context.Context {
 
 // Commit implements core.Tx: the record is written over any row of the key
 // (an expired one: the advisory lock keeps out live ones; a live one fails
-// the commit, errKeyTaken) and committed with the handler's writes. If a statement of the handler failed, PostgreSQL
-// has aborted the transaction, and none of the handler's writes can be
-// kept. A failure's record (failed: a 4xx, a gRPC error), the handler's
+// the commit, errKeyTaken) and committed with the handler's writes. If a
+// statement of the handler failed, PostgreSQL has aborted the transaction,
+// and none of the handler's writes can be kept. A failure's record (failed: a 4xx, a gRPC error), the handler's
 // answer to that failure, commits after a rollback to the savepoint taken
 // after the key's lock, under the lock it still holds (a rollback and a
 // write on another connection would let a duplicate in between). A success
