@@ -75,7 +75,8 @@ const legacyKeyHeader = "X-Idempotency-Key"
 // it, so that its connection can be reused.
 const drainBytes = 4 << 10
 
-// ErrConfig reports a Transport field out of range.
+// ErrConfig reports a Transport field out of range (a negative number, a
+// method in Methods that is not upper-case), for every request.
 var ErrConfig = errors.New("idemclient: invalid Transport")
 
 // Transport sends covered requests with an idempotency key and retries them.
@@ -84,7 +85,9 @@ var ErrConfig = errors.New("idemclient: invalid Transport")
 type Transport struct {
 	// Base sends each attempt. Optional. Default: http.DefaultTransport.
 	Base http.RoundTripper
-	// Methods get a key and are retried. Optional. Default: POST, PUT, PATCH, DELETE.
+	// Methods get a key and are retried, each written upper-case as HTTP
+	// methods are (RoundTrip refuses "post"). Optional. Default: POST, PUT,
+	// PATCH, DELETE.
 	Methods []string
 	// RetrySafe retries GET, HEAD, OPTIONS and TRACE too, without adding a
 	// key: they are safe by definition. Optional. Default: false, they and
@@ -149,6 +152,13 @@ func (t *Transport) settings() (settings, error) {
 	}
 	if s.maxAttempts < 0 || s.baseDelay < 0 || s.maxDelay < 0 || s.maxBuffer < 0 {
 		return s, fmt.Errorf("%w: negative MaxAttempts, BaseDelay, MaxDelay or MaxBufferBytes", ErrConfig)
+	}
+	for _, m := range t.Methods {
+		// Methods are case-sensitive: "post" (from a config file) would
+		// leave every POST without a key and never retried, silently.
+		if m == "" || m != strings.ToUpper(m) {
+			return s, fmt.Errorf("%w: method %q in Methods is not upper-case", ErrConfig, m)
+		}
 	}
 	return s, nil
 }
@@ -221,14 +231,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	keyed, retried := t.covered(req.Method)
-	if !retried {
-		return base.RoundTrip(req)
-	}
-	s, err := t.settings()
+	s, err := t.settings() // first: a Methods of "post" covers no request
 	if err != nil {
 		closeBody(req)
 		return nil, err
+	}
+	keyed, retried := t.covered(req.Method)
+	if !retried {
+		return base.RoundTrip(req)
 	}
 	info := &outcome{}
 	ctx := context.WithValue(req.Context(), outcomeKey{}, info)

@@ -811,7 +811,7 @@ func TestBaseWithoutResponseRequest(t *testing.T) {
 
 func TestInvalidConfig(t *testing.T) {
 	t.Parallel()
-	for _, tr := range []*Transport{{MaxAttempts: -1}, {BaseDelay: -1}, {MaxDelay: -1}, {MaxBufferBytes: -1}} {
+	for _, tr := range []*Transport{{MaxAttempts: -1}, {BaseDelay: -1}, {MaxDelay: -1}, {MaxBufferBytes: -1}, {Methods: []string{"post"}}, {Methods: []string{""}}} {
 		c := &closeCounter{Reader: strings.NewReader("{}")}
 		req, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1:1/", c)
 		tr.Base = noRequest{200}
