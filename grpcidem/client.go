@@ -17,8 +17,9 @@ import (
 )
 
 // UnaryClientInterceptor returns the interceptor that sends every covered
-// unary call with an idempotency key in KeyMetadata unless the outgoing
-// metadata holds one (KeyMetadata or LegacyKeyMetadata): inside work that
+// unary call with an idempotency key in KeyMetadata (or WithKeyMetadata's
+// name) unless the outgoing metadata holds one (under that name or
+// LegacyKeyMetadata): inside work that
 // runs under a key of idem's, core.DerivedKey of the connection's target
 // and the full method, the same on every run of the work; otherwise a fresh
 // UUIDv4. Two calls of one method from one run share that key: give each
@@ -42,7 +43,7 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 		if o.skip != nil && o.skip(ctx, method) {
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
-		if md, _ := metadata.FromOutgoingContext(ctx); md.Get(KeyMetadata) == nil && md.Get(LegacyKeyMetadata) == nil {
+		if md, _ := metadata.FromOutgoingContext(ctx); md.Get(o.keyName) == nil && md.Get(LegacyKeyMetadata) == nil {
 			target := ""
 			if cc != nil {
 				target = cc.Target()
@@ -55,7 +56,7 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 				}
 				key = u.String()
 			}
-			ctx = metadata.AppendToOutgoingContext(ctx, KeyMetadata, key)
+			ctx = metadata.AppendToOutgoingContext(ctx, o.keyName, key)
 		}
 		for attempt := 1; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, callOpts...)

@@ -264,33 +264,47 @@ func TestClientCanceledWhileWaiting(t *testing.T) {
 // key gets the replay.
 func TestClientWithServer(t *testing.T) {
 	t.Parallel()
-	eng, err := core.New(core.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := &service{}
-	var calls int
-	var mu sync.Mutex
-	loseFirst := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		mu.Lock()
-		calls++
-		first := calls == 1
-		mu.Unlock()
-		resp, err := handler(ctx, req)
-		if first {
-			return nil, status.Error(codes.Unavailable, "connection lost")
-		}
-		return resp, err
-	}
-	c := newClock()
-	client := dial(t, svc, []grpc.UnaryServerInterceptor{loseFirst, grpcidem.UnaryServerInterceptor(eng)}, c.option(noJitter))
-	var header metadata.MD
-	reply, err := client.Create(context.Background(), order("book", 1), grpc.Header(&header))
-	if err != nil || reply.Id != "ord_1" || !grpcidem.Replayed(header) {
-		t.Fatalf("reply %v, header %v, err %v; want the replay of ord_1", reply, header, err)
-	}
-	if runs := svc.runs.Load(); runs != 1 || calls != 2 {
-		t.Fatalf("handler ran %d times in %d calls, want once in 2", runs, calls)
+	for _, tt := range []struct {
+		name      string
+		keyHeader string
+		opts      []grpcidem.Option
+	}{
+		{"default", "", nil},
+		// A server whose KeyHeader is another name reads the key there.
+		{"own key header", "X-Request-Key", []grpcidem.Option{grpcidem.WithKeyMetadata("X-Request-Key")}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			eng, err := core.New(core.Config{KeyHeader: tt.keyHeader})
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc := &service{}
+			var calls int
+			var mu sync.Mutex
+			loseFirst := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+				mu.Lock()
+				calls++
+				first := calls == 1
+				mu.Unlock()
+				resp, err := handler(ctx, req)
+				if first {
+					return nil, status.Error(codes.Unavailable, "connection lost")
+				}
+				return resp, err
+			}
+			c := newClock()
+			client := dial(t, svc, []grpc.UnaryServerInterceptor{loseFirst, grpcidem.UnaryServerInterceptor(eng)},
+				append(tt.opts, c.option(noJitter))...)
+			var header metadata.MD
+			reply, err := client.Create(context.Background(), order("book", 1), grpc.Header(&header))
+			if err != nil || reply.Id != "ord_1" || !grpcidem.Replayed(header) {
+				t.Fatalf("reply %v, header %v, err %v; want the replay of ord_1", reply, header, err)
+			}
+			if runs := svc.runs.Load(); runs != 1 || calls != 2 {
+				t.Fatalf("handler ran %d times in %d calls, want once in 2", runs, calls)
+			}
+		})
 	}
 }
 

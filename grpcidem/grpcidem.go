@@ -3,6 +3,7 @@ package grpcidem
 import (
 	"cmp"
 	"context"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -76,6 +77,7 @@ type options struct {
 	maxAttempts int
 	baseDelay   time.Duration
 	maxDelay    time.Duration
+	keyName     string
 
 	// Test hooks of the client.
 	now   func() time.Time
@@ -89,6 +91,7 @@ func newOptions(opts []Option) *options {
 		maxAttempts: DefaultMaxAttempts,
 		baseDelay:   DefaultBaseDelay,
 		maxDelay:    DefaultMaxDelay,
+		keyName:     KeyMetadata,
 		now:         time.Now,
 		sleep:       sleep,
 		randN:       randN,
@@ -121,6 +124,19 @@ func WithStorable(storable func(codes.Code) bool) Option {
 // 1 (or less) never retries. Client only. Default: DefaultMaxAttempts.
 func WithMaxAttempts(n int) Option {
 	return func(o *options) { o.maxAttempts = max(n, 1) }
+}
+
+// WithKeyMetadata names the metadata the client sends its keys in, for a
+// server whose core.Config.KeyHeader is not Idempotency-Key (it reads the
+// key from that name lower-cased, as gRPC metadata names are; a key sent
+// under another name is no key, and a server with optional keys runs the
+// call unprotected). Client only. Default: KeyMetadata.
+func WithKeyMetadata(name string) Option {
+	return func(o *options) {
+		if name != "" {
+			o.keyName = strings.ToLower(name)
+		}
+	}
 }
 
 // WithBackoff sets the client's wait before the first retry, doubled for
