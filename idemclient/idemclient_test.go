@@ -811,7 +811,9 @@ func TestBaseWithoutResponseRequest(t *testing.T) {
 
 func TestInvalidConfig(t *testing.T) {
 	t.Parallel()
-	for _, tr := range []*Transport{{MaxAttempts: -1}, {BaseDelay: -1}, {MaxDelay: -1}, {MaxBufferBytes: -1}, {Methods: []string{"post"}}, {Methods: []string{""}}} {
+	invalid := []*Transport{{MaxAttempts: -1}, {BaseDelay: -1}, {MaxDelay: -1}, {MaxBufferBytes: -1},
+		{Methods: []string{"post"}}, {Methods: []string{""}}}
+	for _, tr := range invalid {
 		c := &closeCounter{Reader: strings.NewReader("{}")}
 		req, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1:1/", c)
 		tr.Base = noRequest{200}
