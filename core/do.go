@@ -40,9 +40,9 @@ const (
 // replayed true (a transient error is never replayed).
 //
 // fn's context carries the key: Step and DerivedKey work inside it. A result
-// whose encoding is over Config.MaxStoredBodyBytes (or fails) is returned,
-// and stored as a permanent error saying so: fn ran, and later calls get
-// that error rather than a second run. With the store failing and
+// whose encoding is over Config.MaxStoredBodyBytes (or fails, or does not
+// decode into T) is returned, and stored as a permanent error saying so: fn
+// ran, and later calls get that error rather than a second run. With the store failing and
 // Config.FailClosed off, fn runs unprotected; with it on, or with the store
 // busy (ErrStoreBusy), Do returns an error wrapping ErrStoreUnavailable.
 // With a TxStore, fn writes through the transaction of its context, and a
@@ -116,6 +116,13 @@ func Do[T any](ctx context.Context, e *Engine, scope, key string, fn func(contex
 		stored = &Record{Code: doPermanent, Body: e.message("idem: Do's result did not encode: " + merr.Error())}
 	case len(stored.Body) > e.cfg.MaxStoredBodyBytes:
 		stored = &Record{Code: doPermanent, Body: e.message(fmt.Sprintf("idem: Do's result was %d bytes, over MaxStoredBodyBytes", len(stored.Body)))}
+	default:
+		// A result that does not decode into T (an interface, a MarshalJSON
+		// without its UnmarshalJSON) would be a corrupt record to every
+		// later call.
+		if uerr := unmarshal(stored.Body, new(T)); uerr != nil {
+			stored = &Record{Code: doPermanent, Body: e.message("idem: Do's result does not decode: " + uerr.Error())}
+		}
 	}
 	if err := l.Complete(stored); err != nil {
 		var zero T

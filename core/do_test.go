@@ -281,3 +281,31 @@ func TestDoTxResultNotStorable(t *testing.T) {
 		}
 	}
 }
+
+// labeled is an interface result: JSON encodes the value it holds, and
+// cannot decode into the interface.
+type labeled interface{ Label() string }
+
+type label string
+
+func (l label) Label() string { return string(l) }
+
+// A result that encodes but does not decode into T (an interface, a
+// MarshalJSON without its UnmarshalJSON) would make every later call a
+// corrupt record, for the key's TTL, after the first one succeeded: it is
+// stored as a permanent error saying so, as one that does not encode is.
+func TestDoResultNotDecodable(t *testing.T) {
+	e := newDoEngine(t, core.Config{})
+	runs := 0
+	fn := func(context.Context) (labeled, error) { runs++; return label("re_1"), nil }
+	if got, replayed, err := core.Do(context.Background(), e, "s", "k", fn); err != nil || replayed || got.Label() != "re_1" {
+		t.Fatalf("first Do = %v, %v, %v; want the result", got, replayed, err)
+	}
+	got, replayed, err := core.Do(context.Background(), e, "s", "k", fn)
+	if err == nil || !replayed || got != nil || !strings.HasPrefix(err.Error(), "idem: Do's result does not decode") || errors.Is(err, core.ErrStoreUnavailable) {
+		t.Fatalf("second Do = %v, %v, %v; want the stored error, replayed", got, replayed, err)
+	}
+	if runs != 1 {
+		t.Fatalf("fn ran %d times; want once", runs)
+	}
+}

@@ -40,8 +40,9 @@ type steps struct {
 // fn's (wrapping ErrLockLost if another call may hold the key): fn's effect
 // happened, and a run again runs it again, which a downstream key
 // (DerivedKey) makes harmless. A result that JSON cannot encode (a NaN, a
-// channel) would fail every run again: its error is Permanent, which Do
-// stores. Docs: docs/steps.md.
+// channel), or whose JSON does not decode into T (an interface, a
+// MarshalJSON without its UnmarshalJSON), would fail every run again: its
+// error is Permanent, which Do stores. Docs: docs/steps.md.
 func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
 	l, ok := ctx.Value(leaseKey{}).(*Lease)
@@ -86,6 +87,12 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 			// fn's effect happened and nothing can checkpoint it: Do keeps
 			// the error rather than run fn again on every retry.
 			return nil, Permanent(fmt.Errorf("idem: step %q: encoding its result: %w", name, err))
+		}
+		if err = json.Unmarshal(data, new(T)); err != nil {
+			// Nor can a checkpoint that every retry would refuse as
+			// corrupt (an interface, a MarshalJSON without its
+			// UnmarshalJSON): said now, on the run that can store it.
+			return nil, Permanent(fmt.Errorf("idem: step %q: its result does not decode: %w", name, err))
 		}
 		stored, err = sealStep(ctx, l.e.cfg.Sealer, l.id, name, l.bindStep(data))
 		return stored, err

@@ -306,3 +306,28 @@ func TestStepCheckpointOfAnotherRequest(t *testing.T) {
 		t.Fatalf("Do with the same Args: %q, %v, step ran %d times; want a1, 1", v, err, runs)
 	}
 }
+
+// A step whose result encodes but does not decode into its type (an
+// interface, a MarshalJSON without its UnmarshalJSON) would fail every
+// retry with ErrCorruptRecord, for the key's TTL: its first run fails with
+// a Permanent error instead, as one that does not encode does.
+func TestStepResultNotDecodable(t *testing.T) {
+	eng := newDoEngine(t, core.Config{})
+	effects := 0
+	work := func(ctx context.Context) (int, error) {
+		_, err := core.Step(ctx, "charge", func(context.Context) (labeled, error) {
+			effects++
+			return label("ch_1"), nil
+		})
+		return 0, err
+	}
+	for i := range 2 {
+		_, replayed, err := core.Do(context.Background(), eng, "s", "k", work)
+		if err == nil || !strings.Contains(err.Error(), "does not decode") || errors.Is(err, core.ErrCorruptRecord) || replayed != (i == 1) {
+			t.Fatalf("call %d: %v, replayed %v; want the decoding's error, stored", i, err, replayed)
+		}
+	}
+	if effects != 1 {
+		t.Fatalf("the step ran %d times, want 1", effects)
+	}
+}
