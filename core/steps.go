@@ -39,7 +39,9 @@ type steps struct {
 // Tx a StepTx), if it cannot read the checkpoints, or if it cannot write
 // fn's (wrapping ErrLockLost if another call may hold the key): fn's effect
 // happened, and a run again runs it again, which a downstream key
-// (DerivedKey) makes harmless. A result that JSON cannot encode (a NaN, a
+// (DerivedKey) makes harmless. Once the work under the key has ended (a
+// goroutine of the handler outlived it), Step fails with ErrLockLost
+// without running fn. A result that JSON cannot encode (a NaN, a
 // channel), or whose JSON does not decode into T (an interface, a
 // MarshalJSON without its UnmarshalJSON), would fail every run again: its
 // error is Permanent, which Do stores. Docs: docs/steps.md.
@@ -74,12 +76,20 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 		}
 		return v, nil
 	}
+	if !l.live() {
+		// The work under the key has ended (a goroutine of the handler's
+		// outlived it): its lock is gone, or a transaction that ended holds
+		// it, and no checkpoint of fn could be saved.
+		return zero, fmt.Errorf("idem: step %q not run: the work under its key has ended: %w", name, ErrLockLost)
+	}
 	var (
 		v      T
 		fnErr  error
+		ran    bool
 		stored []byte // the checkpoint as stored: sealed with a Sealer
 	)
 	run := func(ctx context.Context) ([]byte, error) {
+		ran = true
 		if v, fnErr = fn(ctx); fnErr != nil {
 			return nil, fnErr
 		}
@@ -107,6 +117,8 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 	switch {
 	case fnErr != nil:
 		return v, fnErr
+	case err != nil && !ran:
+		return zero, fmt.Errorf("idem: step %q not run: %w", name, err)
 	case err != nil:
 		return zero, fmt.Errorf("idem: step %q ran, its checkpoint was not saved: %w", name, err)
 	}

@@ -331,3 +331,26 @@ func TestStepResultNotDecodable(t *testing.T) {
 		t.Fatalf("the step ran %d times, want 1", effects)
 	}
 }
+
+// A step called once the work under its key has ended (from a goroutine
+// that outlives the handler) is refused before fn runs: its checkpoint
+// could not be saved, and after a failed run the retry would run it again.
+func TestStepAfterWorkEnded(t *testing.T) {
+	eng := newDoEngine(t, core.Config{})
+	for _, fail := range []bool{false, true} {
+		var work context.Context
+		key := fmt.Sprint("k-", fail)
+		core.Do(context.Background(), eng, "s", key, func(ctx context.Context) (int, error) { //nolint:errcheck
+			work = ctx
+			if fail {
+				return 0, errors.New("failed")
+			}
+			return 1, nil
+		})
+		ran := false
+		_, err := core.Step(work, "late", func(context.Context) (int, error) { ran = true; return 1, nil })
+		if ran || !errors.Is(err, core.ErrLockLost) || strings.Contains(err.Error(), "ran") {
+			t.Fatalf("failed %v: a step after the work ended: ran %v, %v; want ErrLockLost before fn runs", fail, ran, err)
+		}
+	}
+}
