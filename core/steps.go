@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // errNoCheckpoints is Step's error on a store that is not a Checkpointer.
@@ -24,10 +26,10 @@ type steps struct {
 // again under the key (after a crash, a 5xx, a lost lock), a step that
 // finished returns its checkpoint, decoded, without running fn; a step
 // whose fn failed was not checkpointed and runs again. Names must be unique
-// within the work. A checkpoint is bound to the fingerprint of the request
-// that wrote it: under the key, a request of another fingerprint (another
-// body, other Do Args) gets an error wrapping ErrKeyReused from Step
-// rather than that request's result.
+// within the work, and UTF-8 without NUL bytes. A checkpoint is bound to
+// the fingerprint of the request that wrote it: under the key, a request
+// of another fingerprint (another body, other Do Args) gets an error
+// wrapping ErrKeyReused from Step rather than that request's result.
 //
 // Checkpoints are JSON, kept for the key's TTL and dropped once the work's
 // result is stored. With a TxStore, each step runs in a transaction of its
@@ -50,6 +52,10 @@ func Step[T any](ctx context.Context, name string, fn func(context.Context) (T, 
 	l, ok := ctx.Value(leaseKey{}).(*Lease)
 	if !ok || !l.Protected() {
 		return fn(ctx)
+	}
+	if !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0 {
+		// PostgreSQL's text refuses it, after fn ran: refused on every store.
+		return zero, fmt.Errorf("idem: step %q not run: a step's name must be UTF-8 without NUL bytes", name)
 	}
 	cp := l.e.checkpointer()
 	st := stepTx(l.tx)

@@ -354,3 +354,19 @@ func TestStepAfterWorkEnded(t *testing.T) {
 		}
 	}
 }
+
+// A step name PostgreSQL cannot store (not UTF-8, or with a NUL byte) is
+// refused on every store before fn runs: on PostgreSQL fn ran and its
+// checkpoint failed, on every retry.
+func TestStepNameNotStorable(t *testing.T) {
+	eng := newDoEngine(t, core.Config{})
+	for _, name := range []string{"charge \xff", "charge\x00"} {
+		ran := false
+		_, _, err := core.Do(context.Background(), eng, "s", "k", func(ctx context.Context) (int, error) {
+			return core.Step(ctx, name, func(context.Context) (int, error) { ran = true; return 1, nil })
+		})
+		if ran || err == nil {
+			t.Fatalf("step %q: ran %v, %v; want an error before fn runs", name, ran, err)
+		}
+	}
+}
