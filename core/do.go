@@ -42,9 +42,10 @@ const (
 // fn's context carries the key: Step and DerivedKey work inside it. A result
 // whose encoding is over Config.MaxStoredBodyBytes (or fails, or does not
 // decode into T) is returned, and stored as a permanent error saying so: fn
-// ran, and later calls get that error rather than a second run. With the store failing and
-// Config.FailClosed off, fn runs unprotected; with it on, or with the store
-// busy (ErrStoreBusy), Do returns an error wrapping ErrStoreUnavailable.
+// ran, and later calls get that error rather than a second run. With the
+// store failing and Config.FailClosed off, fn runs unprotected; with it on,
+// or with the store busy (ErrStoreBusy), Do returns an error wrapping
+// ErrStoreUnavailable.
 // With a TxStore, fn writes through the transaction of its context, and a
 // commit that fails is such an error too: the result is not returned (a
 // permanent error commits with fn's writes).
