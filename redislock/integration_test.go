@@ -833,12 +833,12 @@ func TestIntegrationReadOnlyReplica(t *testing.T) {
 	}
 }
 
-// TestIntegrationCluster starts a Redis Cluster of three masters and runs
-// the conformance suite on it: every script touches both keys of a
-// request, which a Cluster refuses (CROSSSLOT) unless they share a slot.
-func TestIntegrationCluster(t *testing.T) {
+// startCluster starts a Redis Cluster of n masters and no replicas, and
+// returns their addresses once every node agrees the cluster is up.
+func startCluster(ctx context.Context, t *testing.T, n int) []string {
+	t.Helper()
 	var addrs []string
-	for range 3 {
+	for range n {
 		dir := t.TempDir()
 		srv := startRedisServer(t, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(freePort(t)),
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000")
@@ -846,8 +846,6 @@ func TestIntegrationCluster(t *testing.T) {
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	if out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -861,6 +859,115 @@ func TestIntegrationCluster(t *testing.T) {
 		}
 		c.Close()
 	}
+	return addrs
+}
+
+// TestIntegrationClusterMigratingSlot moves the slot of a request's keys
+// from one master to another while the request runs. Redis refuses a
+// script of several keys in a slot being migrated (TRYAGAIN) unless every
+// key is on the node asked, which never holds for acquire.lua: the record
+// and the lock never both exist. So every request of that slot fails for
+// the length of the migration, which the Store waits out within the
+// call's deadline rather than fail (fail-open would run the handler
+// unprotected, replays of completed keys included).
+func TestIntegrationClusterMigratingSlot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addrs := startCluster(ctx, t, 3)
+	client, err := redislock.NewClient("redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	cc := client.(*redis.ClusterClient)
+	for cc.Ping(ctx).Err() != nil && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	s := mustNew(t, client, nil)
+
+	for _, run := range []string{"first request", "replay"} {
+		t.Run(run, func(t *testing.T) {
+			key := idemtest.Key(t)
+			resp, _, _ := s.Keys(key)
+			if run == "replay" {
+				_, token, err := s.Acquire(ctx, key, time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Complete(ctx, key, token, []byte("record"), time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+			slot := cc.ClusterKeySlot(ctx, resp).Val()
+			master, err := cc.MasterForKey(ctx, resp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := master.Options().Addr
+			dst := addrs[0]
+			if dst == src {
+				dst = addrs[1]
+			}
+			node := func(addr string) *redis.Client {
+				c := redis.NewClient(&redis.Options{Addr: addr})
+				t.Cleanup(func() { c.Close() })
+				return c
+			}
+			srcc, dstc := node(src), node(dst)
+			srcID, dstID := srcc.ClusterMyID(ctx).Val(), dstc.ClusterMyID(ctx).Val()
+			must := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			must(dstc.Do(ctx, "cluster", "setslot", slot, "importing", srcID).Err())
+			must(srcc.Do(ctx, "cluster", "setslot", slot, "migrating", dstID).Err())
+
+			// The migration ends 300 ms later: the keys move, then the slot.
+			done := make(chan error, 1)
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				keys, err := srcc.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+				if err == nil && len(keys) > 0 {
+					args := []any{"migrate", "127.0.0.1", strings.TrimPrefix(dst, "127.0.0.1:"), "", 0, 5000, "keys"}
+					for _, k := range keys {
+						args = append(args, k)
+					}
+					err = srcc.Do(ctx, args...).Err()
+				}
+				for _, c := range []*redis.Client{dstc, srcc} {
+					if err == nil {
+						err = c.Do(ctx, "cluster", "setslot", slot, "node", dstID).Err()
+					}
+				}
+				done <- err
+			}()
+
+			actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+			defer acancel()
+			record, token, err := s.Acquire(actx, key, time.Minute)
+			if err != nil {
+				t.Fatalf("Acquire while its slot migrates: %v", err)
+			}
+			if run == "replay" && string(record) != "record" {
+				t.Fatalf("Acquire of a completed key while its slot migrates: %q, %q", record, token)
+			}
+			if run == "first request" && token == "" {
+				t.Fatalf("Acquire of a new key while its slot migrates: %q, no token", record)
+			}
+			must(<-done)
+		})
+	}
+}
+
+// TestIntegrationCluster starts a Redis Cluster of three masters and runs
+// the conformance suite on it: every script touches both keys of a
+// request, which a Cluster refuses (CROSSSLOT) unless they share a slot.
+func TestIntegrationCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addrs := startCluster(ctx, t, 3)
 
 	client, err := redislock.NewClient("redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2])
 	if err != nil {

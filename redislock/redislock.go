@@ -317,14 +317,57 @@ const maxDeadConnRuns = 8
 // returns the last run's reply and the number of runs. Why, and why
 // running a script again is safe: docs/redis.md, "Failures".
 func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (*redis.Cmd, int) {
-	cmd := s.exec(ctx, script, keys, args...)
+	cmd := s.execSettled(ctx, script, keys, args...)
 	runs, pooled := 1, true // a first failure gets one more run, whatever the pool holds
 	for runs < maxDeadConnRuns && pooled && closedByServer(cmd.Err()) && ctx.Err() == nil {
 		pooled = s.idleConns()
-		cmd = s.exec(ctx, script, keys, args...)
+		cmd = s.execSettled(ctx, script, keys, args...)
 		runs++
 	}
 	return cmd, runs
+}
+
+// Waits for a Cluster slot being migrated: the first wait, the longest, and
+// the longest in all when ctx has no deadline.
+const (
+	tryAgainFirst = 10 * time.Millisecond
+	tryAgainMax   = 100 * time.Millisecond
+	tryAgainFor   = 5 * time.Second
+)
+
+// execSettled runs script, and again while Redis answers TRYAGAIN (or
+// MOVED, ASK: below), backing
+// off from tryAgainFirst to tryAgainMax, until ctx ends (at most
+// tryAgainFor). A Cluster answers TRYAGAIN to a script of several keys in
+// a slot being migrated, unless the node asked holds every key: for
+// acquire.lua never (a key has a record or a lock, not both), so every
+// request of the slot fails until the slot has moved, and fail-open would
+// run its handler unprotected, a replay's too. go-redis tries again only
+// up to MaxRedirects, a few milliseconds, and not in a pipeline (a batch);
+// it may also run out of redirects as the slot moves and return MOVED or
+// ASK. Redis answers all three before it runs the script, so running it
+// again is safe.
+func (s *Store) execSettled(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	var giveUp time.Time
+	for wait := tryAgainFirst; ; wait = min(2*wait, tryAgainMax) {
+		cmd := s.exec(ctx, script, keys, args...)
+		if err := cmd.Err(); !redis.HasErrorPrefix(err, "TRYAGAIN") && !redis.HasErrorPrefix(err, "MOVED") && !redis.HasErrorPrefix(err, "ASK") {
+			return cmd
+		}
+		if giveUp.IsZero() {
+			giveUp = time.Now().Add(tryAgainFor)
+		}
+		if time.Now().Add(wait).After(giveUp) {
+			return cmd
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return cmd
+		case <-t.C:
+		}
+	}
 }
 
 // exec runs script once: through the batcher of the Redis node that holds
