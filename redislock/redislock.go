@@ -336,9 +336,8 @@ const (
 )
 
 // execSettled runs script, and again while Redis answers TRYAGAIN (or
-// MOVED, ASK: below), backing
-// off from tryAgainFirst to tryAgainMax, until ctx ends (at most
-// tryAgainFor). A Cluster answers TRYAGAIN to a script of several keys in
+// MOVED, ASK: below), backing off from tryAgainFirst to tryAgainMax, until
+// ctx ends (at most tryAgainFor). A Cluster answers TRYAGAIN to a script of several keys in
 // a slot being migrated, unless the node asked holds every key: for
 // acquire.lua never (a key has a record or a lock, not both), so every
 // request of the slot fails until the slot has moved, and fail-open would
@@ -351,7 +350,7 @@ func (s *Store) execSettled(ctx context.Context, script *redis.Script, keys []st
 	var giveUp time.Time
 	for wait := tryAgainFirst; ; wait = min(2*wait, tryAgainMax) {
 		cmd := s.exec(ctx, script, keys, args...)
-		if err := cmd.Err(); !redis.HasErrorPrefix(err, "TRYAGAIN") && !redis.HasErrorPrefix(err, "MOVED") && !redis.HasErrorPrefix(err, "ASK") {
+		if !slotMoving(cmd.Err()) {
 			return cmd
 		}
 		if giveUp.IsZero() {
@@ -368,6 +367,12 @@ func (s *Store) execSettled(ctx context.Context, script *redis.Script, keys []st
 		case <-t.C:
 		}
 	}
+}
+
+// slotMoving reports whether err is a Cluster's answer about a slot being
+// migrated, given before the script ran.
+func slotMoving(err error) bool {
+	return redis.HasErrorPrefix(err, "TRYAGAIN") || redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
 }
 
 // exec runs script once: through the batcher of the Redis node that holds
