@@ -698,3 +698,41 @@ func TestGinAbortWithErrorHeldBelowStored(t *testing.T) {
 			c.AbortWithError(http.StatusBadRequest, errors.New("no such item")) //nolint:errcheck // the status is the response
 		}, http.StatusBadRequest, "")
 }
+
+// goneWriter is a client that goes away after its first write.
+type goneWriter struct {
+	*httptest.ResponseRecorder
+	writes int
+}
+
+func (w *goneWriter) Write(p []byte) (int, error) {
+	if w.writes++; w.writes > 1 {
+		return 0, io.ErrClosedPipe
+	}
+	return w.ResponseRecorder.Write(p)
+}
+
+// Once a write to the client fails, the handlers' writes report success
+// while the body is still stored whole, and fail again past
+// MaxStoredBodyBytes, so that a handler that writes until its client goes
+// away still ends (as core's TestClientGoneWritesEnd).
+func TestGinClientGoneWritesEnd(t *testing.T) {
+	t.Parallel()
+	var accepted int
+	r := gin.New()
+	r.Use(ginidem.New(newEngine(t, core.Config{MaxStoredBodyBytes: 10})))
+	r.POST("/orders", func(c *gin.Context) {
+		for accepted < 100 {
+			if _, err := c.Writer.Write([]byte("abcd")); err != nil {
+				return
+			}
+			accepted++
+		}
+	})
+	req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(order))
+	req.Header.Set("Idempotency-Key", "gone")
+	r.ServeHTTP(&goneWriter{ResponseRecorder: httptest.NewRecorder()}, req)
+	if accepted != 2 { // 4 sent, 4 more stored; the third goes past 10 bytes
+		t.Errorf("%d writes reported done, want 2: the third passes MaxStoredBodyBytes after the client went away", accepted)
+	}
+}
