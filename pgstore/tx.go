@@ -489,6 +489,12 @@ func (t *txn) commit(ctx context.Context, record []byte, ttl time.Duration) erro
 	b.Queue("COMMIT")
 	br := t.tx.SendBatch(ctx, b)
 	_, err := br.Exec()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == divisionByZero {
+		// The record's statement, not COMMIT: a deferred trigger of the
+		// handler's tables may divide by zero too.
+		err = errKeyTaken
+	}
 	var tag pgconn.CommandTag
 	if err == nil {
 		tag, err = br.Exec()
@@ -498,10 +504,6 @@ func (t *txn) commit(ctx context.Context, record []byte, ttl time.Duration) erro
 	}
 	if err == nil && tag.String() == "ROLLBACK" {
 		err = pgx.ErrTxCommitRollback
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == divisionByZero {
-		err = errKeyTaken
 	}
 	return err
 }

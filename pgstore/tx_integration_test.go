@@ -808,6 +808,8 @@ func TestIntegrationTxCommitKeepsLiveRecord(t *testing.T) {
 	}
 	if err := txB.Commit(ctx, []byte("record-b"), time.Hour, false); err == nil {
 		t.Error("b's commit wrote over a's live record")
+	} else if !strings.Contains(err.Error(), "Options.Schema and Table alike") {
+		t.Errorf("b's commit: %v; want the error that names the likely cause", err)
 	}
 	var rec []byte
 	if err := pool.QueryRow(ctx, "SELECT record FROM "+table+" WHERE key = 'k'").Scan(&rec); err != nil || string(rec) != "record-a" {
@@ -816,5 +818,49 @@ func TestIntegrationTxCommitKeepsLiveRecord(t *testing.T) {
 	var exists bool
 	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", schema+".b_writes").Scan(&exists); err != nil || exists {
 		t.Errorf("b's writes committed: %v, %v", exists, err)
+	}
+}
+
+// A commit that fails at COMMIT with a division by zero of the handler's
+// own (a deferred constraint trigger of its tables) is reported as that
+// error, not as another store holding the key: only the record's statement
+// divides by zero to refuse a live row.
+func TestIntegrationTxCommitDeferredDivisionByZero(t *testing.T) {
+	ctx := context.Background()
+	pool, schema := pgtest.Pool(t)
+	o := pgstore.Options{Schema: schema, JanitorInterval: -1}
+	if err := pgstore.Migrate(ctx, pool, &o); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgstore.NewTx(pool, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	ledger := pgx.Identifier{schema, "ledger"}.Sanitize()
+	check := pgx.Identifier{schema, "ledger_check"}.Sanitize()
+	for _, stmt := range []string{
+		"CREATE TABLE " + ledger + " (amount int)",
+		"CREATE FUNCTION " + check + "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM 1 / 0; RETURN NULL; END $$",
+		"CREATE CONSTRAINT TRIGGER ledger_check AFTER INSERT ON " + ledger +
+			" DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + check + "()",
+	} {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, tx, err := s.Begin(ctx, "k", time.Minute)
+	if err != nil || tx == nil {
+		t.Fatalf("Begin: %v, %v", tx, err)
+	}
+	if _, err := pgstore.Tx(tx.Context(ctx)).Exec(ctx, "INSERT INTO "+ledger+" VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	err = tx.Commit(ctx, []byte("record"), time.Hour, false)
+	if err == nil {
+		t.Fatal("commit succeeded; want the trigger's division by zero")
+	}
+	if strings.Contains(err.Error(), "another call stored the key's record") || !strings.Contains(err.Error(), "22012") {
+		t.Fatalf("commit: %v; want the trigger's own error (SQLSTATE 22012)", err)
 	}
 }
