@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -734,5 +736,79 @@ func TestGinClientGoneWritesEnd(t *testing.T) {
 	r.ServeHTTP(&goneWriter{ResponseRecorder: httptest.NewRecorder()}, req)
 	if accepted != 2 { // 4 sent, 4 more stored; the third goes past 10 bytes
 		t.Errorf("%d writes reported done, want 2: the third passes MaxStoredBodyBytes after the client went away", accepted)
+	}
+}
+
+// A reverse proxy whose client goes away mid-response, run as
+// docs/design.md advises (a context that the client's going does not
+// cancel, with a deadline of its own): the upstream's whole response is
+// stored and replayed to the retry, and the upstream is called once. With
+// context.WithoutCancel alone, httputil.ReverseProxy watches Gin's
+// c.Writer.CloseNotify instead (a context without a Done channel), cancels
+// the upstream call, and panics: the key is released, and the retry calls
+// the upstream again.
+func TestGinReverseProxyClientGone(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	gone := make(chan struct{}) // the first client went away
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(strings.Repeat("a", 64<<10))) //nolint:errcheck
+		w.(http.Flusher).Flush()
+		select {
+		case <-gone:
+		case <-time.After(10 * time.Second):
+		}
+		w.Write([]byte(strings.Repeat("b", 64<<10))) //nolint:errcheck
+	}))
+	t.Cleanup(up.Close)
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	var first atomic.Bool
+	r := gin.New()
+	r.Use(ginidem.New(newEngine(t, core.Config{})))
+	r.POST("/orders", func(c *gin.Context) {
+		if first.CompareAndSwap(false, true) {
+			go func() { <-c.Request.Context().Done(); close(gone) }()
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request.Context()), 30*time.Second)
+		defer cancel()
+		proxy.ServeHTTP(c.Writer, c.Request.WithContext(ctx))
+	})
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	send := func() *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(order))
+		req.Header.Set("Idempotency-Key", "proxy-1")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp := send()
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close() // the client goes away mid-response
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp := send()
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusConflict && time.Now().Before(deadline) {
+			continue
+		}
+		if err != nil || resp.StatusCode != http.StatusCreated || len(body) != 128<<10 || resp.Header.Get(core.HeaderReplay) != "true" {
+			t.Fatalf("retry: %d, %d bytes, replay %q, %v; want the upstream's 201 of 128 KiB replayed",
+				resp.StatusCode, len(body), resp.Header.Get(core.HeaderReplay), err)
+		}
+		break
+	}
+	if n := hits.Load(); n != 1 {
+		t.Fatalf("the upstream was called %d times, want once", n)
 	}
 }
