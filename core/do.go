@@ -16,7 +16,8 @@ type DoOptions struct {
 	// fingerprint, so a call with the same key and other Args gets
 	// ErrKeyReused. Default: none; any call with the key matches.
 	Args any
-	// TTL is how long the result is kept. Default: Config.ResponseTTL.
+	// TTL is how long the result is kept, at least a second (Do refuses
+	// less). Default: Config.ResponseTTL.
 	TTL time.Duration
 	// Marshal and Unmarshal encode the result in the store. Default:
 	// encoding/json. Unmarshal must not keep its bytes, which may be the
@@ -63,6 +64,11 @@ func Do[T any](ctx context.Context, e *Engine, scope, key string, fn func(contex
 	}
 	if key == "" {
 		return result, false, fmt.Errorf("%w: empty key", ErrInvalidKey)
+	}
+	if o.TTL != 0 && o.TTL < time.Second {
+		// A bare number is nanoseconds (TTL: 86400): the result would be
+		// gone before any retry, which would run fn again.
+		return result, false, fmt.Errorf("idem: DoOptions.TTL of %v: under a second", o.TTL)
 	}
 	c := &Call{Context: ctx, Key: key, Scope: scope, Method: "do", TTL: o.TTL}
 	if o.Args != nil {

@@ -309,3 +309,16 @@ func TestDoResultNotDecodable(t *testing.T) {
 		t.Fatalf("fn ran %d times; want once", runs)
 	}
 }
+
+// A TTL written as a bare number is nanoseconds: refused, fn not run.
+func TestDoRefusesTinyTTL(t *testing.T) {
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	fn := func(context.Context) (int, error) { runs++; return 1, nil }
+	if _, _, err := core.Do(context.Background(), eng, "s", "k", fn, core.DoOptions{TTL: 86400}); err == nil || runs != 0 {
+		t.Fatalf("error %v after %d runs, want a refusal without a run", err, runs)
+	}
+}
