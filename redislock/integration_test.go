@@ -862,6 +862,21 @@ func startCluster(ctx context.Context, t *testing.T, n int) []string {
 	return addrs
 }
 
+// clusterClient returns a client of the Cluster at addrs, once it answers.
+func clusterClient(ctx context.Context, t *testing.T, addrs []string) *redis.ClusterClient {
+	t.Helper()
+	client, err := redislock.NewClient("redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	cc := client.(*redis.ClusterClient)
+	for cc.Ping(ctx).Err() != nil && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return cc
+}
+
 // TestIntegrationClusterMigratingSlot moves the slot of a request's keys
 // from one master to another while the request runs. Redis refuses a
 // script of several keys in a slot being migrated (TRYAGAIN) unless every
@@ -874,16 +889,8 @@ func TestIntegrationClusterMigratingSlot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	addrs := startCluster(ctx, t, 3)
-	client, err := redislock.NewClient("redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	cc := client.(*redis.ClusterClient)
-	for cc.Ping(ctx).Err() != nil && ctx.Err() == nil {
-		time.Sleep(50 * time.Millisecond)
-	}
-	s := mustNew(t, client, nil)
+	cc := clusterClient(ctx, t, addrs)
+	s := mustNew(t, cc, nil)
 
 	for _, run := range []string{"first request", "replay"} {
 		t.Run(run, func(t *testing.T) {
@@ -968,19 +975,10 @@ func TestIntegrationCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	addrs := startCluster(ctx, t, 3)
-
-	client, err := redislock.NewClient("redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	cc := client.(*redis.ClusterClient)
-	for cc.Ping(ctx).Err() != nil && ctx.Err() == nil {
-		time.Sleep(50 * time.Millisecond)
-	}
+	cc := clusterClient(ctx, t, addrs)
 
 	// Both keys of a request share a slot; requests spread over the masters.
-	s := mustNew(t, client, nil)
+	s := mustNew(t, cc, nil)
 	slots := map[int64]bool{}
 	for range 30 {
 		resp, lock, _ := s.Keys(idemtest.Key(t))
@@ -995,22 +993,22 @@ func TestIntegrationCluster(t *testing.T) {
 	}
 
 	t.Run("conformance", func(t *testing.T) {
-		idemtest.TestStore(t, func(t *testing.T) core.Store { return mustNew(t, client, nil) })
+		idemtest.TestStore(t, func(t *testing.T) core.Store { return mustNew(t, cc, nil) })
 	})
 	t.Run("lease", func(t *testing.T) { // concurrent calls of one key through the Engine: Acquire, Once, Do, Step
-		idemtest.TestLease(t, func(t *testing.T) core.Store { return mustNew(t, client, nil) })
+		idemtest.TestLease(t, func(t *testing.T) core.Store { return mustNew(t, cc, nil) })
 	})
 	t.Run("quota", func(t *testing.T) { // the scope's keys in another slot than the request's
-		idemtest.TestQuota(t, func(t *testing.T) core.Store { return mustNew(t, client, nil) })
+		idemtest.TestQuota(t, func(t *testing.T) core.Store { return mustNew(t, cc, nil) })
 	})
 	t.Run("admin", func(t *testing.T) { // InFlight SCANs every master
 		idemtest.TestAdmin(t, func(t *testing.T) core.Store {
-			return mustNew(t, client, &redislock.Options{Prefix: "admin" + idemtest.Key(t)[:8]})
+			return mustNew(t, cc, &redislock.Options{Prefix: "admin" + idemtest.Key(t)[:8]})
 		})
 	})
 	t.Run("conformance-unbatched", func(t *testing.T) {
 		idemtest.TestStore(t, func(*testing.T) core.Store {
-			return mustNew(t, client, &redislock.Options{DisableBatching: true})
+			return mustNew(t, cc, &redislock.Options{DisableBatching: true})
 		})
 	})
 	t.Run("batcher-per-master", func(t *testing.T) {
@@ -1081,7 +1079,7 @@ func TestIntegrationCluster(t *testing.T) {
 	})
 	// A layout without the shared tag would fail on a Cluster: Redis refuses
 	// a script whose keys hash to two slots.
-	err = cc.Eval(ctx, "return 1", []string{"idempotency:a", "idempotency-lock:a"}).Err()
+	err := cc.Eval(ctx, "return 1", []string{"idempotency:a", "idempotency-lock:a"}).Err()
 	if err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
 		t.Fatalf("cross-slot script: %v, want CROSSSLOT", err)
 	}
