@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-go/idem/internal/clientgone"
 	"github.com/idem-go/idem/internal/trailers"
 )
 
@@ -665,7 +666,7 @@ type captureWriter struct {
 	header   http.Header // as sent: a copy taken with the status
 	hijacked bool
 	ended    bool // by Finish, Abandon or Abort
-	gone     bool // a write to the client failed: nothing more is sent (wrote)
+	client   clientgone.State
 }
 
 // WriteHeader notes the first final status and the headers sent with it,
@@ -686,7 +687,7 @@ func (w *captureWriter) WriteHeader(code int) {
 
 // Write copies p into the Flight and passes it on (a Buffered flight's body
 // waits for Finish; nothing more is sent once the client has gone away:
-// wrote).
+// package clientgone).
 func (w *captureWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
@@ -696,43 +697,22 @@ func (w *captureWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	var err error
-	if !w.gone {
+	if w.client.Sending() {
 		_, err = w.ResponseWriter.Write(p)
 	}
-	return w.wrote(len(p), err)
+	return w.client.Wrote(len(p), err, w.flight.hasher == nil)
 }
-
-// wrote returns what a handler's write of n bytes reports once passed on to
-// the client, which answered err. Once a write to the client has failed
-// (the client went away), nothing more is sent, and every write reports n
-// bytes written and no error while the response is still stored whole: a
-// handler that stops at its first failed write (io.Copy, a template, a
-// reverse proxy) would otherwise have its response stored cut short, and
-// replayed so to the client's retry. Past MaxStoredBodyBytes, whose body is
-// not stored, it reports the failure, so that a handler that writes until
-// its client goes away still ends.
-func (w *captureWriter) wrote(n int, err error) (int, error) {
-	if err != nil {
-		w.gone = true
-	}
-	if w.gone && w.flight.hasher != nil {
-		return 0, errClientGone
-	}
-	return n, nil
-}
-
-var errClientGone = errors.New("idem: a write to the client failed: the response is no longer sent")
 
 // FlushError flushes: the status and headers, if not sent yet, and the
 // body so far. http.ResponseController and Echo's Response.Flush call it.
 // A Buffered flight flushes nothing before Finish, nor one whose client has
-// gone away (wrote).
+// gone away.
 func (w *captureWriter) FlushError() error {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK) // as net/http sends it on a flush
 	}
-	if w.flight.Buffered() || w.gone {
-		_, err := w.wrote(0, nil)
+	if w.flight.Buffered() || !w.client.Sending() {
+		_, err := w.client.Wrote(0, nil, w.flight.hasher == nil)
 		return err
 	}
 	return http.NewResponseController(w.ResponseWriter).Flush()

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"maps"
 	"net"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idem-go/idem/core"
+	"github.com/idem-go/idem/internal/clientgone"
 	"github.com/idem-go/idem/internal/trailers"
 )
 
@@ -192,7 +192,7 @@ type writer struct {
 	buffered  bool // f.Buffered()
 	size      int  // of the body written so far
 	maxStored int  // the Engine's MaxStoredBodyBytes
-	gone      bool // a write to the client failed: nothing more is sent (wrote)
+	client    clientgone.State
 }
 
 // WriteHeader notes that the handlers chose a status: Gin sends it after
@@ -226,10 +226,10 @@ func (w *writer) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	var err error
-	if !w.gone {
+	if w.client.Sending() {
 		_, err = w.ResponseWriter.Write(p)
 	}
-	return w.wrote(len(p), err)
+	return w.client.Wrote(len(p), err, w.size <= w.maxStored)
 }
 
 func (w *writer) WriteString(s string) (int, error) {
@@ -240,32 +240,11 @@ func (w *writer) WriteString(s string) (int, error) {
 		return len(s), nil
 	}
 	var err error
-	if !w.gone {
+	if w.client.Sending() {
 		_, err = w.ResponseWriter.WriteString(s)
 	}
-	return w.wrote(len(s), err)
+	return w.client.Wrote(len(s), err, w.size <= w.maxStored)
 }
-
-// wrote returns what a handler's write of n bytes reports once passed on to
-// the client, which answered err, as core's own writer does: once a write
-// to the client has failed (the client went away), nothing more is sent,
-// and every write reports n bytes written and no error while the body is
-// still stored whole, so that a handler that stops at its first failed
-// write (c.DataFromReader, a template) has its whole response stored, not
-// one cut short. Past MaxStoredBodyBytes, whose body is not stored, it
-// reports the failure, so that a handler that writes until its client goes
-// away still ends.
-func (w *writer) wrote(n int, err error) (int, error) {
-	if err != nil {
-		w.gone = true
-	}
-	if w.gone && w.size > w.maxStored {
-		return 0, errClientGone
-	}
-	return n, nil
-}
-
-var errClientGone = errors.New("ginidem: a write to the client failed: the response is no longer sent")
 
 // WriteHeaderNow sends the headers without a body (c.AbortWithStatus).
 func (w *writer) WriteHeaderNow() {
@@ -280,7 +259,7 @@ func (w *writer) WriteHeaderNow() {
 // when the handlers return. A Buffered flight flushes nothing.
 func (w *writer) Flush() {
 	w.snapshot()
-	if !w.buffered && !w.gone {
+	if !w.buffered && w.client.Sending() {
 		w.ResponseWriter.Flush()
 	}
 }
