@@ -889,11 +889,13 @@ func TestIntegrationClusterMigratingSlot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	addrs := startCluster(ctx, t, 3)
-	cc := clusterClient(ctx, t, addrs)
-	s := mustNew(t, cc, nil)
 
 	for _, run := range []string{"first request", "replay"} {
 		t.Run(run, func(t *testing.T) {
+			cc := clusterClient(ctx, t, addrs)
+			moving := movingHook{seen: make(chan struct{}), once: new(sync.Once)}
+			cc.AddHook(moving)
+			s := mustNew(t, cc, nil)
 			key := idemtest.Key(t)
 			resp, _, _ := s.Keys(key)
 			if run == "replay" {
@@ -931,10 +933,14 @@ func TestIntegrationClusterMigratingSlot(t *testing.T) {
 			must(dstc.Do(ctx, "cluster", "setslot", slot, "importing", srcID).Err())
 			must(srcc.Do(ctx, "cluster", "setslot", slot, "migrating", dstID).Err())
 
-			// The migration ends 300 ms later: the keys move, then the slot.
+			// The migration ends once the Store has been told the slot is
+			// moving: the keys move, then the slot.
 			done := make(chan error, 1)
 			go func() {
-				time.Sleep(300 * time.Millisecond)
+				select {
+				case <-moving.seen:
+				case <-ctx.Done():
+				}
 				keys, err := srcc.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
 				if err == nil && len(keys) > 0 {
 					args := []any{"migrate", "127.0.0.1", strings.TrimPrefix(dst, "127.0.0.1:"), "", 0, 5000, "keys"}
@@ -951,7 +957,7 @@ func TestIntegrationClusterMigratingSlot(t *testing.T) {
 				done <- err
 			}()
 
-			actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+			actx, acancel := context.WithTimeout(ctx, 10*time.Second)
 			defer acancel()
 			record, token, err := s.Acquire(actx, key, time.Minute)
 			if err != nil {
@@ -1082,6 +1088,39 @@ func TestIntegrationCluster(t *testing.T) {
 	err := cc.Eval(ctx, "return 1", []string{"idempotency:a", "idempotency-lock:a"}).Err()
 	if err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
 		t.Fatalf("cross-slot script: %v, want CROSSSLOT", err)
+	}
+}
+
+// movingHook closes seen once a command gets a Cluster's answer about a
+// slot being migrated (TRYAGAIN, MOVED, ASK), as the Store sees it.
+type movingHook struct {
+	seen chan struct{}
+	once *sync.Once
+}
+
+func (h movingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h movingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.note(cmd.Err())
+		return err
+	}
+}
+
+func (h movingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.note(cmd.Err())
+		}
+		return err
+	}
+}
+
+func (h movingHook) note(err error) {
+	if redis.HasErrorPrefix(err, "TRYAGAIN") || redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") {
+		h.once.Do(func() { close(h.seen) })
 	}
 }
 
